@@ -1,0 +1,327 @@
+package dedupe
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/dberr"
+	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/testclock"
+)
+
+const (
+	// DefaultTTL is how long a key lives when neither the Store nor the
+	// Request sets a TTL: 24 hours, as Stripe keeps its idempotency keys.
+	DefaultTTL = 24 * time.Hour
+
+	// DefaultMaxResponseSize is the largest response a Store records unless
+	// WithMaxResponseSize says otherwise: 64 KiB.
+	DefaultMaxResponseSize = 64 << 10
+
+	// MaxResponseSize is the largest limit WithMaxResponseSize accepts:
+	// 16 MiB - 1, what a MySQL MEDIUMBLOB holds. Large responses travel in
+	// every replay; store a reference to them instead.
+	MaxResponseSize = 16<<20 - 1
+
+	// DefaultPurgeBatch is the batch size Purge uses for a batch of 0.
+	DefaultPurgeBatch = 1000
+)
+
+// Store claims idempotency keys in the sqlonce_keys table through a
+// driver. It is safe for concurrent use; create one per configuration and
+// share it.
+type Store[TTx any] struct {
+	engine      driver.Engine[TTx]
+	ttl         time.Duration
+	maxResponse int
+	lockWait    time.Duration
+}
+
+// Option configures a Store.
+type Option func(*options) error
+
+type options struct {
+	ttl         time.Duration
+	maxResponse int
+	lockWait    time.Duration
+}
+
+// WithTTL sets how long keys live after they are recorded (DefaultTTL
+// otherwise). A Request's own TTL overrides it. An expired key counts as
+// absent: the next claim takes it over.
+func WithTTL(ttl time.Duration) Option {
+	return func(o *options) error {
+		if ttl <= 0 {
+			return fmt.Errorf("%w: TTL %v is not positive", sqlonce.ErrInvalidArgument, ttl)
+		}
+		o.ttl = ttl
+		return nil
+	}
+}
+
+// WithMaxResponseSize sets the largest response, in bytes, the Store
+// records (DefaultMaxResponseSize otherwise, at most MaxResponseSize).
+func WithMaxResponseSize(n int) Option {
+	return func(o *options) error {
+		if n < 0 || n > MaxResponseSize {
+			return fmt.Errorf("%w: max response size %d is outside 0..%d", sqlonce.ErrInvalidArgument, n, MaxResponseSize)
+		}
+		o.maxResponse = n
+		return nil
+	}
+}
+
+// WithNoWait makes a claim that finds the key held by another, still open
+// transaction return ErrInProgress at once instead of waiting for that
+// transaction to end. The caller's transaction stays usable.
+//
+// On PostgreSQL "at once" is a 1 ms lock_timeout. On MariaDB it is an
+// innodb_lock_wait_timeout of 0; MySQL 8 cannot wait less than 1 second.
+func WithNoWait() Option { return WithLockWait(time.Millisecond) }
+
+// WithLockWait is WithNoWait with a bounded wait: a claim waits at most d
+// for another transaction holding the key, then returns ErrInProgress. On
+// MySQL/MariaDB d is counted in whole seconds, rounded down.
+func WithLockWait(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: lock wait %v is not positive", sqlonce.ErrInvalidArgument, d)
+		}
+		o.lockWait = d
+		return nil
+	}
+}
+
+// New returns a Store on the given driver. It returns an error matching
+// sqlonce.ErrInvalidArgument for an invalid option.
+func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
+	if d == nil {
+		return nil, fmt.Errorf("%w: nil driver", sqlonce.ErrInvalidArgument)
+	}
+	o := options{ttl: DefaultTTL, maxResponse: DefaultMaxResponseSize}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	return &Store[TTx]{engine: d.Engine(), ttl: o.ttl, maxResponse: o.maxResponse, lockWait: o.lockWait}, nil
+}
+
+// Request names the operation to run once.
+type Request struct {
+	// Scope is the namespace of the key: a tenant, a consumer name, the
+	// authenticated caller's id. Keys are unique per scope, so one scope can
+	// neither collide with nor read another's keys. Required.
+	Scope string
+	// Key is the idempotency key within the scope: an Idempotency-Key
+	// header, a message id, a caller's serial number. Required. Compared
+	// byte for byte; at most sqlonce.MaxKeyLen bytes of UTF-8.
+	Key string
+	// Fingerprint identifies the request's content (see Fingerprint). A key
+	// presented again with a different fingerprint is refused with
+	// sqlonce.ErrKeyReuse. Empty matches only empty. At most
+	// sqlonce.MaxFingerprintLen bytes.
+	Fingerprint []byte
+	// TTL overrides the Store's TTL for this key. Zero uses the Store's.
+	TTL time.Duration
+}
+
+func (s *Store[TTx]) check(req Request) (time.Duration, error) {
+	if err := keys.Check("scope", req.Scope); err != nil {
+		return 0, err
+	}
+	if err := keys.Check("key", req.Key); err != nil {
+		return 0, err
+	}
+	if len(req.Fingerprint) > sqlonce.MaxFingerprintLen {
+		return 0, fmt.Errorf("%w: fingerprint is %d bytes, longer than %d", sqlonce.ErrInvalidKey, len(req.Fingerprint), sqlonce.MaxFingerprintLen)
+	}
+	switch {
+	case req.TTL < 0:
+		return 0, fmt.Errorf("%w: TTL %v is negative", sqlonce.ErrInvalidArgument, req.TTL)
+	case req.TTL == 0:
+		return s.ttl, nil
+	}
+	return req.TTL, nil
+}
+
+// Do runs fn once per key. In tx it claims req's key and, if the claim is
+// won, runs fn; the claim commits or rolls back with tx, together with
+// whatever fn wrote through tx.
+//
+// It returns FirstRun when fn ran, AlreadyDone when an earlier transaction
+// that committed had claimed the key. A concurrent call with the same key
+// waits until the transaction holding the key ends (unless the Store was
+// built WithNoWait or WithLockWait), then returns AlreadyDone if that
+// transaction committed, or runs fn if it rolled back.
+//
+// When fn returns an error, Do undoes the claim and returns that error
+// unchanged; roll tx back. Errors:
+//   - sqlonce.ErrInvalidKey, sqlonce.ErrInvalidArgument: bad input, no SQL run;
+//   - sqlonce.ErrKeyReuse: the key was recorded with another fingerprint;
+//   - sqlonce.ErrInProgress: the key is held by a lease, or by another
+//     transaction and the Store does not wait;
+//   - an error for which sqlonce.IsRetryable is true: roll back and retry
+//     (REPEATABLE READ and SERIALIZABLE on PostgreSQL report a duplicate
+//     that committed after the snapshot this way; MySQL may deadlock).
+//
+// The library never commits or rolls back tx.
+func (s *Store[TTx]) Do(ctx context.Context, tx TTx, req Request, fn func(ctx context.Context) error) (sqlonce.Result, error) {
+	if fn == nil {
+		return sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
+	}
+	return s.run(ctx, tx, req, func(ctx context.Context) ([]byte, error) { return nil, fn(ctx) }, false)
+}
+
+// DoResponse is Do for operations whose answer a repeat must get back
+// (idempotency proper). fn returns the response; it is recorded with the
+// key in tx, and every later AlreadyDone carries it in Result.Response,
+// byte for byte. On FirstRun Result.Response is what fn returned.
+//
+// A response longer than the Store's limit returns an error matching
+// sqlonce.ErrResponseTooLarge after undoing the claim; roll tx back.
+func (s *Store[TTx]) DoResponse(ctx context.Context, tx TTx, req Request, fn func(ctx context.Context) ([]byte, error)) (sqlonce.Result, error) {
+	if fn == nil {
+		return sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
+	}
+	return s.run(ctx, tx, req, fn, true)
+}
+
+// DoJSON is DoResponse for a Go value: the first run's value is recorded as
+// JSON, and a repeat gets it back decoded into a T. On FirstRun it returns
+// fn's value as fn returned it; a repeat sees exactly what encoding/json
+// round-trips (exported fields, times as RFC 3339).
+func DoJSON[T, TTx any](ctx context.Context, s *Store[TTx], tx TTx, req Request, fn func(ctx context.Context) (T, error)) (T, sqlonce.Result, error) {
+	var zero T
+	if fn == nil {
+		return zero, sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
+	}
+	var first T
+	res, err := s.run(ctx, tx, req, func(ctx context.Context) ([]byte, error) {
+		v, err := fn(ctx)
+		if err != nil {
+			return nil, err
+		}
+		first = v
+		return json.Marshal(v)
+	}, true)
+	if err != nil {
+		return zero, res, err
+	}
+	if res.FirstRun() {
+		return first, res, nil
+	}
+	var v T
+	if err := json.Unmarshal(res.Response, &v); err != nil {
+		return zero, sqlonce.Result{}, fmt.Errorf("sqlonce/dedupe: decode recorded response for %q: %w", req.Key, err)
+	}
+	return v, res, nil
+}
+
+func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx context.Context) ([]byte, error), record bool) (sqlonce.Result, error) {
+	ttl, err := s.check(req)
+	if err != nil {
+		return sqlonce.Result{}, err
+	}
+	k := driver.Key{Scope: req.Scope, Key: req.Key}
+	c, err := s.engine.Claim(ctx, tx, driver.ClaimParams{
+		Key:         k,
+		Fingerprint: req.Fingerprint,
+		TTL:         ttl,
+		LockWait:    s.lockWait,
+		Now:         testclock.Now(ctx),
+	})
+	if err != nil {
+		return sqlonce.Result{}, s.claimError(req, err)
+	}
+	if !c.Won {
+		return existing(req, c.Existing)
+	}
+	resp, err := fn(ctx)
+	if err != nil {
+		// Best effort: if fn's error aborted tx (PostgreSQL), this fails
+		// too and tx cannot commit anyway.
+		_ = s.engine.Unclaim(ctx, tx, k, c.Token)
+		return sqlonce.Result{}, err
+	}
+	if record {
+		if len(resp) > s.maxResponse {
+			_ = s.engine.Unclaim(ctx, tx, k, c.Token)
+			return sqlonce.Result{}, fmt.Errorf("%w: %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(resp), req.Key, s.maxResponse)
+		}
+		if resp == nil {
+			resp = []byte{}
+		}
+		if err := s.engine.SetResponse(ctx, tx, k, c.Token, resp); err != nil {
+			return sqlonce.Result{}, fmt.Errorf("sqlonce/dedupe: record response for %q: %w", req.Key, err)
+		}
+	}
+	return sqlonce.Result{Outcome: sqlonce.FirstRun, Response: resp}, nil
+}
+
+func (s *Store[TTx]) claimError(req Request, err error) error {
+	if s.lockWait > 0 && dberr.LockNotAvailable(err) {
+		return fmt.Errorf("%w: key %q in scope %q is held by another transaction: %w", sqlonce.ErrInProgress, req.Key, req.Scope, err)
+	}
+	return fmt.Errorf("sqlonce/dedupe: claim %q in scope %q: %w", req.Key, req.Scope, err)
+}
+
+func existing(req Request, e driver.Existing) (sqlonce.Result, error) {
+	if e.Leased {
+		return sqlonce.Result{}, fmt.Errorf("%w: key %q in scope %q is leased", sqlonce.ErrInProgress, req.Key, req.Scope)
+	}
+	if !bytes.Equal(e.Fingerprint, req.Fingerprint) {
+		return sqlonce.Result{}, fmt.Errorf("%w: key %q in scope %q", sqlonce.ErrKeyReuse, req.Key, req.Scope)
+	}
+	return sqlonce.Result{Outcome: sqlonce.AlreadyDone, Response: e.Response}, nil
+}
+
+// PurgeTx deletes up to limit expired keys in tx and reports how many. It
+// skips rows other transactions have locked, so several purgers can run at
+// once (PostgreSQL). limit must be 1..100000.
+func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (int64, error) {
+	if limit < 1 || limit > 100000 {
+		return 0, fmt.Errorf("%w: purge limit %d is outside 1..100000", sqlonce.ErrInvalidArgument, limit)
+	}
+	n, err := s.engine.Purge(ctx, tx, limit, testclock.Now(ctx))
+	if err != nil {
+		return n, fmt.Errorf("sqlonce/dedupe: purge: %w", err)
+	}
+	return n, nil
+}
+
+// Purge deletes every expired key, batch keys at a time (DefaultPurgeBatch
+// for 0), each batch in a short transaction of its own on the driver's
+// database handle, and reports how many it removed. It stops at the first
+// batch smaller than batch, or when ctx is done. Safe to run from several
+// instances at once. It needs a driver built with a database handle
+// (sqlonce.ErrNoDB otherwise).
+func (s *Store[TTx]) Purge(ctx context.Context, batch int) (int64, error) {
+	if batch == 0 {
+		batch = DefaultPurgeBatch
+	}
+	var total int64
+	for {
+		var n int64
+		err := s.engine.InTx(ctx, func(ctx context.Context, tx TTx) error {
+			var err error
+			n, err = s.PurgeTx(ctx, tx, batch)
+			return err
+		})
+		if err != nil {
+			return total, err
+		}
+		total += n
+		if n < int64(batch) {
+			return total, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return total, err
+		}
+	}
+}

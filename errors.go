@@ -1,0 +1,69 @@
+package sqlonce
+
+import "errors"
+
+// Sentinel errors shared by every strategy. Match them with errors.Is; the
+// errors returned wrap them with detail (which key, which constraint, which
+// state).
+var (
+	// ErrInvalidKey is returned before any SQL runs when a key or scope is
+	// empty, longer than MaxKeyLen bytes, not valid UTF-8 or contains a NUL
+	// byte, or when a fingerprint is longer than MaxFingerprintLen bytes.
+	ErrInvalidKey = errors.New("sqlonce: invalid key")
+
+	// ErrInvalidArgument is returned before any SQL runs for an argument
+	// that can never work: a nil func, a negative duration, a limit out of
+	// range, a transition with a zero state.
+	ErrInvalidArgument = errors.New("sqlonce: invalid argument")
+
+	// ErrResponseTooLarge is returned by dedupe when a response to record is
+	// over the store's limit. The claim is undone in the transaction.
+	ErrResponseTooLarge = errors.New("sqlonce: response too large")
+
+	// ErrKeyReuse is returned by dedupe when a key is presented again with a
+	// different request fingerprint. Nothing is replayed.
+	ErrKeyReuse = errors.New("sqlonce: idempotency key reused with a different request")
+
+	// ErrInProgress is returned by dedupe when another caller holds the key
+	// and this call was told not to wait for it (no-wait mode, or a lease
+	// that has not lapsed).
+	ErrInProgress = errors.New("sqlonce: operation in progress")
+
+	// ErrNotFound is returned when the row an operation targets does not
+	// exist (optimistic, statemachine).
+	ErrNotFound = errors.New("sqlonce: row not found")
+
+	// ErrInvalidTransition is returned by statemachine for a transition the
+	// machine does not declare (before any SQL runs) and for a row whose
+	// current state is neither the target nor past it.
+	ErrInvalidTransition = errors.New("sqlonce: invalid state transition")
+
+	// ErrLeaseLost is returned by dedupe lease operations when the lease is
+	// no longer held with the caller's token: it lapsed and another caller
+	// took the key over, or it was already completed or released.
+	ErrLeaseLost = errors.New("sqlonce: lease lost")
+
+	// ErrTooManyRows is returned when a statement that must touch at most one
+	// row reports more: its WHERE clause is not on a key.
+	ErrTooManyRows = errors.New("sqlonce: statement affected more than one row")
+
+	// ErrStaleRead is returned when the statement reported no row changed but
+	// the follow-up read still sees the state the statement expected. On
+	// MySQL/MariaDB under REPEATABLE READ a plain SELECT reads the
+	// transaction's old snapshot; read with FOR SHARE / LOCK IN SHARE MODE.
+	// On PostgreSQL under REPEATABLE READ or SERIALIZABLE the snapshot cannot
+	// see a concurrent commit. IsRetryable reports true for it: retrying the
+	// transaction with a fresh snapshot resolves it.
+	ErrStaleRead = errors.New("sqlonce: read did not see the row the statement saw")
+
+	// ErrNoDB is returned by operations that run their own transactions
+	// (leases, purge) on a driver built without a database handle.
+	ErrNoDB = errors.New("sqlonce: driver has no database handle")
+)
+
+// MaxKeyLen is the longest scope or key, in bytes, that sqlonce accepts.
+const MaxKeyLen = 255
+
+// MaxFingerprintLen is the longest request fingerprint, in bytes: room for
+// a SHA-512 digest. dedupe.Fingerprint returns 32 bytes (SHA-256).
+const MaxFingerprintLen = 64

@@ -1,0 +1,100 @@
+// Package driver defines what a database driver does for the strategies.
+// Each driver (pgxdriver, mysqldriver) implements Engine for its transaction
+// type with its own sqlc-generated queries; sqlc types never leave the
+// driver.
+package driver
+
+import (
+	"context"
+	"time"
+)
+
+// Dialect names the SQL dialect a driver speaks.
+type Dialect string
+
+const (
+	Postgres Dialect = "postgres"
+	MySQL    Dialect = "mysql"
+)
+
+// Key state values stored in sqlonce_keys.state.
+const (
+	StateDone   int16 = 1
+	StateLeased int16 = 2
+)
+
+// Engine is implemented by every driver.
+type Engine[TTx any] interface {
+	Dialect() Dialect
+
+	// Guard runs fn so that an error from fn leaves tx usable: under a
+	// savepoint on PostgreSQL (where any error aborts the transaction),
+	// directly on MySQL (where a failed statement rolls back alone).
+	Guard(ctx context.Context, tx TTx, fn func(ctx context.Context) error) error
+
+	// IsDuplicate reports whether err is a duplicate-key error on the named
+	// constraint (PostgreSQL) or key (MySQL).
+	IsDuplicate(err error, constraint string) bool
+
+	// Claim claims a key in tx. See ClaimParams and Claim.
+	Claim(ctx context.Context, tx TTx, p ClaimParams) (Claim, error)
+	// SetResponse records the response of a claim made in tx.
+	SetResponse(ctx context.Context, tx TTx, k Key, token int64, response []byte) error
+	// Unclaim deletes a claim made in tx whose work failed.
+	Unclaim(ctx context.Context, tx TTx, k Key, token int64) error
+
+	// Complete, Release and Extend act on a lease held with token. They
+	// report whether the lease was still held (false: lost).
+	Complete(ctx context.Context, tx TTx, k Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error)
+	Release(ctx context.Context, tx TTx, k Key, token int64, now time.Time) (bool, error)
+	Extend(ctx context.Context, tx TTx, k Key, token int64, lease time.Duration, now time.Time) (bool, error)
+
+	// Purge deletes up to limit expired keys and reports how many.
+	Purge(ctx context.Context, tx TTx, limit int, now time.Time) (int64, error)
+
+	// InTx runs fn in a transaction of its own on the driver's database
+	// handle, committing when fn returns nil. It returns an error matching
+	// sqlonce.ErrNoDB when the driver has no handle.
+	InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
+}
+
+// Key identifies a row of sqlonce_keys.
+type Key struct {
+	Scope string
+	Key   string
+}
+
+// ClaimParams describes a claim.
+type ClaimParams struct {
+	Key
+	Fingerprint []byte
+	TTL         time.Duration
+	// Lease, when positive, claims in lease mode: the row is stored as
+	// leased until now+Lease. Zero claims a row that commits done with tx.
+	Lease time.Duration
+	// LockWait bounds how long the claim waits for another transaction that
+	// holds the key; negative waits without bound (the database's own lock
+	// timeout applies).
+	LockWait time.Duration
+	// Now pins the database's "now" (tests only); zero uses the clock of
+	// the database.
+	Now time.Time
+}
+
+// Claim is the outcome of ClaimParams.
+type Claim struct {
+	// Won is true when this call claimed the key (new, expired or lapsed).
+	Won bool
+	// Token is the claim's fencing token (Won only).
+	Token int64
+	// Existing describes the live key that someone else holds (not Won).
+	Existing Existing
+}
+
+// Existing is what a claim found when it lost.
+type Existing struct {
+	Fingerprint []byte
+	Response    []byte
+	// Leased is true while a lease mode claimer holds the key.
+	Leased bool
+}

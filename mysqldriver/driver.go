@@ -1,0 +1,253 @@
+// Package mysqldriver is the sqlonce driver for MySQL and MariaDB through
+// database/sql and github.com/go-sql-driver/mysql. Strategies built on it
+// take the *sql.Tx the caller already has.
+//
+// The DSN needs parseTime=true only for the caller's own queries; sqlonce
+// reads no DATETIME column into Go. sqlonce judges UPDATEs by rows the
+// server reports as changed, and every UPDATE it runs changes a column, so
+// clientFoundRows does not change its results.
+package mysqldriver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/dberr"
+	"github.com/sqlonce/sqlonce/internal/dbsqlc/mysqldb"
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+// Driver is the MySQL/MariaDB driver. It is safe for concurrent use.
+type Driver struct {
+	e engine
+}
+
+var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
+
+// New returns a driver. db is used only by operations that run their own
+// short transactions (dedupe leases and purge); pass nil when every call
+// runs inside a transaction of yours.
+func New(db *sql.DB) *Driver {
+	return &Driver{e: engine{db: db, q: mysqldb.New()}}
+}
+
+// Engine is for sqlonce's own packages.
+func (d *Driver) Engine() driver.Engine[*sql.Tx] { return d.e }
+
+type engine struct {
+	db *sql.DB
+	q  *mysqldb.Queries
+}
+
+func (engine) Dialect() driver.Dialect { return driver.MySQL }
+
+// savepoints names savepoints uniquely: MySQL silently replaces an older
+// savepoint of the same name, which would break nested guards.
+var savepoints atomic.Uint64
+
+// Transaction control, not queries on sqlonce's tables: sqlc's MySQL engine
+// parses neither SAVEPOINT nor SET, and a savepoint name cannot be a
+// parameter.
+const (
+	sqlSetLockWait = "SET SESSION innodb_lock_wait_timeout = ?"
+)
+
+func (e engine) Guard(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context) error) error {
+	// A failed statement rolls back alone on MySQL, but fn may have run
+	// several: the savepoint undoes all of them.
+	name := fmt.Sprintf("sqlonce_sp_%d", savepoints.Add(1))
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
+		return err
+	}
+	if err := fn(ctx); err != nil {
+		if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+name); rbErr != nil {
+			return errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
+		}
+		return err
+	}
+	_, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+name)
+	return err
+}
+
+func (engine) IsDuplicate(err error, constraint string) bool {
+	return dberr.MySQLDuplicate(err, constraint)
+}
+
+func myNow(t time.Time) sql.NullTime {
+	if t.IsZero() {
+		return sql.NullTime{}
+	}
+	return sql.NullTime{Time: t.UTC(), Valid: true}
+}
+
+func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (driver.Claim, error) {
+	if p.LockWait > 0 {
+		return e.claimBounded(ctx, tx, p)
+	}
+	return e.claim(ctx, tx, p)
+}
+
+// claimBounded sets innodb_lock_wait_timeout for the claim and restores it.
+// MySQL counts it in whole seconds: below one second MariaDB gives up at
+// once (0), MySQL 8 clamps to its minimum of one second. A lock wait timeout
+// rolls back only the statement (innodb_rollback_on_timeout is off by
+// default), so tx stays usable.
+func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (c driver.Claim, err error) {
+	prev, err := e.q.LockWaitTimeoutGet(ctx, tx)
+	if err != nil {
+		return c, err
+	}
+	secs := int64(p.LockWait / time.Second)
+	if _, err := tx.ExecContext(ctx, sqlSetLockWait, secs); err != nil {
+		return c, err
+	}
+	defer func() {
+		if _, rErr := tx.ExecContext(context.WithoutCancel(ctx), sqlSetLockWait, prev); rErr != nil && err == nil {
+			err = rErr
+		}
+	}()
+	return e.claim(ctx, tx, p)
+}
+
+const claimAttempts = 3
+
+func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (driver.Claim, error) {
+	now := myNow(p.Now)
+	scope, key := []byte(p.Scope), []byte(p.Key.Key)
+	state := driver.StateDone
+	var lease any
+	ttl := p.TTL
+	if p.Lease > 0 {
+		state = driver.StateLeased
+		lease = p.Lease.Microseconds()
+		ttl = max(ttl, p.Lease) // keeps locked_until <= expires_at
+	}
+	fp := nonNil(p.Fingerprint)
+	for range claimAttempts {
+		err := e.q.KeyInsert(ctx, tx, mysqldb.KeyInsertParams{
+			Scope: scope, IdempotencyKey: key, Fingerprint: fp, State: state,
+			Now: now, LeaseUs: lease, TtlUs: ttl.Microseconds(),
+		})
+		if err == nil {
+			var token int64
+			if p.Lease > 0 {
+				// No RETURNING on MySQL; the row is this transaction's own.
+				token, err = e.q.KeyGetToken(ctx, tx, mysqldb.KeyGetTokenParams{Scope: scope, IdempotencyKey: key})
+				if err != nil {
+					return driver.Claim{}, err
+				}
+			}
+			return driver.Claim{Won: true, Token: token}, nil
+		}
+		if !dberr.MySQLDuplicate(err, "PRIMARY") {
+			return driver.Claim{}, err
+		}
+		// The failed INSERT left a shared lock on the existing row; a locking
+		// read sees it even where the snapshot (REPEATABLE READ) does not.
+		row, err := e.q.KeyGetLocked(ctx, tx, mysqldb.KeyGetLockedParams{Now: now, Scope: scope, IdempotencyKey: key})
+		if errors.Is(err, sql.ErrNoRows) {
+			continue // purged since the insert saw it: claim again
+		}
+		if err != nil {
+			return driver.Claim{}, err
+		}
+		if row.Available == 1 {
+			n, err := e.q.KeyTakeover(ctx, tx, mysqldb.KeyTakeoverParams{
+				Fingerprint: fp, State: state, NextToken: row.NextToken, Now: now,
+				LeaseUs: lease, TtlUs: ttl.Microseconds(),
+				Scope: scope, IdempotencyKey: key, Token: row.Token,
+			})
+			if err != nil {
+				return driver.Claim{}, err
+			}
+			if n == 1 {
+				return driver.Claim{Won: true, Token: row.NextToken}, nil
+			}
+			continue
+		}
+		return driver.Claim{Existing: driver.Existing{
+			Fingerprint: row.Fingerprint,
+			Response:    row.Response,
+			Leased:      row.Locked == 1,
+		}}, nil
+	}
+	return driver.Claim{}, fmt.Errorf("%w: key changed %d times while being claimed", sqlonce.ErrStaleRead, claimAttempts)
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, _ int64, response []byte) error {
+	// The claim's row lock is held by tx: no token check is needed, and
+	// MySQL's fresh inserts do not read their token back.
+	n, err := e.q.KeySetResponse(ctx, tx, mysqldb.KeySetResponseParams{
+		Response: nonNil(response), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key),
+	})
+	if err != nil {
+		return err
+	}
+	if n != 1 { // NULL to a value always counts as a change
+		return fmt.Errorf("%w: the claim to record a response on is gone", sqlonce.ErrLeaseLost)
+	}
+	return nil
+}
+
+func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, _ int64) error {
+	_, err := e.q.KeyDelete(ctx, tx, mysqldb.KeyDeleteParams{Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key)})
+	return err
+}
+
+func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
+	n, err := e.q.KeyComplete(ctx, tx, mysqldb.KeyCompleteParams{
+		Response: nonNil(response), Now: myNow(now), TtlUs: ttl.Microseconds(),
+		Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token,
+	})
+	return n == 1, err
+}
+
+func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, now time.Time) (bool, error) {
+	n, err := e.q.KeyRelease(ctx, tx, mysqldb.KeyReleaseParams{
+		Now: myNow(now), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token,
+	})
+	return n == 1, err
+}
+
+func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, lease time.Duration, now time.Time) (bool, error) {
+	n, err := e.q.KeyExtend(ctx, tx, mysqldb.KeyExtendParams{
+		Now: myNow(now), LeaseUs: lease.Microseconds(),
+		Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token,
+	})
+	return n == 1, err
+}
+
+func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
+	return e.q.KeyPurge(ctx, tx, mysqldb.KeyPurgeParams{Now: myNow(now), Limit: int32(limit)})
+}
+
+func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	if e.db == nil {
+		return sqlonce.ErrNoDB
+	}
+	tx, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if err = fn(ctx, tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

@@ -1,0 +1,205 @@
+// Package pgxdriver is the sqlonce driver for PostgreSQL through
+// github.com/jackc/pgx/v5. Strategies built on it take the pgx.Tx the
+// caller already has, from a pgxpool.Pool, a pgx.Conn or a nested
+// transaction.
+package pgxdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/dberr"
+	"github.com/sqlonce/sqlonce/internal/dbsqlc/pgdb"
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+// Beginner starts transactions: *pgxpool.Pool and *pgx.Conn satisfy it.
+type Beginner interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Driver is the PostgreSQL driver. It holds no state of its own besides the
+// optional database handle, and is safe for concurrent use.
+type Driver struct {
+	e engine
+}
+
+var _ sqlonce.Driver[pgx.Tx] = (*Driver)(nil)
+
+// New returns a driver. db is used only by operations that run their own
+// short transactions (dedupe leases and purge); pass nil when every call
+// runs inside a transaction of yours.
+func New(db Beginner) *Driver {
+	return &Driver{e: engine{db: db, q: pgdb.New()}}
+}
+
+// Engine is for sqlonce's own packages.
+func (d *Driver) Engine() driver.Engine[pgx.Tx] { return d.e }
+
+type engine struct {
+	db Beginner
+	q  *pgdb.Queries
+}
+
+func (engine) Dialect() driver.Dialect { return driver.Postgres }
+
+func (e engine) Guard(ctx context.Context, tx pgx.Tx, fn func(ctx context.Context) error) error {
+	// pgx runs a nested Begin as SAVEPOINT and its Rollback as ROLLBACK TO
+	// SAVEPOINT, which is what keeps tx usable after fn fails.
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(ctx); err != nil {
+		if rbErr := sp.Rollback(ctx); rbErr != nil {
+			return errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
+		}
+		return err
+	}
+	return sp.Commit(ctx)
+}
+
+func (engine) IsDuplicate(err error, constraint string) bool {
+	return dberr.PgUniqueViolation(err, constraint)
+}
+
+func pgNow(t time.Time) pgtype.Timestamptz {
+	if t.IsZero() {
+		return pgtype.Timestamptz{}
+	}
+	return pgtype.Timestamptz{Time: t, Valid: true}
+}
+
+func (e engine) Claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (driver.Claim, error) {
+	if p.LockWait > 0 {
+		return e.claimBounded(ctx, tx, p)
+	}
+	return e.claim(ctx, tx, p)
+}
+
+// claimBounded runs the claim under a savepoint with lock_timeout set, so
+// that a claim that gives up waiting leaves tx usable and its lock_timeout
+// as it was.
+func (e engine) claimBounded(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (driver.Claim, error) {
+	var c driver.Claim
+	err := e.Guard(ctx, tx, func(ctx context.Context) error {
+		ms := max(p.LockWait.Milliseconds(), 1)
+		prev, err := e.q.LockTimeoutSet(ctx, tx, strconv.FormatInt(ms, 10)+"ms")
+		if err != nil {
+			return err
+		}
+		c, err = e.claim(ctx, tx, p)
+		if err != nil {
+			return err
+		}
+		_, err = e.q.LockTimeoutSet(ctx, tx, prev.Previous)
+		return err
+	})
+	return c, err
+}
+
+// claimAttempts bounds the loop for a key that vanishes (purged) between the
+// claim that found it and the read of it.
+const claimAttempts = 3
+
+func (e engine) claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (driver.Claim, error) {
+	params := pgdb.KeyClaimParams{
+		Scope:          p.Scope,
+		IdempotencyKey: p.Key.Key,
+		Fingerprint:    nonNil(p.Fingerprint),
+		State:          driver.StateDone,
+		Now:            pgNow(p.Now),
+		TtlUs:          p.TTL.Microseconds(),
+	}
+	if p.Lease > 0 {
+		params.State = driver.StateLeased
+		params.LeaseUs = pgtype.Int8{Int64: p.Lease.Microseconds(), Valid: true}
+	}
+	for range claimAttempts {
+		token, err := e.q.KeyClaim(ctx, tx, params)
+		if err == nil {
+			return driver.Claim{Won: true, Token: token}, nil
+		}
+		if !errors.Is(err, pgx.ErrNoRows) {
+			return driver.Claim{}, err
+		}
+		row, err := e.q.KeyGet(ctx, tx, pgdb.KeyGetParams{Now: params.Now, Scope: p.Scope, IdempotencyKey: p.Key.Key})
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue // purged since the claim saw it: claim again
+		}
+		if err != nil {
+			return driver.Claim{}, err
+		}
+		return driver.Claim{Existing: driver.Existing{
+			Fingerprint: row.Fingerprint,
+			Response:    row.Response,
+			Leased:      row.Locked,
+		}}, nil
+	}
+	return driver.Claim{}, fmt.Errorf("%w: key vanished %d times while being claimed", sqlonce.ErrStaleRead, claimAttempts)
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+func (e engine) SetResponse(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, response []byte) error {
+	n, err := e.q.KeySetResponse(ctx, tx, pgdb.KeySetResponseParams{
+		Response: response, Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: the claim to record a response on is gone", sqlonce.ErrLeaseLost)
+	}
+	return nil
+}
+
+func (e engine) Unclaim(ctx context.Context, tx pgx.Tx, k driver.Key, token int64) error {
+	_, err := e.q.KeyDelete(ctx, tx, pgdb.KeyDeleteParams{Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
+	return err
+}
+
+func (e engine) Complete(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
+	n, err := e.q.KeyComplete(ctx, tx, pgdb.KeyCompleteParams{
+		Response: response, Now: pgNow(now), TtlUs: ttl.Microseconds(),
+		Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	return n == 1, err
+}
+
+func (e engine) Release(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, now time.Time) (bool, error) {
+	n, err := e.q.KeyRelease(ctx, tx, pgdb.KeyReleaseParams{
+		Now: pgNow(now), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	return n == 1, err
+}
+
+func (e engine) Extend(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, lease time.Duration, now time.Time) (bool, error) {
+	n, err := e.q.KeyExtend(ctx, tx, pgdb.KeyExtendParams{
+		Now: pgNow(now), LeaseUs: lease.Microseconds(), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	return n == 1, err
+}
+
+func (e engine) Purge(ctx context.Context, tx pgx.Tx, limit int, now time.Time) (int64, error) {
+	return e.q.KeyPurge(ctx, tx, pgdb.KeyPurgeParams{Now: pgNow(now), MaxRows: int32(limit)})
+}
+
+func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	if e.db == nil {
+		return sqlonce.ErrNoDB
+	}
+	return pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error { return fn(ctx, tx) })
+}

@@ -1,0 +1,90 @@
+-- Every time comparison uses the database clock (UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND).
+-- sqlc.narg('now') lets the test suite pin "now" without sleeping; the
+-- library passes NULL. MySQL has no RETURNING and no ON CONFLICT ... WHERE,
+-- so a claim is an INSERT, then on a duplicate a locking read and, for an
+-- expired key or a lapsed lease, a takeover UPDATE.
+
+-- name: KeyInsert :exec
+INSERT INTO sqlonce_keys (
+    scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
+) VALUES (
+    sqlc.arg(scope),
+    sqlc.arg(idempotency_key),
+    sqlc.arg(fingerprint),
+    sqlc.arg(state),
+    TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)),
+    DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.narg(lease_us) MICROSECOND),
+    COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
+    DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(ttl_us) MICROSECOND)
+);
+
+-- name: KeyGetLocked :one
+-- A locking read: under REPEATABLE READ a plain SELECT would read the
+-- transaction's old snapshot, not the row that made the INSERT fail.
+SELECT
+    fingerprint,
+    response,
+    state,
+    token,
+    CAST((expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+          OR (state = 2 AND locked_until <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))) AS SIGNED) AS available,
+    CAST((state = 2 AND locked_until > COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)) AS SIGNED) AS locked,
+    CAST(GREATEST(token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))) AS SIGNED) AS next_token
+FROM sqlonce_keys
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key)
+LOCK IN SHARE MODE;
+
+-- name: KeyGetToken :one
+SELECT token
+FROM sqlonce_keys
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
+
+-- name: KeyTakeover :execrows
+-- Takes over an expired key or a lapsed lease read by KeyGetLocked; the
+-- token check makes a concurrent takeover of the same row lose.
+UPDATE sqlonce_keys
+SET fingerprint  = sqlc.arg(fingerprint),
+    response     = NULL,
+    state        = sqlc.arg(state),
+    token        = sqlc.arg(next_token),
+    locked_until = DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.narg(lease_us) MICROSECOND),
+    created_at   = COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
+    expires_at   = DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(ttl_us) MICROSECOND)
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token);
+
+-- name: KeySetResponse :execrows
+UPDATE sqlonce_keys
+SET response = sqlc.arg(response)
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
+
+-- name: KeyDelete :execrows
+DELETE FROM sqlonce_keys
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
+
+-- name: KeyComplete :execrows
+UPDATE sqlonce_keys
+SET state        = 1,
+    response     = sqlc.arg(response),
+    locked_until = NULL,
+    expires_at   = DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(ttl_us) MICROSECOND)
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2;
+
+-- name: KeyRelease :execrows
+UPDATE sqlonce_keys
+SET locked_until = LEAST(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), expires_at)
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2;
+
+-- name: KeyExtend :execrows
+UPDATE sqlonce_keys
+SET locked_until = DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(lease_us) MICROSECOND),
+    expires_at   = GREATEST(expires_at, DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(lease_us) MICROSECOND))
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2
+  AND locked_until > COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND);
+
+-- name: KeyPurge :execrows
+-- Deletes up to the given number of expired keys in expiry order. A live
+-- lease is never expired: locked_until <= expires_at is a table constraint.
+DELETE FROM sqlonce_keys
+WHERE expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+ORDER BY expires_at
+LIMIT ?;

@@ -1,0 +1,19 @@
+package sqlonce
+
+import (
+	"errors"
+
+	"github.com/sqlonce/sqlonce/internal/dberr"
+)
+
+// IsRetryable reports whether err means "roll the transaction back and run
+// it again from the start": a serialization failure (PostgreSQL 40001), a
+// deadlock (PostgreSQL 40P01, MySQL 1213), a lock wait that gave up
+// (PostgreSQL 55P03, MySQL 1205) or ErrStaleRead.
+//
+// It recognises errors from the caller's own queries as well as from
+// sqlonce. After such an error the transaction must not be committed: on
+// PostgreSQL it is aborted, on MySQL a deadlock has already rolled it back.
+func IsRetryable(err error) bool {
+	return errors.Is(err, ErrStaleRead) || dberr.Retryable(err)
+}

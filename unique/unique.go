@@ -1,0 +1,97 @@
+package unique
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+// Inserter runs inserts whose duplicate on a named unique constraint means
+// "already done". It is safe for concurrent use.
+type Inserter[TTx any] struct {
+	engine driver.Engine[TTx]
+}
+
+// New returns an Inserter on the given driver.
+func New[TTx any](d sqlonce.Driver[TTx]) *Inserter[TTx] {
+	return &Inserter[TTx]{engine: d.Engine()}
+}
+
+// Insert runs insert, the caller's INSERT of a row with a natural or
+// client-generated key, in tx under a savepoint. A duplicate-key error on
+// constraint means an earlier call inserted the row: Insert rolls back to
+// the savepoint, so tx stays usable (PostgreSQL would otherwise abort it)
+// and nothing insert did remains, and returns AlreadyDone.
+//
+// constraint is the unique constraint's name on PostgreSQL
+// (pgconn.PgError.ConstraintName) and the unique index's name on
+// MySQL/MariaDB ("PRIMARY" for the primary key). A duplicate on any other
+// constraint, and every other error, is returned unchanged (after the
+// rollback to the savepoint).
+//
+// A concurrent insert of the same key waits for the other transaction: if
+// it commits, AlreadyDone; if it rolls back, this insert goes through.
+// Under PostgreSQL SERIALIZABLE the server may report that race as a
+// serialization failure instead: sqlonce.IsRetryable is true for it.
+func (u *Inserter[TTx]) Insert(ctx context.Context, tx TTx, constraint string, insert func(ctx context.Context) error) (sqlonce.Result, error) {
+	if constraint == "" {
+		return sqlonce.Result{}, fmt.Errorf("%w: empty constraint name", sqlonce.ErrInvalidArgument)
+	}
+	if insert == nil {
+		return sqlonce.Result{}, fmt.Errorf("%w: nil insert", sqlonce.ErrInvalidArgument)
+	}
+	var insertErr error
+	err := u.engine.Guard(ctx, tx, func(ctx context.Context) error {
+		insertErr = insert(ctx)
+		return insertErr
+	})
+	if err != nil {
+		// Guard returns insert's error itself only when the rollback to the
+		// savepoint worked; a failed rollback is joined to it and tx is not
+		// usable, so that is never AlreadyDone.
+		if err == insertErr && u.engine.IsDuplicate(err, constraint) {
+			return sqlonce.Result{Outcome: sqlonce.AlreadyDone}, nil
+		}
+		return sqlonce.Result{}, err
+	}
+	return sqlonce.Result{Outcome: sqlonce.FirstRun}, nil
+}
+
+// InsertOrGet is Insert for callers that need the row either way: on
+// FirstRun it returns what insert returned, on AlreadyDone what get reads
+// (the row the earlier call inserted), so a repeat gets the same answer.
+//
+// get must see the other transaction's committed row: on MySQL/MariaDB
+// under REPEATABLE READ read it with LOCK IN SHARE MODE (FOR SHARE on MySQL
+// 8). If get finds no row (sql.ErrNoRows, pgx.ErrNoRows), the snapshot
+// predates the row, as under PostgreSQL REPEATABLE READ: InsertOrGet returns
+// sqlonce.ErrStaleRead, which is retryable.
+func InsertOrGet[T, TTx any](ctx context.Context, u *Inserter[TTx], tx TTx, constraint string, insert, get func(ctx context.Context) (T, error)) (T, sqlonce.Result, error) {
+	var zero, v T
+	if insert == nil || get == nil {
+		return zero, sqlonce.Result{}, fmt.Errorf("%w: nil insert or get", sqlonce.ErrInvalidArgument)
+	}
+	res, err := u.Insert(ctx, tx, constraint, func(ctx context.Context) error {
+		var err error
+		v, err = insert(ctx)
+		return err
+	})
+	if err != nil {
+		return zero, res, err
+	}
+	if res.FirstRun() {
+		return v, res, nil
+	}
+	v, err = get(ctx)
+	if err != nil {
+		if errors.Is(err, sql.ErrNoRows) { // pgx.ErrNoRows matches sql.ErrNoRows
+			return zero, sqlonce.Result{}, fmt.Errorf("%w: duplicate on %s but the existing row is not visible: %w", sqlonce.ErrStaleRead, constraint, err)
+		}
+		return zero, sqlonce.Result{}, fmt.Errorf("sqlonce/unique: read existing row: %w", err)
+	}
+	return v, res, nil
+}
