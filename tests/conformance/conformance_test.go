@@ -1,0 +1,11 @@
+package conformance
+
+import (
+	"testing"
+
+	"github.com/sqlonce/sqlonce/tests/internal/harness"
+)
+
+func TestPostgres(t *testing.T) { Run(t, harness.Postgres) }
+
+func TestMySQL(t *testing.T) { Run(t, harness.MySQL) }

@@ -1,0 +1,118 @@
+// Package harness gives the conformance suite one view of every database:
+// an isolated schema, the driver under test, transactions at a chosen
+// isolation level, and the business queries (sqlc-generated per dialect)
+// behind one interface, so that each case is written once and run on all.
+package harness
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sqlonce/sqlonce"
+)
+
+// Isolation is a transaction isolation level; "" is the server's default
+// (READ COMMITTED on PostgreSQL, REPEATABLE READ on MySQL/MariaDB).
+type Isolation string
+
+const (
+	Default        Isolation = ""
+	ReadCommitted  Isolation = "READ COMMITTED"
+	RepeatableRead Isolation = "REPEATABLE READ"
+	Serializable   Isolation = "SERIALIZABLE"
+)
+
+// Isolations lists the levels every transactional case runs under.
+var Isolations = []Isolation{ReadCommitted, RepeatableRead, Serializable}
+
+// Order is a row of the example orders table.
+type Order struct {
+	ID       int64
+	Code     string
+	Customer string
+	Amount   int64
+	Status   string
+	Version  int64
+}
+
+// Biz runs the business queries on one transaction or on the pool. Reads
+// of single rows are locking reads on MySQL/MariaDB (LOCK IN SHARE MODE),
+// as the strategies' docs tell MySQL users to write them.
+type Biz interface {
+	OrderInsert(ctx context.Context, code, customer string, amount int64) (int64, error)
+	OrderGetByCode(ctx context.Context, code string) (Order, error)
+	OrderGetByID(ctx context.Context, id int64) (Order, error)
+	OrderAddAmount(ctx context.Context, id, version, delta int64) (int64, error)
+	OrderAddAmountAll(ctx context.Context, version, delta int64) (int64, error)
+	OrderGetVersion(ctx context.Context, id int64) (int64, error)
+	OrderSetStatus(ctx context.Context, id int64, from, to string) (int64, error)
+	OrderGetStatus(ctx context.Context, id int64) (string, error)
+	OrderDelete(ctx context.Context, id int64) (int64, error)
+	OrderCountByCode(ctx context.Context, code string) (int64, error)
+	OrderCount(ctx context.Context) (int64, error)
+	LedgerInsert(ctx context.Context, ref string, amount int64) error
+	LedgerExistsByRef(ctx context.Context, ref string) (bool, error)
+	LedgerCountByRef(ctx context.Context, ref string) (int64, error)
+	// LedgerCountPerRef returns the number of ledger rows per ref.
+	LedgerCountPerRef(ctx context.Context) (map[string]int64, error)
+}
+
+// KeyRow is a raw row of sqlonce_keys, read for assertions.
+type KeyRow struct {
+	Fingerprint []byte
+	Response    []byte
+	State       int16
+	Token       int64
+	Leased      bool // state 2 with locked_until in the future (database clock)
+	Expired     bool // expires_at <= now (database clock)
+}
+
+// DB is one isolated database (a PostgreSQL schema or a MySQL database)
+// with sqlonce's tables and the business tables, for the driver of TTx.
+type DB[TTx any] interface {
+	// Dialect is "postgres" or "mysql".
+	Dialect() string
+	// Driver is the driver under test, built with the database handle.
+	Driver() sqlonce.Driver[TTx]
+	// Begin starts a transaction at the isolation level.
+	Begin(ctx context.Context, iso Isolation) (TTx, error)
+	Commit(ctx context.Context, tx TTx) error
+	Rollback(ctx context.Context, tx TTx) error
+	// Tx returns the business queries bound to tx; Pool, bound to the pool
+	// (each call its own autocommit statement).
+	Tx(tx TTx) Biz
+	Pool() Biz
+	// Key reads a row of sqlonce_keys outside any transaction; ok is false
+	// when there is none.
+	Key(ctx context.Context, scope, key string) (row KeyRow, ok bool, err error)
+	// KeyCount counts the rows of sqlonce_keys.
+	KeyCount(ctx context.Context) (int64, error)
+	// Exec runs a statement on the pool (test setup only).
+	Exec(ctx context.Context, sql string, args ...any) error
+	// ConnID returns the server's id for tx's connection
+	// (pg_backend_pid(), CONNECTION_ID()).
+	ConnID(ctx context.Context, tx TTx) (int64, error)
+	// Kill terminates a connection from another session
+	// (pg_terminate_backend, KILL).
+	Kill(ctx context.Context, connID int64) error
+	// DSN connects to this database (search_path set on PostgreSQL).
+	DSN() string
+}
+
+// Factory creates an isolated DB for t, dropped when t ends. maxConns
+// bounds its pool (0: 8); race cases ask for more than they run.
+type Factory[TTx any] func(t testing.TB, maxConns int) DB[TTx]
+
+// WithTx runs fn in a transaction at iso, committing when fn returns nil
+// and rolling back otherwise.
+func WithTx[TTx any](ctx context.Context, db DB[TTx], iso Isolation, fn func(tx TTx) error) error {
+	tx, err := db.Begin(ctx, iso)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = db.Rollback(ctx, tx)
+		return err
+	}
+	return db.Commit(ctx, tx)
+}

@@ -1,0 +1,310 @@
+// Package testdb provides each test with a database of its own.
+//
+// The server is found in this order:
+//  1. SQLONCE_POSTGRES_DSN / SQLONCE_MYSQL_DSN, if set;
+//  2. the local services (PostgreSQL on 127.0.0.1:5432, MariaDB on
+//     127.0.0.1:3306, as machine setups in this project provide them);
+//  3. a throwaway container through testcontainers-go, when a Docker
+//     engine answers.
+//
+// When none answers, a test is skipped with a message naming the variable
+// to set, except under CI=true, where it fails: in CI an unreachable
+// database is a failure, never a silent skip.
+//
+// Each test gets a fresh PostgreSQL schema or MySQL database with sqlonce's
+// migrations and the business tables applied, dropped when the test ends.
+package testdb
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/testcontainers/testcontainers-go"
+	tcmariadb "github.com/testcontainers/testcontainers-go/modules/mariadb"
+	tcpostgres "github.com/testcontainers/testcontainers-go/modules/postgres"
+
+	"github.com/sqlonce/sqlonce/migrations"
+	"github.com/sqlonce/sqlonce/tests/internal/bizdb"
+)
+
+const (
+	PostgresEnv = "SQLONCE_POSTGRES_DSN"
+	MySQLEnv    = "SQLONCE_MYSQL_DSN"
+
+	localPostgres = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	localMySQL    = "root@tcp(127.0.0.1:3306)/test?parseTime=true"
+)
+
+// InCI reports whether the run is under CI (CI=true).
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+type server struct {
+	once sync.Once
+	dsn  string
+	why  string // set when no server was found
+}
+
+var pgServer, myServer server
+
+func (s *server) resolve(env, local string, ping func(string) error, container func() (string, error)) (string, string) {
+	s.once.Do(func() {
+		if dsn := os.Getenv(env); dsn != "" {
+			if err := ping(dsn); err != nil {
+				s.why = fmt.Sprintf("%s is set but does not answer: %v", env, err)
+				return
+			}
+			s.dsn = dsn
+			return
+		}
+		localErr := ping(local)
+		if localErr == nil {
+			s.dsn = local
+			return
+		}
+		dsn, err := container()
+		if err == nil {
+			if err = ping(dsn); err == nil {
+				s.dsn = dsn
+				return
+			}
+		}
+		s.why = fmt.Sprintf("no server: set %s (local %s: %v; testcontainers: %v)", env, local, localErr, err)
+	})
+	return s.dsn, s.why
+}
+
+func need(t testing.TB, dsn, why string) {
+	t.Helper()
+	if dsn != "" {
+		return
+	}
+	if InCI() {
+		t.Fatalf("CI=true and the database is unreachable: %s", why)
+	}
+	t.Skip(why)
+}
+
+func pingPostgres(dsn string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	return conn.Ping(ctx)
+}
+
+func pingMySQL(dsn string) error {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	return db.PingContext(ctx)
+}
+
+// dockerUp reports whether a Docker engine answers, without the panics
+// testcontainers raises when none does.
+func dockerUp() (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("no Docker engine: %v", r)
+		}
+	}()
+	p, err := testcontainers.ProviderDocker.GetProvider()
+	if err != nil {
+		return fmt.Errorf("no Docker engine: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := p.Health(ctx); err != nil {
+		return fmt.Errorf("no Docker engine: %w", err)
+	}
+	return nil
+}
+
+func postgresContainer() (string, error) {
+	if err := dockerUp(); err != nil {
+		return "", err
+	}
+	ctx := context.Background()
+	c, err := tcpostgres.Run(ctx, "postgres:15-alpine",
+		tcpostgres.WithDatabase("test"), tcpostgres.WithUsername("postgres"), tcpostgres.WithPassword("postgres"),
+		tcpostgres.BasicWaitStrategies())
+	if err != nil {
+		return "", err
+	}
+	return c.ConnectionString(ctx, "sslmode=disable")
+}
+
+func mysqlContainer() (string, error) {
+	if err := dockerUp(); err != nil {
+		return "", err
+	}
+	ctx := context.Background()
+	c, err := tcmariadb.Run(ctx, "mariadb:10.11", tcmariadb.WithDatabase("test"), tcmariadb.WithUsername("root"), tcmariadb.WithPassword(""))
+	if err != nil {
+		return "", err
+	}
+	return c.ConnectionString(ctx, "parseTime=true")
+}
+
+// PostgresDSN returns the server DSN, or skips/fails t as described above.
+func PostgresDSN(t testing.TB) string {
+	t.Helper()
+	dsn, why := pgServer.resolve(PostgresEnv, localPostgres, pingPostgres, postgresContainer)
+	need(t, dsn, why)
+	return dsn
+}
+
+// MySQLDSN returns the server DSN, or skips/fails t as described above.
+func MySQLDSN(t testing.TB) string {
+	t.Helper()
+	dsn, why := myServer.resolve(MySQLEnv, localMySQL, pingMySQL, mysqlContainer)
+	need(t, dsn, why)
+	return dsn
+}
+
+func uniqueName(prefix string) string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// Postgres is an isolated PostgreSQL schema with the tables migrated.
+type Postgres struct {
+	Pool   *pgxpool.Pool
+	Schema string
+	// DSN connects to the schema (search_path set).
+	DSN string
+}
+
+// NewPostgres creates a schema for t, migrates it, and drops it when t
+// ends. maxConns bounds the pool (0: 8).
+func NewPostgres(t testing.TB, maxConns int32) *Postgres {
+	t.Helper()
+	dsn := PostgresDSN(t)
+	ctx := context.Background()
+	schema := uniqueName("t_")
+	admin, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
+		t.Fatalf("create schema: %v", err)
+	}
+	t.Cleanup(func() {
+		c, err := pgx.Connect(context.Background(), dsn)
+		if err != nil {
+			t.Errorf("cleanup connect: %v", err)
+			return
+		}
+		defer c.Close(context.Background())
+		if _, err := c.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop schema: %v", err)
+		}
+	})
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	if maxConns <= 0 {
+		maxConns = 8
+	}
+	cfg.MaxConns = maxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	if err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
+		t.Fatalf("sqlonce migrations: %v", err)
+	}
+	if err := bizdb.Migrate(ctx, db, "postgres"); err != nil {
+		t.Fatal(err)
+	}
+	sep := "?"
+	if strings.Contains(dsn, "?") {
+		sep = "&"
+	}
+	return &Postgres{Pool: pool, Schema: schema, DSN: dsn + sep + "search_path=" + schema}
+}
+
+// MySQL is an isolated MySQL/MariaDB database with the tables migrated.
+type MySQL struct {
+	DB   *sql.DB
+	Name string
+	// DSN connects to the database.
+	DSN string
+}
+
+// NewMySQL creates a database for t, migrates it, and drops it when t ends.
+// maxConns bounds the pool (0: 8).
+func NewMySQL(t testing.TB, maxConns int) *MySQL {
+	t.Helper()
+	server := MySQLDSN(t)
+	ctx := context.Background()
+	name := uniqueName("t_")
+	admin, err := sql.Open("mysql", server)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	defer admin.Close()
+	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		a, err := sql.Open("mysql", server)
+		if err != nil {
+			t.Errorf("cleanup open: %v", err)
+			return
+		}
+		defer a.Close()
+		if _, err := a.ExecContext(context.Background(), "DROP DATABASE "+name); err != nil {
+			t.Errorf("drop database: %v", err)
+		}
+	})
+	cfg, err := mysql.ParseDSN(server)
+	if err != nil {
+		t.Fatalf("parse dsn: %v", err)
+	}
+	cfg.DBName = name
+	cfg.ParseTime = true
+	dsn := cfg.FormatDSN()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	if maxConns <= 0 {
+		maxConns = 8
+	}
+	db.SetMaxOpenConns(maxConns)
+	db.SetMaxIdleConns(maxConns)
+	t.Cleanup(func() { db.Close() })
+	if err := migrations.Up(ctx, db, migrations.MySQL); err != nil {
+		t.Fatalf("sqlonce migrations: %v", err)
+	}
+	if err := bizdb.Migrate(ctx, db, "mysql"); err != nil {
+		t.Fatal(err)
+	}
+	return &MySQL{DB: db, Name: name, DSN: dsn}
+}
