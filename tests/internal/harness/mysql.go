@@ -24,7 +24,7 @@ type myDB struct {
 	driver *mysqldriver.Driver
 }
 
-func (m *myDB) Dialect() string                { return "mysql" }
+func (m *myDB) Dialect() string                 { return "mysql" }
 func (m *myDB) Driver() sqlonce.Driver[*sql.Tx] { return m.driver }
 func (m *myDB) DSN() string                     { return m.db.DSN }
 
@@ -130,7 +130,9 @@ func (b myBiz) OrderGetStatus(ctx context.Context, id int64) (string, error) {
 	return b.q.OrderGetStatus(ctx, id)
 }
 
-func (b myBiz) OrderDelete(ctx context.Context, id int64) (int64, error) { return b.q.OrderDelete(ctx, id) }
+func (b myBiz) OrderDelete(ctx context.Context, id int64) (int64, error) {
+	return b.q.OrderDelete(ctx, id)
+}
 
 func (b myBiz) OrderCountByCode(ctx context.Context, code string) (int64, error) {
 	return b.q.OrderCountByCode(ctx, code)

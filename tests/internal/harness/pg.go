@@ -25,7 +25,7 @@ type pgDB struct {
 	driver *pgxdriver.Driver
 }
 
-func (p *pgDB) Dialect() string               { return "postgres" }
+func (p *pgDB) Dialect() string                { return "postgres" }
 func (p *pgDB) Driver() sqlonce.Driver[pgx.Tx] { return p.driver }
 func (p *pgDB) DSN() string                    { return p.db.DSN }
 
@@ -124,7 +124,9 @@ func (b pgBiz) OrderGetStatus(ctx context.Context, id int64) (string, error) {
 	return b.q.OrderGetStatus(ctx, id)
 }
 
-func (b pgBiz) OrderDelete(ctx context.Context, id int64) (int64, error) { return b.q.OrderDelete(ctx, id) }
+func (b pgBiz) OrderDelete(ctx context.Context, id int64) (int64, error) {
+	return b.q.OrderDelete(ctx, id)
+}
 
 func (b pgBiz) OrderCountByCode(ctx context.Context, code string) (int64, error) {
 	return b.q.OrderCountByCode(ctx, code)
