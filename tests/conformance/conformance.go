@@ -13,4 +13,12 @@ import (
 // Run runs the whole suite against the databases f creates.
 func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("Dedupe", func(t *testing.T) { runDedupe(t, f) })
+	t.Run("DedupeReplay", func(t *testing.T) { runDedupeReplay(t, f) })
+	t.Run("DedupeExpiry", func(t *testing.T) { runDedupeExpiry(t, f) })
+	t.Run("DedupeNoWait", func(t *testing.T) { runDedupeNoWait(t, f) })
+	t.Run("DedupeLease", func(t *testing.T) { runDedupeLease(t, f) })
+	t.Run("Optimistic", func(t *testing.T) { runOptimistic(t, f) })
+	t.Run("StateMachine", func(t *testing.T) { runStateMachine(t, f) })
+	t.Run("Unique", func(t *testing.T) { runUnique(t, f) })
+	t.Run("AntiPattern", func(t *testing.T) { runAntiPattern(t, f) })
 }
