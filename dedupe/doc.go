@@ -1,0 +1,101 @@
+// Package dedupe runs an operation once per idempotency key, with the key
+// claimed in the same database transaction as the operation's own writes.
+//
+// A [Store] keeps one row per (scope, key) in the sqlonce_keys table (see
+// package [github.com/sqlonce/sqlonce/migrations]). Inside the caller's
+// transaction, [Store.Do] claims the key and runs the work only if the
+// claim is won; the claim commits or rolls back with the work, so a crash
+// can neither lose a request (the marker was written, the work was not) nor
+// run it twice (the work was written, the marker was not):
+//
+//	store, err := dedupe.New(pgxdriver.New(pool))
+//	...
+//	tx, err := pool.Begin(ctx)
+//	defer tx.Rollback(ctx)
+//	res, err := store.Do(ctx, tx, dedupe.Request{Scope: "payments", Key: idemKey},
+//		func(ctx context.Context) error {
+//			_, err := tx.Exec(ctx, "INSERT INTO ledger (ref, amount) VALUES ($1, $2)", ref, 100)
+//			return err
+//		})
+//	if err != nil { ... }
+//	err = tx.Commit(ctx)
+//	// res.FirstRun(): this call charged; res.AlreadyDone(): an earlier one did.
+//
+// The work is never decided by a prior read: the unique index on
+// (scope, key) decides. A concurrent duplicate waits on that index until the
+// first transaction ends, then sees AlreadyDone (it committed) or wins the
+// claim itself (it rolled back).
+//
+// # Replaying the first answer
+//
+// [Store.DoResponse] and [DoJSON] record the first run's response with the
+// key, in the same transaction, and hand it back byte for byte to every
+// repeat in [github.com/sqlonce/sqlonce.Result].Response: a client that
+// retries cannot tell a retry from the first call. Responses are limited to
+// [DefaultMaxResponseSize] bytes unless [WithMaxResponseSize] says otherwise
+// (at most [MaxResponseSize]); a larger one is an error matching
+// [github.com/sqlonce/sqlonce.ErrResponseTooLarge].
+//
+// # Fingerprints
+//
+// A key presented again with a different request is a client bug, or an
+// attack: set [Request].Fingerprint to a hash of the request ([Fingerprint],
+// [FingerprintJSON]) and such a repeat gets
+// [github.com/sqlonce/sqlonce.ErrKeyReuse], never someone else's answer.
+//
+// # Scopes
+//
+// Keys are unique per [Request].Scope. For caller-supplied serial numbers,
+// use the authenticated caller's id as the scope and its serial number as
+// the key: one caller can neither collide with nor read another caller's
+// keys. Scopes and keys compare byte for byte (no case folding, no
+// pad-space), 1 to [github.com/sqlonce/sqlonce.MaxKeyLen] bytes of UTF-8.
+//
+// # Expiry and purge
+//
+// Keys live for [DefaultTTL] (24 hours) unless [WithTTL] or [Request].TTL
+// say otherwise. An expired key counts as absent: the next claim takes it
+// over atomically. [Store.Purge] deletes expired keys in bounded batches,
+// each in a short transaction, and can run from several instances at once.
+// Every time comparison uses the database's clock, never the
+// application's.
+//
+// # In progress
+//
+// By default a duplicate waits for the transaction holding the key. A
+// caller that must not wait builds its Store with [WithNoWait] (or
+// [WithLockWait] for a bounded wait) and gets
+// [github.com/sqlonce/sqlonce.ErrInProgress] instead; its transaction stays
+// usable.
+//
+// # Work outside the database: leases
+//
+// When the work cannot sit inside a database transaction (a payment
+// provider's API, an email), use a lease: [Store.Claim] claims the key in a
+// short transaction of its own with a deadline and a fencing token, the
+// work runs, then [Store.Complete] records the response or [Store.Release]
+// lets a retry run it. A crashed holder's lease lapses and the next claimer
+// takes over with a larger token; a late Complete with the old token gets
+// [github.com/sqlonce/sqlonce.ErrLeaseLost] and changes nothing.
+//
+// Use the in-transaction mode whenever the work is database writes: it is
+// exactly-once. A lease is at-least-once for the outside work when a holder
+// crashes after the work but before Complete; pass [Lease].Token to the
+// outside system (or its own idempotency key) so that it can drop the
+// repeat.
+//
+// # Isolation levels
+//
+// Do is correct under READ COMMITTED, REPEATABLE READ and SERIALIZABLE on
+// PostgreSQL and MySQL/MariaDB. Under PostgreSQL REPEATABLE READ or
+// SERIALIZABLE a duplicate whose first run committed after the transaction's
+// snapshot cannot be read, and the server reports a serialization failure;
+// MySQL may report a deadlock when several transactions race for one key.
+// [github.com/sqlonce/sqlonce.IsRetryable] is true for both: roll back and
+// run the transaction again, and the retry sees AlreadyDone.
+//
+// # Sharding
+//
+// The sqlonce_keys table must live in the same database as the rows the
+// work writes, or one transaction cannot cover both.
+package dedupe

@@ -1,0 +1,42 @@
+// Package sqlonce makes operations idempotent using nothing but the SQL
+// database the application already has.
+//
+// A double-clicked button, a client retry after a timeout, a message the
+// broker redelivers: the same request arrives twice, and must not charge a
+// card twice. sqlonce lets a database constraint or an atomic conditional
+// statement decide, inside the caller's own transaction, so that the
+// marker and the business write commit or roll back together.
+//
+// The strategies live in their own packages:
+//
+//   - [github.com/sqlonce/sqlonce/dedupe]: a processed-keys table claimed in
+//     the same transaction as the work, with response replay, request
+//     fingerprints, expiry and a lease mode for work outside the database;
+//   - [github.com/sqlonce/sqlonce/optimistic]: version-column updates judged
+//     by their affected rows;
+//   - [github.com/sqlonce/sqlonce/statemachine]: status transitions, with
+//     "already past" read from the declared transitions;
+//   - [github.com/sqlonce/sqlonce/unique]: inserts whose duplicate key on a
+//     named constraint means "already done".
+//
+// Each answers with a [Result]: [FirstRun] (this call did the work) or
+// [AlreadyDone] (an earlier call did), plus the recorded response where
+// there is one. Failures are errors that errors.Is matches against the
+// sentinels of this package, and [IsRetryable] tells which ones ask for the
+// transaction to run again.
+//
+// # Drivers
+//
+// The strategies that run SQL of their own (dedupe, unique) take a [Driver]
+// for the caller's database library, generic over its transaction type:
+// [github.com/sqlonce/sqlonce/pgxdriver] for pgx.Tx (PostgreSQL) and
+// [github.com/sqlonce/sqlonce/mysqldriver] for *sql.Tx (MySQL and
+// MariaDB). The dialect follows from the driver; it is never probed at run
+// time. sqlonce never commits or rolls back the caller's transaction.
+//
+// # Schema
+//
+// The tables come as goose migrations in
+// [github.com/sqlonce/sqlonce/migrations], embedded and runnable from code,
+// or from the goose command line.
+package sqlonce
