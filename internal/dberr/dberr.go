@@ -14,6 +14,7 @@ import (
 
 // MySQL/MariaDB server error numbers.
 const (
+	mysqlCheckRead       = 1020 // MariaDB: record changed since the snapshot
 	mysqlDupEntry        = 1062
 	mysqlLockWaitTimeout = 1205
 	mysqlDeadlock        = 1213
@@ -23,6 +24,10 @@ const (
 // Retryable reports whether err means "roll back and run the whole
 // transaction again": a serialization failure, a deadlock or a lock wait
 // timeout, on PostgreSQL or MySQL/MariaDB.
+//
+// MariaDB with innodb_snapshot_isolation=ON (the default from 11.6) refuses
+// a write to a row that changed after the transaction's snapshot with 1020
+// "Record has changed since last read": its form of PostgreSQL's 40001.
 func Retryable(err error) bool {
 	if err == nil {
 		return false
@@ -36,7 +41,7 @@ func Retryable(err error) bool {
 	}
 	if myErr, ok := errors.AsType[*mysql.MySQLError](err); ok {
 		switch myErr.Number {
-		case mysqlDeadlock, mysqlLockWaitTimeout, mysqlLockNowait:
+		case mysqlDeadlock, mysqlLockWaitTimeout, mysqlLockNowait, mysqlCheckRead:
 			return true
 		}
 		return false
@@ -72,7 +77,13 @@ func PgUniqueViolation(err error, constraint string) bool {
 // MySQLError has no field naming the key, so the name is read from the
 // server's message, whose format is fixed by the server:
 // "Duplicate entry '<value>' for key '<name>'". MySQL 8.0.19+ writes the key
-// as '<table>.<name>'; MariaDB writes '<name>'. Both are accepted.
+// as '<table>.<name>'; MariaDB writes '<name>'. Both are accepted. Index
+// names compare without regard to case, as MySQL compares them. The message
+// is in the server's lc_messages language: in any language but English the
+// name cannot be found and no duplicate matches a named key.
+//
+// MariaDB does not name the table: a key of the same name on another table
+// written by the same statements matches as well.
 func MySQLDuplicate(err error, key string) bool {
 	myErr, ok := errors.AsType[*mysql.MySQLError](err)
 	if !ok || myErr.Number != mysqlDupEntry {
@@ -81,23 +92,26 @@ func MySQLDuplicate(err error, key string) bool {
 	if key == "" {
 		return true
 	}
-	return mysqlDuplicateKeyName(myErr.Message) == key
+	name := mysqlDuplicateKeyName(myErr.Message)
+	if strings.EqualFold(name, key) {
+		return true
+	}
+	// '<table>.<name>'. A quoted index name may itself contain a dot, so
+	// the table is not cut off at the first or last dot: the name must end
+	// the message's key after a dot.
+	return len(name) > len(key) && name[len(name)-len(key)-1] == '.' &&
+		strings.EqualFold(name[len(name)-len(key):], key)
 }
 
-// mysqlDuplicateKeyName extracts the key name from a 1062 message. The value
-// quoted before it may itself contain "for key '", so the last occurrence
-// is the one the server appended.
+// mysqlDuplicateKeyName extracts the key name from a 1062 message, as the
+// server wrote it (MySQL 8 qualifies it with the table). The value quoted
+// before it may itself contain "for key '", so the last occurrence is the
+// one the server appended.
 func mysqlDuplicateKeyName(msg string) string {
 	const marker = " for key '"
 	i := strings.LastIndex(msg, marker)
-	if i < 0 || !strings.HasSuffix(msg, "'") {
+	if i < 0 || !strings.HasSuffix(msg, "'") || i+len(marker) > len(msg)-1 {
 		return ""
 	}
-	name := msg[i+len(marker) : len(msg)-1]
-	// MySQL 8 qualifies the key with its table; an index name cannot contain
-	// a dot unless quoted, and sqlonce compares against the bare name.
-	if j := strings.LastIndexByte(name, '.'); j >= 0 {
-		name = name[j+1:]
-	}
-	return name
+	return msg[i+len(marker) : len(msg)-1]
 }
