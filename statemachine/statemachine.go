@@ -94,7 +94,8 @@ func (m *Machine[S]) Reaches(a, b S) bool { return m.reachable[a][b] }
 //   - 0 rows and the row is elsewhere: a *TransitionError matching
 //     sqlonce.ErrInvalidTransition, carrying from, to and the current state;
 //   - 0 rows and the row still reads from: sqlonce.ErrStaleRead (retryable;
-//     on MySQL under REPEATABLE READ read with LOCK IN SHARE MODE);
+//     on MySQL under REPEATABLE READ read with LOCK IN SHARE MODE), also
+//     when a cycle leads from to back to from;
 //   - 0 rows and the row is gone (current returns an error matching
 //     sql.ErrNoRows, pgx.ErrNoRows or sqlonce.ErrNotFound):
 //     sqlonce.ErrNotFound;
@@ -106,7 +107,10 @@ func (m *Machine[S]) Reaches(a, b S) bool { return m.reachable[a][b] }
 //
 // In a machine with cycles (failed -> pending -> failed) "past" is only
 // reachability: a row that went round the cycle again after this call's
-// transition also counts as AlreadyDone.
+// transition also counts as AlreadyDone, except a row back at from, which
+// reads as ErrStaleRead: a retry then makes the transition again. As with
+// optimistic versions, states alone cannot tell this call's earlier
+// transition from another's; combine with dedupe where that matters.
 func (m *Machine[S]) Transition(ctx context.Context, from, to S, update func(ctx context.Context) (int64, error), current func(ctx context.Context) (S, error)) (sqlonce.Result, error) {
 	if !m.Allows(from, to) {
 		return sqlonce.Result{}, &TransitionError[S]{From: from, To: to, Undeclared: true}
@@ -134,10 +138,13 @@ func (m *Machine[S]) Transition(ctx context.Context, from, to S, update func(ctx
 		return sqlonce.Result{}, fmt.Errorf("sqlonce/statemachine: read current state: %w", err)
 	}
 	switch {
+	case cur == from:
+		// Checked first: in a machine with a cycle from also follows to,
+		// but a read that disagrees with the UPDATE says nothing about
+		// where the row is.
+		return sqlonce.Result{}, fmt.Errorf("%w: transition %v -> %v matched no row but the state still reads %v", sqlonce.ErrStaleRead, from, to, cur)
 	case cur == to || m.Reaches(to, cur):
 		return sqlonce.Result{Outcome: sqlonce.AlreadyDone}, nil
-	case cur == from:
-		return sqlonce.Result{}, fmt.Errorf("%w: transition %v -> %v matched no row but the state still reads %v", sqlonce.ErrStaleRead, from, to, cur)
 	}
 	return sqlonce.Result{}, &TransitionError[S]{From: from, To: to, Current: cur, HasCurrent: true}
 }
