@@ -194,14 +194,14 @@ type Postgres struct {
 	DSN string
 }
 
-// NewPostgres creates a schema for t, migrates it, and drops it when t
-// ends. maxConns bounds the pool (0: 8).
-func NewPostgres(t testing.TB, maxConns int32) *Postgres {
+// EmptyPostgres creates an empty schema for t, dropped when t ends, and
+// returns its name and a DSN whose search_path is that schema.
+func EmptyPostgres(t testing.TB) (schema, dsn string) {
 	t.Helper()
-	dsn := PostgresDSN(t)
+	server := PostgresDSN(t)
 	ctx := context.Background()
-	schema := uniqueName("t_")
-	admin, err := pgx.Connect(ctx, dsn)
+	schema = uniqueName("t_")
+	admin, err := pgx.Connect(ctx, server)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
@@ -210,7 +210,7 @@ func NewPostgres(t testing.TB, maxConns int32) *Postgres {
 		t.Fatalf("create schema: %v", err)
 	}
 	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), dsn)
+		c, err := pgx.Connect(context.Background(), server)
 		if err != nil {
 			t.Errorf("cleanup connect: %v", err)
 			return
@@ -220,11 +220,23 @@ func NewPostgres(t testing.TB, maxConns int32) *Postgres {
 			t.Errorf("drop schema: %v", err)
 		}
 	})
+	sep := "?"
+	if strings.Contains(server, "?") {
+		sep = "&"
+	}
+	return schema, server + sep + "search_path=" + schema
+}
+
+// NewPostgres creates a schema for t, migrates it, and drops it when t
+// ends. maxConns bounds the pool (0: 8).
+func NewPostgres(t testing.TB, maxConns int32) *Postgres {
+	t.Helper()
+	schema, dsn := EmptyPostgres(t)
+	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatalf("parse dsn: %v", err)
 	}
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	if maxConns <= 0 {
 		maxConns = 8
 	}
@@ -242,11 +254,7 @@ func NewPostgres(t testing.TB, maxConns int32) *Postgres {
 	if err := bizdb.Migrate(ctx, db, "postgres"); err != nil {
 		t.Fatal(err)
 	}
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
-	return &Postgres{Pool: pool, Schema: schema, DSN: dsn + sep + "search_path=" + schema}
+	return &Postgres{Pool: pool, Schema: schema, DSN: dsn}
 }
 
 // MySQL is an isolated MySQL/MariaDB database with the tables migrated.
@@ -257,13 +265,13 @@ type MySQL struct {
 	DSN string
 }
 
-// NewMySQL creates a database for t, migrates it, and drops it when t ends.
-// maxConns bounds the pool (0: 8).
-func NewMySQL(t testing.TB, maxConns int) *MySQL {
+// EmptyMySQL creates an empty database for t, dropped when t ends, and
+// returns its name and DSN (parseTime=true).
+func EmptyMySQL(t testing.TB) (name, dsn string) {
 	t.Helper()
 	server := MySQLDSN(t)
 	ctx := context.Background()
-	name := uniqueName("t_")
+	name = uniqueName("t_")
 	admin, err := sql.Open("mysql", server)
 	if err != nil {
 		t.Fatalf("open: %v", err)
@@ -289,7 +297,15 @@ func NewMySQL(t testing.TB, maxConns int) *MySQL {
 	}
 	cfg.DBName = name
 	cfg.ParseTime = true
-	dsn := cfg.FormatDSN()
+	return name, cfg.FormatDSN()
+}
+
+// NewMySQL creates a database for t, migrates it, and drops it when t ends.
+// maxConns bounds the pool (0: 8).
+func NewMySQL(t testing.TB, maxConns int) *MySQL {
+	t.Helper()
+	name, dsn := EmptyMySQL(t)
+	ctx := context.Background()
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatalf("open: %v", err)

@@ -1,0 +1,236 @@
+// Package migrate_test checks both ways of installing sqlonce's schema: the
+// embedded migrations run from code, and the migration folders run by the
+// application's own goose (as the goose command line does).
+package migrate_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/migrations"
+	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+)
+
+// conn is a database/sql handle for goose, and the pgx pool behind it on
+// PostgreSQL.
+type conn struct {
+	db   *sql.DB
+	pool *pgxpool.Pool
+}
+
+type target struct {
+	dialect migrations.Dialect
+	open    func(t *testing.T) conn
+	// works runs a dedupe claim twice and returns the two outcomes.
+	works func(t *testing.T, c conn) []sqlonce.Outcome
+}
+
+func targets() []target {
+	return []target{
+		{
+			dialect: migrations.Postgres,
+			open: func(t *testing.T) conn {
+				_, dsn := testdb.EmptyPostgres(t)
+				pool, err := pgxpool.New(context.Background(), dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(pool.Close)
+				db := stdlib.OpenDBFromPool(pool)
+				t.Cleanup(func() { db.Close() })
+				return conn{db: db, pool: pool}
+			},
+			works: func(t *testing.T, c conn) []sqlonce.Outcome {
+				pool := c.pool
+				store, err := dedupe.New(pgxdriver.New(pool))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out []sqlonce.Outcome
+				for range 2 {
+					err := pgx.BeginFunc(context.Background(), pool, func(tx pgx.Tx) error {
+						res, err := store.Do(context.Background(), tx, dedupe.Request{Scope: "m", Key: "k"}, func(context.Context) error { return nil })
+						out = append(out, res.Outcome)
+						return err
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				return out
+			},
+		},
+		{
+			dialect: migrations.MySQL,
+			open: func(t *testing.T) conn {
+				_, dsn := testdb.EmptyMySQL(t)
+				db, err := sql.Open("mysql", dsn)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { db.Close() })
+				return conn{db: db}
+			},
+			works: func(t *testing.T, c conn) []sqlonce.Outcome {
+				db := c.db
+				store, err := dedupe.New(mysqldriver.New(db))
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out []sqlonce.Outcome
+				for range 2 {
+					tx, err := db.Begin()
+					if err != nil {
+						t.Fatal(err)
+					}
+					res, err := store.Do(context.Background(), tx, dedupe.Request{Scope: "m", Key: "k"}, func(context.Context) error { return nil })
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := tx.Commit(); err != nil {
+						t.Fatal(err)
+					}
+					out = append(out, res.Outcome)
+				}
+				return out
+			},
+		},
+	}
+}
+
+func wantOnce(t *testing.T, got []sqlonce.Outcome) {
+	t.Helper()
+	if len(got) != 2 || got[0] != sqlonce.FirstRun || got[1] != sqlonce.AlreadyDone {
+		t.Fatalf("outcomes %v, want [first run, already done]", got)
+	}
+}
+
+func tableExists(t *testing.T, db *sql.DB, d migrations.Dialect, table string) bool {
+	t.Helper()
+	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = $1"
+	if d == migrations.MySQL {
+		q = "SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
+	}
+	var n int
+	if err := db.QueryRow(q, table).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// The embedded migrations keep their own version table, next to the
+// application's goose table, and can go down and up again.
+func TestEmbedded(t *testing.T) {
+	for _, tg := range targets() {
+		t.Run(string(tg.dialect), func(t *testing.T) {
+			ctx := context.Background()
+			c := tg.open(t)
+			db := c.db
+			// The application's own goose table, with a version of its own.
+			if _, err := db.Exec("CREATE TABLE goose_db_version (id int, version_id bigint, is_applied boolean, tstamp timestamp)"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.Exec("INSERT INTO goose_db_version VALUES (1, 42, true, CURRENT_TIMESTAMP)"); err != nil {
+				t.Fatal(err)
+			}
+			for range 2 {
+				if err := migrations.Up(ctx, db, tg.dialect); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p, err := migrations.NewProvider(tg.dialect, db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, err := p.GetDBVersion(ctx); err != nil || v != 1 {
+				t.Fatalf("version %d, %v; want 1", v, err)
+			}
+			var appRows int
+			if err := db.QueryRow("SELECT count(*) FROM goose_db_version").Scan(&appRows); err != nil || appRows != 1 {
+				t.Fatalf("application goose table has %d rows (%v), want its 1 row untouched", appRows, err)
+			}
+			wantOnce(t, tg.works(t, c))
+
+			if _, err := p.Down(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if tableExists(t, db, tg.dialect, "sqlonce_keys") {
+				t.Fatal("sqlonce_keys still there after down")
+			}
+			if _, err := p.Up(ctx); err != nil {
+				t.Fatal(err)
+			}
+			wantOnce(t, tg.works(t, c))
+		})
+	}
+}
+
+// Several instances starting at once all run Up; the migrations apply once.
+func TestEmbeddedConcurrentUp(t *testing.T) {
+	for _, tg := range targets() {
+		t.Run(string(tg.dialect), func(t *testing.T) {
+			c := tg.open(t)
+			db := c.db
+			if tg.dialect == migrations.MySQL {
+				// goose has no session lock for MySQL: concurrent first runs
+				// race on creating the version table. Document, not test.
+				t.Skip("goose provides no MySQL session locker; run migrations from one instance")
+			}
+			errs := make(chan error, 4)
+			for range 4 {
+				go func() { errs <- migrations.Up(context.Background(), db, tg.dialect) }()
+			}
+			for range 4 {
+				if err := <-errs; err != nil {
+					t.Error(err)
+				}
+			}
+			wantOnce(t, tg.works(t, c))
+		})
+	}
+}
+
+// The application's own goose, pointed at the folder on disk with the
+// table name sqlonce documents: what `goose -dir migrations/<dialect>
+// -table sqlonce_goose_db_version <driver> "$DSN" up` does.
+func TestOwnGooseOnFolder(t *testing.T) {
+	for _, tg := range targets() {
+		t.Run(string(tg.dialect), func(t *testing.T) {
+			c := tg.open(t)
+			db := c.db
+			goose.SetTableName(migrations.TableName)
+			t.Cleanup(func() { goose.SetTableName("goose_db_version") })
+			if err := goose.SetDialect(string(tg.dialect)); err != nil {
+				t.Fatal(err)
+			}
+			dir := fmt.Sprintf("../../migrations/%s", tg.dialect)
+			if err := goose.UpContext(context.Background(), db, dir); err != nil {
+				t.Fatal(err)
+			}
+			v, err := goose.GetDBVersion(db)
+			if err != nil || v != 1 {
+				t.Fatalf("version %d, %v", v, err)
+			}
+			wantOnce(t, tg.works(t, c))
+			// The embedded provider agrees: nothing pending.
+			p, err := migrations.NewProvider(tg.dialect, db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pending, err := p.HasPending(context.Background()); err != nil || pending {
+				t.Fatalf("embedded provider sees pending=%v (%v) after goose on the folder", pending, err)
+			}
+		})
+	}
+}
