@@ -1,0 +1,27 @@
+# sqlc is pinned in tools/go.mod and run through `go tool`, so its
+# requirements never reach the library's go.mod.
+SQLC := go tool -modfile=tools/go.mod sqlc
+
+.PHONY: test lint generate check-generate ci
+
+# The one test command: the library's unit tests and examples, then the
+# conformance suite, checker and migration tests against PostgreSQL and
+# MySQL/MariaDB, all with the race detector.
+test:
+	go test -race -count=1 ./...
+	cd tests && go test -race -count=1 ./...
+
+lint:
+	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	go vet ./...
+	cd tests && go vet ./...
+
+# Regenerate every sqlc package from queries/ and migrations/.
+generate:
+	$(SQLC) generate
+
+# Fails when generated code differs from what queries/ and migrations/ say.
+check-generate:
+	$(SQLC) diff
+
+ci: lint check-generate test
