@@ -18,7 +18,7 @@ import (
 // rows is that statement's affected-row count (sqlc's :execrows,
 // pgconn.CommandTag.RowsAffected, sql.Result.RowsAffected). expected is the
 // version the statement checked. current reads the row's version now; it is
-// called only when rows is 0.
+// called only when rows is 0, but must not be nil.
 //
 // Outcomes:
 //   - rows == 1: FirstRun, this call made the update;
@@ -45,14 +45,16 @@ import (
 // whatever the client's clientFoundRows setting.
 func Update[V cmp.Ordered](ctx context.Context, rows int64, expected V, current func(ctx context.Context) (V, error)) (sqlonce.Result, error) {
 	switch {
+	case current == nil:
+		// Refused on the first run too: otherwise it would only fail on a
+		// repeat, the path least often exercised.
+		return sqlonce.Result{}, fmt.Errorf("%w: nil current", sqlonce.ErrInvalidArgument)
 	case rows == 1:
 		return sqlonce.Result{Outcome: sqlonce.FirstRun}, nil
 	case rows > 1:
 		return sqlonce.Result{}, fmt.Errorf("%w: version-checked update affected %d rows", sqlonce.ErrTooManyRows, rows)
 	case rows < 0:
 		return sqlonce.Result{}, fmt.Errorf("%w: affected rows %d is negative", sqlonce.ErrInvalidArgument, rows)
-	case current == nil:
-		return sqlonce.Result{}, fmt.Errorf("%w: nil current", sqlonce.ErrInvalidArgument)
 	}
 	v, err := current(ctx)
 	if err != nil {
