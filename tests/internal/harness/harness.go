@@ -45,6 +45,14 @@ type Biz interface {
 	OrderAddAmount(ctx context.Context, id, version, delta int64) (int64, error)
 	OrderAddAmountAll(ctx context.Context, version, delta int64) (int64, error)
 	OrderGetVersion(ctx context.Context, id int64) (int64, error)
+	// OrderGetVersionSnapshot, OrderGetByCodeSnapshot and
+	// OrderGetStatusSnapshot are plain reads on MySQL/MariaDB too: under
+	// REPEATABLE READ they read the transaction's snapshot, the trap the
+	// strategies' docs warn of. On PostgreSQL they are the same reads as
+	// the others.
+	OrderGetVersionSnapshot(ctx context.Context, id int64) (int64, error)
+	OrderGetByCodeSnapshot(ctx context.Context, code string) (Order, error)
+	OrderGetStatusSnapshot(ctx context.Context, id int64) (string, error)
 	OrderSetStatus(ctx context.Context, id int64, from, to string) (int64, error)
 	OrderGetStatus(ctx context.Context, id int64) (string, error)
 	OrderDelete(ctx context.Context, id int64) (int64, error)

@@ -122,6 +122,19 @@ func (b myBiz) OrderGetVersion(ctx context.Context, id int64) (int64, error) {
 	return b.q.OrderGetVersion(ctx, id)
 }
 
+func (b myBiz) OrderGetVersionSnapshot(ctx context.Context, id int64) (int64, error) {
+	return b.q.OrderGetVersionSnapshot(ctx, id)
+}
+
+func (b myBiz) OrderGetByCodeSnapshot(ctx context.Context, code string) (Order, error) {
+	o, err := b.q.OrderGetByCodeSnapshot(ctx, code)
+	return myOrder(o), err
+}
+
+func (b myBiz) OrderGetStatusSnapshot(ctx context.Context, id int64) (string, error) {
+	return b.q.OrderGetStatusSnapshot(ctx, id)
+}
+
 func (b myBiz) OrderSetStatus(ctx context.Context, id int64, from, to string) (int64, error) {
 	return b.q.OrderSetStatus(ctx, mysqlbiz.OrderSetStatusParams{ID: id, FromStatus: from, ToStatus: to})
 }

@@ -116,6 +116,19 @@ func (b pgBiz) OrderGetVersion(ctx context.Context, id int64) (int64, error) {
 	return b.q.OrderGetVersion(ctx, id)
 }
 
+func (b pgBiz) OrderGetVersionSnapshot(ctx context.Context, id int64) (int64, error) {
+	return b.q.OrderGetVersionSnapshot(ctx, id)
+}
+
+func (b pgBiz) OrderGetByCodeSnapshot(ctx context.Context, code string) (Order, error) {
+	o, err := b.q.OrderGetByCodeSnapshot(ctx, code)
+	return pgOrder(o), err
+}
+
+func (b pgBiz) OrderGetStatusSnapshot(ctx context.Context, id int64) (string, error) {
+	return b.q.OrderGetStatusSnapshot(ctx, id)
+}
+
 func (b pgBiz) OrderSetStatus(ctx context.Context, id int64, from, to string) (int64, error) {
 	return b.q.OrderSetStatus(ctx, pgbiz.OrderSetStatusParams{ID: id, FromStatus: from, ToStatus: to})
 }

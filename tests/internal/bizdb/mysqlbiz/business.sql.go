@@ -168,6 +168,25 @@ func (q *Queries) OrderGetByCode(ctx context.Context, code string) (Order, error
 	return i, err
 }
 
+const orderGetByCodeSnapshot = `-- name: OrderGetByCodeSnapshot :one
+SELECT id, code, customer, amount, status, version FROM orders WHERE code = ?
+`
+
+// A plain read, to show the REPEATABLE READ snapshot trap.
+func (q *Queries) OrderGetByCodeSnapshot(ctx context.Context, code string) (Order, error) {
+	row := q.db.QueryRowContext(ctx, orderGetByCodeSnapshot, code)
+	var i Order
+	err := row.Scan(
+		&i.ID,
+		&i.Code,
+		&i.Customer,
+		&i.Amount,
+		&i.Status,
+		&i.Version,
+	)
+	return i, err
+}
+
 const orderGetByID = `-- name: OrderGetByID :one
 SELECT id, code, customer, amount, status, version FROM orders WHERE id = ? LOCK IN SHARE MODE
 `
@@ -192,6 +211,18 @@ SELECT status FROM orders WHERE id = ? LOCK IN SHARE MODE
 
 func (q *Queries) OrderGetStatus(ctx context.Context, id int64) (string, error) {
 	row := q.db.QueryRowContext(ctx, orderGetStatus, id)
+	var status string
+	err := row.Scan(&status)
+	return status, err
+}
+
+const orderGetStatusSnapshot = `-- name: OrderGetStatusSnapshot :one
+SELECT status FROM orders WHERE id = ?
+`
+
+// A plain read, to show the REPEATABLE READ snapshot trap.
+func (q *Queries) OrderGetStatusSnapshot(ctx context.Context, id int64) (string, error) {
+	row := q.db.QueryRowContext(ctx, orderGetStatusSnapshot, id)
 	var status string
 	err := row.Scan(&status)
 	return status, err

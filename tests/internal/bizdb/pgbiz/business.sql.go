@@ -165,6 +165,24 @@ func (q *Queries) OrderGetByCode(ctx context.Context, code string) (Order, error
 	return i, err
 }
 
+const orderGetByCodeSnapshot = `-- name: OrderGetByCodeSnapshot :one
+SELECT id, code, customer, amount, status, version FROM orders WHERE code = $1
+`
+
+func (q *Queries) OrderGetByCodeSnapshot(ctx context.Context, code string) (Order, error) {
+	row := q.db.QueryRow(ctx, orderGetByCodeSnapshot, code)
+	var i Order
+	err := row.Scan(
+		&i.ID,
+		&i.Code,
+		&i.Customer,
+		&i.Amount,
+		&i.Status,
+		&i.Version,
+	)
+	return i, err
+}
+
 const orderGetByID = `-- name: OrderGetByID :one
 SELECT id, code, customer, amount, status, version FROM orders WHERE id = $1
 `
@@ -194,12 +212,36 @@ func (q *Queries) OrderGetStatus(ctx context.Context, id int64) (string, error) 
 	return status, err
 }
 
+const orderGetStatusSnapshot = `-- name: OrderGetStatusSnapshot :one
+SELECT status FROM orders WHERE id = $1
+`
+
+func (q *Queries) OrderGetStatusSnapshot(ctx context.Context, id int64) (string, error) {
+	row := q.db.QueryRow(ctx, orderGetStatusSnapshot, id)
+	var status string
+	err := row.Scan(&status)
+	return status, err
+}
+
 const orderGetVersion = `-- name: OrderGetVersion :one
 SELECT version FROM orders WHERE id = $1
 `
 
 func (q *Queries) OrderGetVersion(ctx context.Context, id int64) (int64, error) {
 	row := q.db.QueryRow(ctx, orderGetVersion, id)
+	var version int64
+	err := row.Scan(&version)
+	return version, err
+}
+
+const orderGetVersionSnapshot = `-- name: OrderGetVersionSnapshot :one
+SELECT version FROM orders WHERE id = $1
+`
+
+// The same read as OrderGetVersion: PostgreSQL has no MySQL-style current
+// read; under REPEATABLE READ every SELECT reads the transaction's snapshot.
+func (q *Queries) OrderGetVersionSnapshot(ctx context.Context, id int64) (int64, error) {
+	row := q.db.QueryRow(ctx, orderGetVersionSnapshot, id)
 	var version int64
 	err := row.Scan(&version)
 	return version, err

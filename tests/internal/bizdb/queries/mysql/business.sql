@@ -23,6 +23,14 @@ SELECT version FROM orders WHERE id = sqlc.arg(id) LOCK IN SHARE MODE;
 -- A plain read, to show the REPEATABLE READ snapshot trap.
 SELECT version FROM orders WHERE id = sqlc.arg(id);
 
+-- name: OrderGetByCodeSnapshot :one
+-- A plain read, to show the REPEATABLE READ snapshot trap.
+SELECT id, code, customer, amount, status, version FROM orders WHERE code = sqlc.arg(code);
+
+-- name: OrderGetStatusSnapshot :one
+-- A plain read, to show the REPEATABLE READ snapshot trap.
+SELECT status FROM orders WHERE id = sqlc.arg(id);
+
 -- name: OrderSetStatus :execrows
 UPDATE orders SET status = sqlc.arg(to_status) WHERE id = sqlc.arg(id) AND status = sqlc.arg(from_status);
 

@@ -21,6 +21,17 @@ WHERE version = @version;
 -- name: OrderGetVersion :one
 SELECT version FROM orders WHERE id = @id;
 
+-- name: OrderGetVersionSnapshot :one
+-- The same read as OrderGetVersion: PostgreSQL has no MySQL-style current
+-- read; under REPEATABLE READ every SELECT reads the transaction's snapshot.
+SELECT version FROM orders WHERE id = @id;
+
+-- name: OrderGetByCodeSnapshot :one
+SELECT id, code, customer, amount, status, version FROM orders WHERE code = @code;
+
+-- name: OrderGetStatusSnapshot :one
+SELECT status FROM orders WHERE id = @id;
+
 -- name: OrderSetStatus :execrows
 UPDATE orders SET status = @to_status WHERE id = @id AND status = @from_status;
 

@@ -1,0 +1,87 @@
+package harness
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+)
+
+// Settings are connection settings for Reopen, per dialect; the other
+// dialect's are ignored.
+type Settings struct {
+	// MySQL are DSN parameters as go-sql-driver/mysql takes them: its own
+	// options (clientFoundRows=true) and session system variables it sets
+	// on every connection (innodb_snapshot_isolation=ON).
+	MySQL map[string]string
+	// Postgres are run-time parameters set on every connection.
+	Postgres map[string]string
+}
+
+// Reopen returns db seen through a pool of its own (maxConns connections,
+// closed when t ends) whose connections carry s, for cases that show what a
+// connection setting changes. Both views share the same tables. An error
+// means the server refused the settings (a variable it does not know).
+func Reopen[TTx any](t testing.TB, db DB[TTx], maxConns int, s Settings) (DB[TTx], error) {
+	t.Helper()
+	ctx := context.Background()
+	var out any
+	switch d := any(db).(type) {
+	case *pgDB:
+		cfg, err := pgxpool.ParseConfig(d.db.DSN)
+		if err != nil {
+			return nil, err
+		}
+		for k, v := range s.Postgres {
+			cfg.ConnConfig.RuntimeParams[k] = v
+		}
+		cfg.MaxConns = int32(maxConns)
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(pool.Close)
+		if err := pool.Ping(ctx); err != nil {
+			return nil, err
+		}
+		out = &pgDB{db: &testdb.Postgres{Pool: pool, Schema: d.db.Schema, DSN: d.db.DSN}, driver: pgxdriver.New(pool)}
+	case *myDB:
+		cfg, err := mysql.ParseDSN(d.db.DSN)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		for k, v := range s.MySQL {
+			switch k {
+			case "clientFoundRows":
+				cfg.ClientFoundRows = v == "true"
+			default:
+				cfg.Params[k] = v
+			}
+		}
+		dsn := cfg.FormatDSN()
+		sqlDB, err := sql.Open("mysql", dsn)
+		if err != nil {
+			return nil, err
+		}
+		sqlDB.SetMaxOpenConns(maxConns)
+		sqlDB.SetMaxIdleConns(maxConns)
+		t.Cleanup(func() { sqlDB.Close() })
+		if err := sqlDB.PingContext(ctx); err != nil {
+			return nil, err
+		}
+		out = &myDB{db: &testdb.MySQL{DB: sqlDB, Name: d.db.Name, DSN: dsn}, driver: mysqldriver.New(sqlDB)}
+	default:
+		return nil, fmt.Errorf("harness: Reopen: unknown DB %T", db)
+	}
+	return out.(DB[TTx]), nil
+}
