@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 )
 
 // Fingerprint hashes the parts of a request with SHA-256 into a 32-byte
@@ -48,7 +49,9 @@ func FingerprintJSON(v any) ([]byte, error) {
 	if err := dec.Decode(&doc); err != nil {
 		return nil, fmt.Errorf("sqlonce/dedupe: fingerprint: %w", err)
 	}
-	if dec.More() {
+	// Only white space may follow. Decoder.More would miss a stray '}' or
+	// ']', which it reads as the end of an enclosing value.
+	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("sqlonce/dedupe: fingerprint: trailing data after JSON value")
 	}
 	canon, err := json.Marshal(doc) // maps encode with sorted keys
