@@ -77,15 +77,18 @@ WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key'
   AND locked_until > coalesce(sqlc.narg('now')::timestamptz, now());
 
 -- name: KeyPurge :execrows
--- Deletes up to max expired keys. SKIP LOCKED lets several purgers run at
--- once without waiting on each other or on live claims. A live lease is
--- never expired: locked_until <= expires_at is a table constraint.
+-- Deletes up to max_rows expired keys, oldest first. SKIP LOCKED lets
+-- several purgers run at once without waiting on each other or on claims
+-- in progress. The batch is located by ctid so that the DELETE is a TID
+-- scan: an IN (subquery) on the primary key is planned as a semi-join over
+-- the whole table, once per batch. A live lease is never expired:
+-- locked_until <= expires_at is a table constraint.
 DELETE FROM sqlonce_keys
-WHERE (scope, idempotency_key) IN (
-    SELECT p.scope, p.idempotency_key
+WHERE ctid = ANY(ARRAY(
+    SELECT p.ctid
     FROM sqlonce_keys AS p
     WHERE p.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
     ORDER BY p.expires_at
     LIMIT sqlc.arg('max_rows')
     FOR UPDATE SKIP LOCKED
-);
+));

@@ -196,14 +196,14 @@ func (q *Queries) KeyGet(ctx context.Context, db DBTX, arg KeyGetParams) (KeyGet
 
 const keyPurge = `-- name: KeyPurge :execrows
 DELETE FROM sqlonce_keys
-WHERE (scope, idempotency_key) IN (
-    SELECT p.scope, p.idempotency_key
+WHERE ctid = ANY(ARRAY(
+    SELECT p.ctid
     FROM sqlonce_keys AS p
     WHERE p.expires_at <= coalesce($1::timestamptz, now())
     ORDER BY p.expires_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
-)
+))
 `
 
 type KeyPurgeParams struct {
@@ -211,9 +211,12 @@ type KeyPurgeParams struct {
 	MaxRows int32
 }
 
-// Deletes up to max expired keys. SKIP LOCKED lets several purgers run at
-// once without waiting on each other or on live claims. A live lease is
-// never expired: locked_until <= expires_at is a table constraint.
+// Deletes up to max_rows expired keys, oldest first. SKIP LOCKED lets
+// several purgers run at once without waiting on each other or on claims
+// in progress. The batch is located by ctid so that the DELETE is a TID
+// scan: an IN (subquery) on the primary key is planned as a semi-join over
+// the whole table, once per batch. A live lease is never expired:
+// locked_until <= expires_at is a table constraint.
 func (q *Queries) KeyPurge(ctx context.Context, db DBTX, arg KeyPurgeParams) (int64, error) {
 	result, err := db.Exec(ctx, keyPurge, arg.Now, arg.MaxRows)
 	if err != nil {
