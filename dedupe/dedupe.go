@@ -77,16 +77,30 @@ func WithMaxResponseSize(n int) Option {
 }
 
 // WithNoWait makes a claim that finds the key held by another, still open
-// transaction return ErrInProgress at once instead of waiting for that
-// transaction to end. The caller's transaction stays usable.
+// transaction return an error matching sqlonce.ErrInProgress at once
+// instead of waiting for that transaction to end. Use it where a duplicate
+// should be told "in progress" (an HTTP 409 to a double click) rather than
+// be held until the first request finishes. The claim alone is undone: the
+// caller's transaction stays usable, keeps its earlier writes and its lock
+// wait setting, and sqlonce.IsRetryable reports false for the error.
 //
-// On PostgreSQL "at once" is a 1 ms lock_timeout. On MariaDB it is an
-// innodb_lock_wait_timeout of 0; MySQL 8 cannot wait less than 1 second.
+// On PostgreSQL the claim runs under a savepoint with a 1 ms lock_timeout.
+// On MySQL/MariaDB it runs with innodb_lock_wait_timeout 0 for the session
+// and the previous value is restored; a lock wait timeout there undoes only
+// the statement, unless the server runs with innodb_rollback_on_timeout=ON,
+// which rolls back the whole transaction: do not use this option there.
+// MySQL 8 cannot wait less than 1 second.
+//
+// Without this option a duplicate waits for the holder's transaction, then
+// returns AlreadyDone or runs the work, which is what a message consumer or
+// a retrying client wants.
 func WithNoWait() Option { return WithLockWait(time.Millisecond) }
 
 // WithLockWait is WithNoWait with a bounded wait: a claim waits at most d
-// for another transaction holding the key, then returns ErrInProgress. On
-// MySQL/MariaDB d is counted in whole seconds, rounded down.
+// for another transaction holding the key, then returns an error matching
+// sqlonce.ErrInProgress; if the holder rolls back within d, the claim is
+// won. On MySQL/MariaDB d is counted in whole seconds, rounded down (below
+// one second it is WithNoWait). d must be positive.
 func WithLockWait(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {
@@ -266,7 +280,10 @@ func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx c
 
 func (s *Store[TTx]) claimError(req Request, err error) error {
 	if s.lockWait > 0 && dberr.LockNotAvailable(err) {
-		return fmt.Errorf("%w: key %q in scope %q is held by another transaction: %w", sqlonce.ErrInProgress, req.Key, req.Scope, err)
+		// The cause is formatted, not wrapped: the claim gave up alone and
+		// tx is usable, so IsRetryable must not tell the caller to roll
+		// back and retry, which would be waiting after all.
+		return fmt.Errorf("%w: key %q in scope %q is held by another transaction (%v)", sqlonce.ErrInProgress, req.Key, req.Scope, err)
 	}
 	return fmt.Errorf("sqlonce/dedupe: claim %q in scope %q: %w", req.Key, req.Scope, err)
 }

@@ -1,11 +1,257 @@
 package conformance
 
 import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 )
 
+// lockWaitSetting reads tx's lock wait setting: lock_timeout on PostgreSQL,
+// the session's innodb_lock_wait_timeout on MySQL/MariaDB.
+func lockWaitSetting[TTx any](ctx context.Context, tx TTx) (string, error) {
+	var v string
+	switch tx := any(tx).(type) {
+	case pgx.Tx:
+		return v, tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&v)
+	case *sql.Tx:
+		return v, tx.QueryRowContext(ctx, "SELECT CAST(@@SESSION.innodb_lock_wait_timeout AS CHAR)").Scan(&v)
+	}
+	return "", fmt.Errorf("no lock wait setting for %T", tx)
+}
+
+// setLockWait gives tx a lock wait setting no default has (for the rest of
+// the transaction on PostgreSQL, of the session on MySQL), so that a check
+// afterwards shows it was restored rather than reset, and returns the value
+// lockWaitSetting reads for it.
+func setLockWait[TTx any](ctx context.Context, tx TTx) (string, error) {
+	switch tx := any(tx).(type) {
+	case pgx.Tx:
+		_, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '4321ms'")
+		return "4321ms", err
+	case *sql.Tx:
+		_, err := tx.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = 43")
+		return "43", err
+	}
+	return "", fmt.Errorf("no lock wait setting for %T", tx)
+}
+
+func wantLockWait[TTx any](t testing.TB, ctx context.Context, tx TTx, what, want string) {
+	t.Helper()
+	got, err := lockWaitSetting(ctx, tx)
+	must(t, err)
+	if got != want {
+		t.Fatalf("%s: lock wait setting %q, want %q restored", what, got, want)
+	}
+}
+
+// holdKey claims req in a transaction it leaves open (its work writes a
+// ledger row), and returns it.
+func holdKey[TTx any](t testing.TB, ctx context.Context, db harness.DB[TTx], s *dedupe.Store[TTx], req dedupe.Request) TTx {
+	t.Helper()
+	tx, err := db.Begin(ctx, harness.Default)
+	must(t, err)
+	t.Cleanup(func() { _ = db.Rollback(context.Background(), tx) })
+	res, err := s.Do(ctx, tx, req, func(ctx context.Context) error {
+		return db.Tx(tx).LedgerInsert(ctx, req.Key, 1)
+	})
+	wantOutcome(t, "holder", res, err, sqlonce.FirstRun, nil)
+	return tx
+}
+
 func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
-	t.Skip("cases not written yet")
+	t.Run("InProgressLeavesTxUsable", func(t *testing.T) {
+		for _, iso := range harness.Isolations {
+			t.Run(string(iso), func(t *testing.T) {
+				ctx := ctxT(t)
+				db := f(t, 6)
+				s, err := dedupe.New(db.Driver(), dedupe.WithNoWait())
+				must(t, err)
+				req := dedupe.Request{Scope: "nowait", Key: "k"}
+				tx1 := holdKey(t, ctx, db, s, req)
+
+				tx2, err := db.Begin(ctx, iso)
+				must(t, err)
+				defer func() { _ = db.Rollback(context.Background(), tx2) }()
+				biz := db.Tx(tx2)
+				must(t, biz.LedgerInsert(ctx, "before", 1))
+				want, err := setLockWait(ctx, tx2)
+				must(t, err)
+
+				ran := false
+				start := time.Now()
+				_, err = s.Do(ctx, tx2, req, func(ctx context.Context) error {
+					ran = true
+					return biz.LedgerInsert(ctx, req.Key, 1)
+				})
+				elapsed := time.Since(start)
+				if !errors.Is(err, sqlonce.ErrInProgress) {
+					t.Fatalf("duplicate while held: %v, want ErrInProgress", err)
+				}
+				if sqlonce.IsRetryable(err) {
+					t.Errorf("ErrInProgress reported retryable, but the transaction is usable: %v", err)
+				}
+				if ran {
+					t.Fatal("fn ran for a key held by another transaction")
+				}
+				if elapsed > 2*time.Second {
+					t.Errorf("no-wait claim took %v", elapsed)
+				}
+				wantLockWait(t, ctx, tx2, "after ErrInProgress", want)
+
+				// The transaction goes on: more writes, another claim.
+				must(t, biz.LedgerInsert(ctx, "after", 1))
+				other := dedupe.Request{Scope: "nowait", Key: "other"}
+				res, err := s.Do(ctx, tx2, other, func(ctx context.Context) error {
+					return biz.LedgerInsert(ctx, other.Key, 1)
+				})
+				wantOutcome(t, "another key in the same transaction", res, err, sqlonce.FirstRun, nil)
+				wantLockWait(t, ctx, tx2, "after a claim that won", want)
+				must(t, db.Commit(ctx, tx2))
+				must(t, db.Commit(ctx, tx1))
+
+				// A repeat finds the key done: the path that reads it back
+				// restores the setting too.
+				must(t, harness.WithTx(ctx, db, iso, func(tx TTx) error {
+					want, err := setLockWait(ctx, tx)
+					if err != nil {
+						return err
+					}
+					res, err := s.Do(ctx, tx, req, func(context.Context) error { return errors.New("ran again") })
+					wantOutcome(t, "repeat after commit", res, err, sqlonce.AlreadyDone, nil)
+					wantLockWait(t, ctx, tx, "after a claim that found the key done", want)
+					return nil
+				}))
+
+				per, err := db.Pool().LedgerCountPerRef(ctx)
+				must(t, err)
+				for ref, n := range map[string]int64{"k": 1, "before": 1, "after": 1, "other": 1} {
+					if per[ref] != n {
+						t.Errorf("ledger %s: %d rows, want %d (all: %v)", ref, per[ref], n, per)
+					}
+				}
+			})
+		}
+	})
+
+	t.Run("LockWaitThenFirstRun", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 4)
+		s, err := dedupe.New(db.Driver(), dedupe.WithLockWait(5*time.Second))
+		must(t, err)
+		req := dedupe.Request{Scope: "lockwait", Key: "k"}
+		tx1 := holdKey(t, ctx, db, s, req)
+
+		const hold = 300 * time.Millisecond
+		waiting := make(chan struct{})
+		type result struct {
+			res     sqlonce.Result
+			elapsed time.Duration
+			err     error
+		}
+		done := make(chan result, 1)
+		go func() {
+			var r result
+			r.err = harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+				want, err := setLockWait(ctx, tx)
+				if err != nil {
+					return err
+				}
+				close(waiting)
+				start := time.Now()
+				r.res, err = s.Do(ctx, tx, req, func(ctx context.Context) error {
+					return db.Tx(tx).LedgerInsert(ctx, req.Key, 1)
+				})
+				r.elapsed = time.Since(start)
+				if err != nil {
+					return err
+				}
+				if got, err := lockWaitSetting(ctx, tx); err != nil || got != want {
+					return fmt.Errorf("lock wait setting %q (%v), want %q", got, err, want)
+				}
+				return nil
+			})
+			done <- r
+		}()
+		<-waiting
+		time.Sleep(hold) // the duplicate waits on tx1 meanwhile
+		must(t, db.Rollback(ctx, tx1))
+		r := <-done
+		wantOutcome(t, "duplicate after the holder rolled back", r.res, r.err, sqlonce.FirstRun, nil)
+		if r.elapsed < hold*2/3 {
+			t.Errorf("the duplicate returned after %v: it did not wait for the holder", r.elapsed)
+		}
+		if n := ledgerRows(t, ctx, db, req.Key); n != 1 {
+			t.Fatalf("ledger rows: %d, want 1", n)
+		}
+		t.Logf("waited %v", r.elapsed)
+	})
+
+	t.Run("LockWaitGivesUp", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 4)
+		s, err := dedupe.New(db.Driver(), dedupe.WithLockWait(time.Second))
+		must(t, err)
+		req := dedupe.Request{Scope: "lockwait", Key: "k"}
+		tx1 := holdKey(t, ctx, db, s, req)
+		var elapsed time.Duration
+		err = harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+			start := time.Now()
+			_, err := s.Do(ctx, tx, req, func(context.Context) error { return errors.New("ran") })
+			elapsed = time.Since(start)
+			return err
+		})
+		if !errors.Is(err, sqlonce.ErrInProgress) {
+			t.Fatalf("duplicate held past the wait: %v, want ErrInProgress", err)
+		}
+		if elapsed < 900*time.Millisecond || elapsed > 10*time.Second {
+			t.Errorf("gave up after %v, want about 1s", elapsed)
+		}
+		must(t, db.Commit(ctx, tx1))
+		if n := ledgerRows(t, ctx, db, req.Key); n != 1 {
+			t.Fatalf("ledger rows: %d, want 1", n)
+		}
+		t.Logf("gave up after %v", elapsed)
+	})
+
+	t.Run("LeaseClaimNoWait", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 4)
+		s, err := dedupe.New(db.Driver(), dedupe.WithNoWait())
+		must(t, err)
+		req := dedupe.Request{Scope: "nowait-lease", Key: "k"}
+		tx1 := holdKey(t, ctx, db, s, req)
+		start := time.Now()
+		l, _, err := s.Claim(ctx, req, time.Minute)
+		if !errors.Is(err, sqlonce.ErrInProgress) || l != nil {
+			t.Fatalf("lease claim while held: %v, %v; want ErrInProgress", l, err)
+		}
+		if elapsed := time.Since(start); elapsed > 2*time.Second {
+			t.Errorf("no-wait lease claim took %v", elapsed)
+		}
+		must(t, db.Rollback(ctx, tx1))
+		l, res, err := s.Claim(ctx, req, time.Minute)
+		wantOutcome(t, "lease claim after the holder rolled back", res, err, sqlonce.FirstRun, nil)
+		must(t, s.Complete(ctx, l, []byte("ok")))
+		if row := keyRow(t, ctx, db, req.Scope, req.Key); row.State != 1 || string(row.Response) != "ok" {
+			t.Fatalf("row after completion: %+v", row)
+		}
+	})
+
+	t.Run("InvalidLockWait", func(t *testing.T) {
+		db := f(t, 0)
+		for _, d := range []time.Duration{0, -time.Second} {
+			if _, err := dedupe.New(db.Driver(), dedupe.WithLockWait(d)); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+				t.Errorf("WithLockWait(%v): %v, want ErrInvalidArgument", d, err)
+			}
+		}
+	})
 }
