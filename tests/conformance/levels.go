@@ -1,0 +1,71 @@
+package conformance
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/sqlonce/sqlonce/tests/internal/harness"
+)
+
+// StrictSnapshot names the level runLevels adds to harness.Isolations:
+// REPEATABLE READ where a write to a row changed after the snapshot fails
+// instead of going ahead on the newest version. PostgreSQL's REPEATABLE
+// READ always works so (40001). MariaDB does with innodb_snapshot_isolation
+// =ON, its default from 11.6, and then reports 1020 "Record has changed
+// since last read", which must count as retryable too.
+const StrictSnapshot = "REPEATABLE READ, strict snapshot"
+
+// runLevels runs fn in a subtest per isolation level, each on a database
+// of its own with maxConns connections already open, plus StrictSnapshot. On a server
+// that has no such setting (MySQL 8) that subtest is skipped.
+func runLevels[TTx any](t *testing.T, f harness.Factory[TTx], maxConns int, fn func(t *testing.T, db harness.DB[TTx], iso harness.Isolation)) {
+	for _, iso := range harness.Isolations {
+		t.Run(string(iso), func(t *testing.T) {
+			db := f(t, maxConns)
+			warm(t, db, maxConns)
+			fn(t, db, iso)
+		})
+	}
+	t.Run(StrictSnapshot, func(t *testing.T) {
+		db := strictSnapshot(t, f(t, 1), maxConns)
+		warm(t, db, maxConns)
+		fn(t, db, harness.RepeatableRead)
+	})
+}
+
+// strictSnapshot returns db through a pool whose REPEATABLE READ refuses
+// writes to rows changed after the snapshot.
+func strictSnapshot[TTx any](t *testing.T, db harness.DB[TTx], maxConns int) harness.DB[TTx] {
+	t.Helper()
+	strict, err := harness.Reopen(t, db, maxConns, harness.Settings{
+		MySQL: map[string]string{"innodb_snapshot_isolation": "ON"},
+	})
+	if err != nil {
+		if db.Dialect() == "mysql" {
+			t.Skipf("server has no innodb_snapshot_isolation (MariaDB 10.6.18+/10.11.8+ only): %v", err)
+		}
+		t.Fatal(err)
+	}
+	return strict
+}
+
+// warm opens n connections in db's pool before a race, by holding n
+// transactions open at once. Pools connect lazily: without this the first
+// racers finish while the others are still connecting, and the race is
+// one in name only.
+func warm[TTx any](t *testing.T, db harness.DB[TTx], n int) {
+	t.Helper()
+	ctx := ctxT(t)
+	var all sync.WaitGroup
+	all.Add(n)
+	errs := race(n, func(int) error {
+		tx, err := db.Begin(ctx, harness.Default)
+		all.Done()
+		if err != nil {
+			return err
+		}
+		all.Wait()
+		return db.Rollback(ctx, tx)
+	})
+	noErrors(t, errs)
+}
