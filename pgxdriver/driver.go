@@ -110,7 +110,7 @@ func (e engine) claimBounded(ctx context.Context, tx pgx.Tx, p driver.ClaimParam
 const claimAttempts = 3
 
 func (e engine) claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (driver.Claim, error) {
-	params := pgdb.KeyClaimParams{
+	ins := pgdb.KeyClaimParams{
 		Scope:          p.Scope,
 		IdempotencyKey: p.Key.Key,
 		Fingerprint:    nonNil(p.Fingerprint),
@@ -119,31 +119,57 @@ func (e engine) claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (dri
 		TtlUs:          p.TTL.Microseconds(),
 	}
 	if p.Lease > 0 {
-		params.State = driver.StateLeased
-		params.LeaseUs = pgtype.Int8{Int64: p.Lease.Microseconds(), Valid: true}
+		ins.State = driver.StateLeased
+		ins.LeaseUs = pgtype.Int8{Int64: p.Lease.Microseconds(), Valid: true}
+		ins.TtlUs = max(p.TTL, p.Lease).Microseconds() // keeps locked_until <= expires_at
 	}
 	for range claimAttempts {
-		token, err := e.q.KeyClaim(ctx, tx, params)
+		c, err := e.q.KeyClaim(ctx, tx, ins)
+		switch {
+		case err == nil && c.Inserted:
+			return driver.Claim{Won: true, Token: c.Token}, nil
+		case err == nil && !c.Available:
+			return driver.Claim{Existing: driver.Existing{Fingerprint: c.Fingerprint, Response: c.Response, Leased: c.Locked}}, nil
+		case err == nil:
+			// Expired or lapsed: take it over below.
+		case !errors.Is(err, pgx.ErrNoRows):
+			return driver.Claim{}, err
+		default:
+			// The key was committed while the insert waited, after this
+			// statement's snapshot: read it with a new one.
+			if err := e.afterWait(ctx, tx, ins, &c); err != nil {
+				if errors.Is(err, pgx.ErrNoRows) {
+					continue // purged since the insert saw it: insert again
+				}
+				return driver.Claim{}, err
+			}
+			if !c.Available {
+				return driver.Claim{Existing: driver.Existing{Fingerprint: c.Fingerprint, Response: c.Response, Leased: c.Locked}}, nil
+			}
+		}
+		token, err := e.q.KeyTakeover(ctx, tx, pgdb.KeyTakeoverParams{
+			Fingerprint: ins.Fingerprint, State: ins.State, Now: ins.Now, LeaseUs: ins.LeaseUs, TtlUs: ins.TtlUs,
+			Scope: p.Scope, IdempotencyKey: p.Key.Key,
+		})
 		if err == nil {
 			return driver.Claim{Won: true, Token: token}, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return driver.Claim{}, err
 		}
-		row, err := e.q.KeyGet(ctx, tx, pgdb.KeyGetParams{Now: params.Now, Scope: p.Scope, IdempotencyKey: p.Key.Key})
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue // purged since the claim saw it: claim again
-		}
-		if err != nil {
-			return driver.Claim{}, err
-		}
-		return driver.Claim{Existing: driver.Existing{
-			Fingerprint: row.Fingerprint,
-			Response:    row.Response,
-			Leased:      row.Locked,
-		}}, nil
+		// A concurrent takeover won: claim again.
 	}
-	return driver.Claim{}, fmt.Errorf("%w: key vanished %d times while being claimed", sqlonce.ErrStaleRead, claimAttempts)
+	return driver.Claim{}, fmt.Errorf("%w: key changed %d times while being claimed", sqlonce.ErrStaleRead, claimAttempts)
+}
+
+// afterWait reads the key into c with a statement of its own.
+func (e engine) afterWait(ctx context.Context, tx pgx.Tx, ins pgdb.KeyClaimParams, c *pgdb.KeyClaimRow) error {
+	row, err := e.q.KeyGet(ctx, tx, pgdb.KeyGetParams{Now: ins.Now, Scope: ins.Scope, IdempotencyKey: ins.IdempotencyKey})
+	if err != nil {
+		return err
+	}
+	*c = pgdb.KeyClaimRow{Token: row.Token, Fingerprint: row.Fingerprint, Response: row.Response, Locked: row.Locked, Available: row.Available}
+	return nil
 }
 
 func nonNil(b []byte) []byte {
@@ -173,7 +199,7 @@ func (e engine) Unclaim(ctx context.Context, tx pgx.Tx, k driver.Key, token int6
 
 func (e engine) Complete(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
 	n, err := e.q.KeyComplete(ctx, tx, pgdb.KeyCompleteParams{
-		Response: response, Now: pgNow(now), TtlUs: ttl.Microseconds(),
+		Response: nonNil(response), Now: pgNow(now), TtlUs: ttl.Microseconds(),
 		Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
@@ -197,9 +223,21 @@ func (e engine) Purge(ctx context.Context, tx pgx.Tx, limit int, now time.Time) 
 	return e.q.KeyPurge(ctx, tx, pgdb.KeyPurgeParams{Now: pgNow(now), MaxRows: int32(limit)})
 }
 
+// txOptionsBeginner is implemented by *pgxpool.Pool and *pgx.Conn.
+type txOptionsBeginner interface {
+	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
+}
+
 func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	if e.db == nil {
 		return sqlonce.ErrNoDB
 	}
-	return pgx.BeginFunc(ctx, e.db, func(tx pgx.Tx) error { return fn(ctx, tx) })
+	run := func(tx pgx.Tx) error { return fn(ctx, tx) }
+	// READ COMMITTED whatever the server's default: sqlonce's own
+	// statements rely on constraints and row locks, never on a snapshot,
+	// and a stricter level would only add serialization failures.
+	if b, ok := e.db.(txOptionsBeginner); ok {
+		return pgx.BeginTxFunc(ctx, b, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, run)
+	}
+	return pgx.BeginFunc(ctx, e.db, run)
 }

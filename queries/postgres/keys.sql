@@ -2,44 +2,75 @@
 -- test suite pin "now" without sleeping; the library passes NULL.
 
 -- name: KeyClaim :one
--- Inserts the key, or takes over a key that has expired or whose lease has
--- lapsed. Returns no row when a live key is already there. A concurrent
--- claimer of the same key waits on the unique index until the holder's
--- transaction ends.
-INSERT INTO sqlonce_keys AS k (
-    scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
-) VALUES (
-    sqlc.arg('scope'),
-    sqlc.arg('idempotency_key'),
-    sqlc.arg('fingerprint'),
-    sqlc.arg('state'),
-    (extract(epoch FROM coalesce(sqlc.narg('now')::timestamptz, now())) * 1000000)::bigint,
-    coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.narg('lease_us')::bigint * interval '1 microsecond',
-    coalesce(sqlc.narg('now')::timestamptz, now()),
-    coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('ttl_us')::bigint * interval '1 microsecond'
+-- Inserts a new key (inserted = true), or reads the existing one in the
+-- same round trip (inserted = false). DO NOTHING, unlike DO UPDATE, leaves
+-- an existing row unlocked, so a duplicate that only reads stays a
+-- read-only transaction: no WAL flush at its commit. A concurrent inserter
+-- of the same key still makes it wait until that transaction ends; a row
+-- committed during that wait is not in this statement's snapshot, and no
+-- row comes back: the caller then reads with KeyGet.
+WITH ins AS (
+    INSERT INTO sqlonce_keys (
+        scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
+    ) VALUES (
+        sqlc.arg('scope'),
+        sqlc.arg('idempotency_key'),
+        sqlc.arg('fingerprint'),
+        sqlc.arg('state'),
+        -- The token of a new key is the real time (clock_timestamp), not now(),
+    -- which is when the transaction began: a transaction older than the
+    -- last claim of a key since purged would give the new claim a smaller
+    -- token than the purged one.
+    (extract(epoch FROM coalesce(sqlc.narg('now')::timestamptz, clock_timestamp())) * 1000000)::bigint,
+        coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.narg('lease_us')::bigint * interval '1 microsecond',
+        coalesce(sqlc.narg('now')::timestamptz, now()),
+        coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('ttl_us')::bigint * interval '1 microsecond'
+    )
+    ON CONFLICT (scope, idempotency_key) DO NOTHING
+    RETURNING token
 )
-ON CONFLICT (scope, idempotency_key) DO UPDATE SET
-    fingerprint  = excluded.fingerprint,
-    response     = NULL,
-    state        = excluded.state,
-    token        = greatest(k.token + 1, excluded.token),
-    locked_until = excluded.locked_until,
-    created_at   = excluded.created_at,
-    expires_at   = excluded.expires_at
-WHERE k.expires_at <= excluded.created_at
-   OR (k.state = 2 AND k.locked_until <= excluded.created_at)
-RETURNING k.token;
+SELECT true AS inserted, ins.token, '\x'::bytea AS fingerprint, NULL::bytea AS response,
+       false AS locked, false AS available
+FROM ins
+UNION ALL
+SELECT false AS inserted, k.token, k.fingerprint, k.response,
+       (k.state = 2 AND k.locked_until > coalesce(sqlc.narg('now')::timestamptz, now()))::boolean AS locked,
+       (k.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+        OR (k.state = 2 AND k.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))::boolean AS available
+FROM sqlonce_keys AS k
+WHERE k.scope = sqlc.arg('scope') AND k.idempotency_key = sqlc.arg('idempotency_key')
+  AND NOT EXISTS (SELECT 1 FROM ins);
 
 -- name: KeyGet :one
--- Reads a key that a claim found held by someone else.
+-- Reads a key that KeyClaim found but could not see. available: expired, or a lapsed lease,
+-- so KeyTakeover may claim it.
 SELECT
     fingerprint,
     response,
     state,
     token,
-    (state = 2 AND locked_until > coalesce(sqlc.narg('now')::timestamptz, now()))::boolean AS locked
+    (state = 2 AND locked_until > coalesce(sqlc.narg('now')::timestamptz, now()))::boolean AS locked,
+    (expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+     OR (state = 2 AND locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))::boolean AS available
 FROM sqlonce_keys
 WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key');
+
+-- name: KeyTakeover :one
+-- Claims a key that has expired or whose lease has lapsed. Returns no row
+-- when it is no longer available: a concurrent takeover won (READ
+-- COMMITTED re-checks the condition after waiting for it).
+UPDATE sqlonce_keys AS k SET
+    fingerprint  = sqlc.arg('fingerprint'),
+    response     = NULL,
+    state        = sqlc.arg('state'),
+    token        = greatest(k.token + 1, (extract(epoch FROM coalesce(sqlc.narg('now')::timestamptz, now())) * 1000000)::bigint),
+    locked_until = coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.narg('lease_us')::bigint * interval '1 microsecond',
+    created_at   = coalesce(sqlc.narg('now')::timestamptz, now()),
+    expires_at   = coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('ttl_us')::bigint * interval '1 microsecond'
+WHERE k.scope = sqlc.arg('scope') AND k.idempotency_key = sqlc.arg('idempotency_key')
+  AND (k.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+       OR (k.state = 2 AND k.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))
+RETURNING k.token;
 
 -- name: KeySetResponse :execrows
 -- Records the first run's response in the claiming transaction.
@@ -63,18 +94,22 @@ SET state        = 1,
 WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
 
 -- name: KeyRelease :execrows
--- Gives a lease up so that the next claimer runs the work.
+-- Gives a lease up so that the next claimer runs the work. The token moves
+-- on, so that the releaser can neither release again nor complete.
 UPDATE sqlonce_keys
-SET locked_until = least(coalesce(sqlc.narg('now')::timestamptz, now()), expires_at)
+SET token        = token + 1,
+    locked_until = least(coalesce(sqlc.narg('now')::timestamptz, now()), expires_at)
 WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
 
 -- name: KeyExtend :execrows
--- Moves a held lease's deadline.
+-- Moves the deadline of a lease whose token is current, lapsed or not (a
+-- lapsed lease nobody took over is still the holder's). expires_at follows,
+-- so that locked_until <= expires_at holds and purge never deletes a held
+-- lease.
 UPDATE sqlonce_keys
 SET locked_until = coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('lease_us')::bigint * interval '1 microsecond',
     expires_at   = greatest(expires_at, coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('lease_us')::bigint * interval '1 microsecond')
-WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2
-  AND locked_until > coalesce(sqlc.narg('now')::timestamptz, now());
+WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
 
 -- name: KeyPurge :execrows
 -- Deletes up to max_rows expired keys, oldest first. SKIP LOCKED lets

@@ -13,29 +13,37 @@ import (
 
 const keyClaim = `-- name: KeyClaim :one
 
-INSERT INTO sqlonce_keys AS k (
-    scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
-) VALUES (
-    $1,
-    $2,
-    $3,
-    $4,
-    (extract(epoch FROM coalesce($5::timestamptz, now())) * 1000000)::bigint,
-    coalesce($5::timestamptz, now()) + $6::bigint * interval '1 microsecond',
-    coalesce($5::timestamptz, now()),
-    coalesce($5::timestamptz, now()) + $7::bigint * interval '1 microsecond'
+WITH ins AS (
+    INSERT INTO sqlonce_keys (
+        scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
+    ) VALUES (
+        $1,
+        $2,
+        $3,
+        $4,
+        -- The token of a new key is the real time (clock_timestamp), not now(),
+    -- which is when the transaction began: a transaction older than the
+    -- last claim of a key since purged would give the new claim a smaller
+    -- token than the purged one.
+    (extract(epoch FROM coalesce($5::timestamptz, clock_timestamp())) * 1000000)::bigint,
+        coalesce($5::timestamptz, now()) + $6::bigint * interval '1 microsecond',
+        coalesce($5::timestamptz, now()),
+        coalesce($5::timestamptz, now()) + $7::bigint * interval '1 microsecond'
+    )
+    ON CONFLICT (scope, idempotency_key) DO NOTHING
+    RETURNING token
 )
-ON CONFLICT (scope, idempotency_key) DO UPDATE SET
-    fingerprint  = excluded.fingerprint,
-    response     = NULL,
-    state        = excluded.state,
-    token        = greatest(k.token + 1, excluded.token),
-    locked_until = excluded.locked_until,
-    created_at   = excluded.created_at,
-    expires_at   = excluded.expires_at
-WHERE k.expires_at <= excluded.created_at
-   OR (k.state = 2 AND k.locked_until <= excluded.created_at)
-RETURNING k.token
+SELECT true AS inserted, ins.token, '\x'::bytea AS fingerprint, NULL::bytea AS response,
+       false AS locked, false AS available
+FROM ins
+UNION ALL
+SELECT false AS inserted, k.token, k.fingerprint, k.response,
+       (k.state = 2 AND k.locked_until > coalesce($5::timestamptz, now()))::boolean AS locked,
+       (k.expires_at <= coalesce($5::timestamptz, now())
+        OR (k.state = 2 AND k.locked_until <= coalesce($5::timestamptz, now())))::boolean AS available
+FROM sqlonce_keys AS k
+WHERE k.scope = $1 AND k.idempotency_key = $2
+  AND NOT EXISTS (SELECT 1 FROM ins)
 `
 
 type KeyClaimParams struct {
@@ -48,13 +56,25 @@ type KeyClaimParams struct {
 	TtlUs          int64
 }
 
+type KeyClaimRow struct {
+	Inserted    bool
+	Token       int64
+	Fingerprint []byte
+	Response    []byte
+	Locked      bool
+	Available   bool
+}
+
 // Every time comparison uses the database clock. sqlc.narg('now') lets the
 // test suite pin "now" without sleeping; the library passes NULL.
-// Inserts the key, or takes over a key that has expired or whose lease has
-// lapsed. Returns no row when a live key is already there. A concurrent
-// claimer of the same key waits on the unique index until the holder's
-// transaction ends.
-func (q *Queries) KeyClaim(ctx context.Context, db DBTX, arg KeyClaimParams) (int64, error) {
+// Inserts a new key (inserted = true), or reads the existing one in the
+// same round trip (inserted = false). DO NOTHING, unlike DO UPDATE, leaves
+// an existing row unlocked, so a duplicate that only reads stays a
+// read-only transaction: no WAL flush at its commit. A concurrent inserter
+// of the same key still makes it wait until that transaction ends; a row
+// committed during that wait is not in this statement's snapshot, and no
+// row comes back: the caller then reads with KeyGet.
+func (q *Queries) KeyClaim(ctx context.Context, db DBTX, arg KeyClaimParams) (KeyClaimRow, error) {
 	row := db.QueryRow(ctx, keyClaim,
 		arg.Scope,
 		arg.IdempotencyKey,
@@ -64,9 +84,16 @@ func (q *Queries) KeyClaim(ctx context.Context, db DBTX, arg KeyClaimParams) (in
 		arg.LeaseUs,
 		arg.TtlUs,
 	)
-	var token int64
-	err := row.Scan(&token)
-	return token, err
+	var i KeyClaimRow
+	err := row.Scan(
+		&i.Inserted,
+		&i.Token,
+		&i.Fingerprint,
+		&i.Response,
+		&i.Locked,
+		&i.Available,
+	)
+	return i, err
 }
 
 const keyComplete = `-- name: KeyComplete :execrows
@@ -129,7 +156,6 @@ UPDATE sqlonce_keys
 SET locked_until = coalesce($1::timestamptz, now()) + $2::bigint * interval '1 microsecond',
     expires_at   = greatest(expires_at, coalesce($1::timestamptz, now()) + $2::bigint * interval '1 microsecond')
 WHERE scope = $3 AND idempotency_key = $4 AND token = $5 AND state = 2
-  AND locked_until > coalesce($1::timestamptz, now())
 `
 
 type KeyExtendParams struct {
@@ -140,7 +166,10 @@ type KeyExtendParams struct {
 	Token          int64
 }
 
-// Moves a held lease's deadline.
+// Moves the deadline of a lease whose token is current, lapsed or not (a
+// lapsed lease nobody took over is still the holder's). expires_at follows,
+// so that locked_until <= expires_at holds and purge never deletes a held
+// lease.
 func (q *Queries) KeyExtend(ctx context.Context, db DBTX, arg KeyExtendParams) (int64, error) {
 	result, err := db.Exec(ctx, keyExtend,
 		arg.Now,
@@ -161,7 +190,9 @@ SELECT
     response,
     state,
     token,
-    (state = 2 AND locked_until > coalesce($1::timestamptz, now()))::boolean AS locked
+    (state = 2 AND locked_until > coalesce($1::timestamptz, now()))::boolean AS locked,
+    (expires_at <= coalesce($1::timestamptz, now())
+     OR (state = 2 AND locked_until <= coalesce($1::timestamptz, now())))::boolean AS available
 FROM sqlonce_keys
 WHERE scope = $2 AND idempotency_key = $3
 `
@@ -178,9 +209,11 @@ type KeyGetRow struct {
 	State       int16
 	Token       int64
 	Locked      bool
+	Available   bool
 }
 
-// Reads a key that a claim found held by someone else.
+// Reads a key that KeyClaim found but could not see. available: expired, or a lapsed lease,
+// so KeyTakeover may claim it.
 func (q *Queries) KeyGet(ctx context.Context, db DBTX, arg KeyGetParams) (KeyGetRow, error) {
 	row := db.QueryRow(ctx, keyGet, arg.Now, arg.Scope, arg.IdempotencyKey)
 	var i KeyGetRow
@@ -190,6 +223,7 @@ func (q *Queries) KeyGet(ctx context.Context, db DBTX, arg KeyGetParams) (KeyGet
 		&i.State,
 		&i.Token,
 		&i.Locked,
+		&i.Available,
 	)
 	return i, err
 }
@@ -227,7 +261,8 @@ func (q *Queries) KeyPurge(ctx context.Context, db DBTX, arg KeyPurgeParams) (in
 
 const keyRelease = `-- name: KeyRelease :execrows
 UPDATE sqlonce_keys
-SET locked_until = least(coalesce($1::timestamptz, now()), expires_at)
+SET token        = token + 1,
+    locked_until = least(coalesce($1::timestamptz, now()), expires_at)
 WHERE scope = $2 AND idempotency_key = $3 AND token = $4 AND state = 2
 `
 
@@ -238,7 +273,8 @@ type KeyReleaseParams struct {
 	Token          int64
 }
 
-// Gives a lease up so that the next claimer runs the work.
+// Gives a lease up so that the next claimer runs the work. The token moves
+// on, so that the releaser can neither release again nor complete.
 func (q *Queries) KeyRelease(ctx context.Context, db DBTX, arg KeyReleaseParams) (int64, error) {
 	result, err := db.Exec(ctx, keyRelease,
 		arg.Now,
@@ -277,4 +313,47 @@ func (q *Queries) KeySetResponse(ctx context.Context, db DBTX, arg KeySetRespons
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const keyTakeover = `-- name: KeyTakeover :one
+UPDATE sqlonce_keys AS k SET
+    fingerprint  = $1,
+    response     = NULL,
+    state        = $2,
+    token        = greatest(k.token + 1, (extract(epoch FROM coalesce($3::timestamptz, now())) * 1000000)::bigint),
+    locked_until = coalesce($3::timestamptz, now()) + $4::bigint * interval '1 microsecond',
+    created_at   = coalesce($3::timestamptz, now()),
+    expires_at   = coalesce($3::timestamptz, now()) + $5::bigint * interval '1 microsecond'
+WHERE k.scope = $6 AND k.idempotency_key = $7
+  AND (k.expires_at <= coalesce($3::timestamptz, now())
+       OR (k.state = 2 AND k.locked_until <= coalesce($3::timestamptz, now())))
+RETURNING k.token
+`
+
+type KeyTakeoverParams struct {
+	Fingerprint    []byte
+	State          int16
+	Now            pgtype.Timestamptz
+	LeaseUs        pgtype.Int8
+	TtlUs          int64
+	Scope          string
+	IdempotencyKey string
+}
+
+// Claims a key that has expired or whose lease has lapsed. Returns no row
+// when it is no longer available: a concurrent takeover won (READ
+// COMMITTED re-checks the condition after waiting for it).
+func (q *Queries) KeyTakeover(ctx context.Context, db DBTX, arg KeyTakeoverParams) (int64, error) {
+	row := db.QueryRow(ctx, keyTakeover,
+		arg.Fingerprint,
+		arg.State,
+		arg.Now,
+		arg.LeaseUs,
+		arg.TtlUs,
+		arg.Scope,
+		arg.IdempotencyKey,
+	)
+	var token int64
+	err := row.Scan(&token)
+	return token, err
 }
