@@ -1,11 +1,368 @@
 package conformance
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
+	"github.com/sqlonce/sqlonce/unique"
 )
 
+const codeKey = "orders_code_key"
+
+// insertOrder is the insert unique.Insert guards: an order whose code is
+// the natural key, its customer the code too so that distinct codes never
+// collide on orders_ref_key.
+func insertOrder(b harness.Biz, code string) func(ctx context.Context) (int64, error) {
+	return func(ctx context.Context) (int64, error) { return b.OrderInsert(ctx, code, code, 1) }
+}
+
+func orderByCode(b harness.Biz, code string, snapshot bool) func(ctx context.Context) (int64, error) {
+	return func(ctx context.Context) (int64, error) {
+		get := b.OrderGetByCode
+		if snapshot {
+			get = b.OrderGetByCodeSnapshot
+		}
+		o, err := get(ctx, code)
+		return o.ID, err
+	}
+}
+
+func wantOrders[TTx any](t *testing.T, ctx context.Context, db harness.DB[TTx], code string, want int64) {
+	t.Helper()
+	n, err := db.Pool().OrderCountByCode(ctx, code)
+	must(t, err)
+	if n != want {
+		t.Fatalf("%d orders with code %s, want %d", n, code, want)
+	}
+}
+
+func wantLedger[TTx any](t *testing.T, ctx context.Context, db harness.DB[TTx], ref string, want int64) {
+	t.Helper()
+	n, err := db.Pool().LedgerCountByRef(ctx, ref)
+	must(t, err)
+	if n != want {
+		t.Fatalf("%d ledger rows for %s, want %d", n, ref, want)
+	}
+}
+
 func runUnique[TTx any](t *testing.T, f harness.Factory[TTx]) {
-	t.Skip("cases not written yet")
+	t.Run("FirstRunThenAlreadyDone", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		ins := unique.New(db.Driver())
+		for i, want := range []sqlonce.Outcome{sqlonce.FirstRun, sqlonce.AlreadyDone, sqlonce.AlreadyDone} {
+			var res sqlonce.Result
+			must(t, harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+				b := db.Tx(tx)
+				var err error
+				res, err = ins.Insert(ctx, tx, codeKey, func(ctx context.Context) error {
+					_, err := insertOrder(b, "u-1")(ctx)
+					return err
+				})
+				if err != nil {
+					return err
+				}
+				// The transaction goes on after a duplicate (PostgreSQL
+				// would have aborted it without the savepoint) and commits.
+				return b.LedgerInsert(ctx, fmt.Sprintf("after-%d", i), 1)
+			}))
+			if res.Outcome != want {
+				t.Fatalf("call %d: got %v, want %v", i, res.Outcome, want)
+			}
+			wantLedger(t, ctx, db, fmt.Sprintf("after-%d", i), 1)
+		}
+		wantOrders(t, ctx, db, "u-1", 1)
+	})
+
+	t.Run("OtherConstraint", func(t *testing.T) {
+		// Same customer and amount, another code: a duplicate on
+		// orders_ref_key is not "already done", it is a different order.
+		ctx := ctxT(t)
+		db := f(t, 0)
+		ins := unique.New(db.Driver())
+		_, err := db.Pool().OrderInsert(ctx, "u-first", "alice", 100)
+		must(t, err)
+		var insertErr, err2 error
+		must(t, harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+			b := db.Tx(tx)
+			var res sqlonce.Result
+			res, err2 = ins.Insert(ctx, tx, codeKey, func(ctx context.Context) error {
+				_, insertErr = b.OrderInsert(ctx, "u-second", "alice", 100)
+				return insertErr
+			})
+			if res.Outcome != 0 {
+				return fmt.Errorf("outcome %v with error %v", res.Outcome, err2)
+			}
+			// The error leaves the transaction usable.
+			return b.LedgerInsert(ctx, "after-other", 1)
+		}))
+		if err2 == nil || err2 != insertErr {
+			t.Fatalf("got %v, want the insert's own error %v", err2, insertErr)
+		}
+		if !strings.Contains(err2.Error(), "orders_ref_key") {
+			t.Fatalf("%v does not name orders_ref_key", err2)
+		}
+		wantOrders(t, ctx, db, "u-second", 0)
+		wantLedger(t, ctx, db, "after-other", 1)
+	})
+
+	t.Run("OtherErrorsPassThrough", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		ins := unique.New(db.Driver())
+		errBoom := errors.New("boom")
+		for _, tc := range []struct {
+			name   string
+			insert func(b harness.Biz) func(ctx context.Context) error
+		}{
+			{"caller's error", func(b harness.Biz) func(ctx context.Context) error {
+				return func(ctx context.Context) error { return errBoom }
+			}},
+			{"after a write", func(b harness.Biz) func(ctx context.Context) error {
+				return func(ctx context.Context) error {
+					if err := b.LedgerInsert(ctx, "boom", 1); err != nil {
+						return err
+					}
+					return fmt.Errorf("wrapped: %w", errBoom)
+				}
+			}},
+			{"no rows", func(b harness.Biz) func(ctx context.Context) error {
+				return func(ctx context.Context) error {
+					_, err := b.OrderGetByID(ctx, -1)
+					return err
+				}
+			}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				var insertErr, got error
+				must(t, harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+					fn := tc.insert(db.Tx(tx))
+					var res sqlonce.Result
+					res, got = ins.Insert(ctx, tx, codeKey, func(ctx context.Context) error {
+						insertErr = fn(ctx)
+						return insertErr
+					})
+					if res.Outcome != 0 {
+						return fmt.Errorf("outcome %v", res.Outcome)
+					}
+					return nil
+				}))
+				if got == nil || got != insertErr {
+					t.Fatalf("got %v, want the insert's own error %v", got, insertErr)
+				}
+				wantLedger(t, ctx, db, "boom", 0)
+			})
+		}
+		// Arguments that can never work.
+		must(t, harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+			if _, err := ins.Insert(ctx, tx, "", func(context.Context) error { return nil }); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+				return fmt.Errorf("empty constraint: %v", err)
+			}
+			if _, err := ins.Insert(ctx, tx, codeKey, nil); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+				return fmt.Errorf("nil insert: %v", err)
+			}
+			return nil
+		}))
+	})
+
+	t.Run("NoPartialEffect", func(t *testing.T) {
+		// insert writes a ledger row, then the duplicate order: the
+		// savepoint undoes the ledger row too, on MySQL as on PostgreSQL.
+		ctx := ctxT(t)
+		db := f(t, 0)
+		ins := unique.New(db.Driver())
+		_, err := insertOrder(db.Pool(), "u-partial")(ctx)
+		must(t, err)
+		var res sqlonce.Result
+		must(t, harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+			b := db.Tx(tx)
+			var err error
+			res, err = ins.Insert(ctx, tx, codeKey, func(ctx context.Context) error {
+				if err := b.LedgerInsert(ctx, "partial", 1); err != nil {
+					return err
+				}
+				_, err := insertOrder(b, "u-partial")(ctx)
+				return err
+			})
+			return err
+		}))
+		if !res.AlreadyDone() {
+			t.Fatalf("got %v, want AlreadyDone", res)
+		}
+		wantLedger(t, ctx, db, "partial", 0)
+		wantOrders(t, ctx, db, "u-partial", 1)
+	})
+
+	t.Run("InsertOrGet", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		ins := unique.New(db.Driver())
+		var first int64
+		for i, want := range []sqlonce.Outcome{sqlonce.FirstRun, sqlonce.AlreadyDone, sqlonce.AlreadyDone} {
+			var (
+				id  int64
+				res sqlonce.Result
+			)
+			must(t, harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+				b := db.Tx(tx)
+				var err error
+				id, res, err = unique.InsertOrGet(ctx, ins, tx, codeKey, insertOrder(b, "u-get"), orderByCode(b, "u-get", false))
+				return err
+			}))
+			if res.Outcome != want {
+				t.Fatalf("call %d: got %v, want %v", i, res.Outcome, want)
+			}
+			if i == 0 {
+				first = id
+			}
+			if id != first || id == 0 {
+				t.Fatalf("call %d: id %d, want %d", i, id, first)
+			}
+		}
+		o, err := db.Pool().OrderGetByCode(ctx, "u-get")
+		must(t, err)
+		if o.ID != first {
+			t.Fatalf("row id %d, InsertOrGet said %d", o.ID, first)
+		}
+	})
+
+	t.Run("SnapshotTrap", func(t *testing.T) { runUniqueSnapshotTrap(t, f) })
+
+	t.Run("Race", func(t *testing.T) {
+		runLevels(t, f, Racers+4, func(t *testing.T, db harness.DB[TTx], iso harness.Isolation) {
+			ctx := ctxT(t)
+			ins := unique.New(db.Driver())
+			const codes = 4
+			var (
+				c       counter
+				retries atomic.Int64
+				ids     [Racers]int64
+			)
+			errs := race(Racers, func(i int) error {
+				code := fmt.Sprintf("u-race-%d", i%codes)
+				var res sqlonce.Result
+				n, err := retryTx(ctx, db, iso, func(tx TTx) error {
+					b := db.Tx(tx)
+					var err error
+					ids[i], res, err = unique.InsertOrGet(ctx, ins, tx, codeKey, insertOrder(b, code), orderByCode(b, code, false))
+					return err
+				})
+				retries.Add(int64(n))
+				if err == nil {
+					c.add(res)
+				}
+				return err
+			})
+			noErrors(t, errs)
+			for k := range codes {
+				code := fmt.Sprintf("u-race-%d", k)
+				wantOrders(t, ctx, db, code, 1)
+				o, err := db.Pool().OrderGetByCode(ctx, code)
+				must(t, err)
+				for i := k; i < Racers; i += codes {
+					if ids[i] != o.ID {
+						t.Errorf("racer %d got id %d for %s, the row's is %d", i, ids[i], code, o.ID)
+					}
+				}
+			}
+			if c.first.Load() != codes || c.done.Load() != Racers-codes {
+				t.Fatalf("%s, want first=%d done=%d", &c, codes, Racers-codes)
+			}
+			t.Logf("%s: %s, %d retries", iso, &c, retries.Load())
+		})
+	})
+}
+
+// runUniqueSnapshotTrap: a transaction takes its snapshot, another inserts
+// code X and commits, then the first runs InsertOrGet for X. The insert
+// hits the duplicate; whether the read of the existing row sees it depends
+// on the database, the level and the kind of read. Every outcome must be
+// the existing row or an error sqlonce.IsRetryable accepts.
+func runUniqueSnapshotTrap[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	type outcome string
+	const (
+		existing  outcome = "existing row"
+		retryable outcome = "retryable"
+	)
+	type want struct{ postgres, mysql outcome }
+	for _, tc := range []struct {
+		level    string
+		iso      harness.Isolation
+		snapshot bool
+		want     want
+	}{
+		{"READ COMMITTED", harness.ReadCommitted, true, want{existing, existing}},
+		{"READ COMMITTED", harness.ReadCommitted, false, want{existing, existing}},
+		// PostgreSQL: the duplicate is reported (23505), but the row is
+		// not in the snapshot, whichever the read: ErrStaleRead.
+		{"REPEATABLE READ", harness.RepeatableRead, true, want{retryable, retryable}},
+		{"REPEATABLE READ", harness.RepeatableRead, false, want{retryable, existing}},
+		{"SERIALIZABLE", harness.Serializable, true, want{retryable, existing}},
+		{"SERIALIZABLE", harness.Serializable, false, want{retryable, existing}},
+		{StrictSnapshot, harness.RepeatableRead, true, want{retryable, retryable}},
+		{StrictSnapshot, harness.RepeatableRead, false, want{retryable, retryable}},
+	} {
+		read := "locking read"
+		if tc.snapshot {
+			read = "snapshot read"
+		}
+		t.Run(tc.level+"/"+read, func(t *testing.T) {
+			ctx := ctxT(t)
+			db := f(t, 2)
+			if tc.level == StrictSnapshot {
+				db = strictSnapshot(t, db, 2)
+			}
+			w := tc.want.postgres
+			if db.Dialect() == "mysql" {
+				w = tc.want.mysql
+			}
+			ins := unique.New(db.Driver())
+			seed, err := insertOrder(db.Pool(), "u-seed")(ctx)
+			must(t, err)
+			tx, err := db.Begin(ctx, tc.iso)
+			must(t, err)
+			defer func() { _ = db.Rollback(ctx, tx) }()
+			b := db.Tx(tx)
+			// Take the snapshot with a read of another row: a point read of
+			// an existing key, so that MySQL's SERIALIZABLE, which turns it
+			// into a locking read, locks that row only.
+			_, err = b.OrderGetVersionSnapshot(ctx, seed)
+			must(t, err)
+			theirs, err := insertOrder(db.Pool(), "u-trap")(ctx)
+			must(t, err)
+
+			id, res, err := unique.InsertOrGet(ctx, ins, tx, codeKey, insertOrder(b, "u-trap"), orderByCode(b, "u-trap", tc.snapshot))
+			got := existing
+			switch {
+			case err == nil && res.AlreadyDone() && id == theirs:
+			case err != nil && sqlonce.IsRetryable(err):
+				got = retryable
+			default:
+				t.Fatalf("got %d, %v, %v; the other transaction inserted %d", id, res, err, theirs)
+			}
+			if got != w {
+				t.Fatalf("got %s (%v), want %s", got, err, w)
+			}
+			t.Logf("%s: %v", got, err)
+			_ = db.Rollback(ctx, tx)
+
+			// The retry, with a fresh snapshot, gets the existing row.
+			must(t, harness.WithTx(ctx, db, tc.iso, func(tx TTx) error {
+				b := db.Tx(tx)
+				var err error
+				id, res, err = unique.InsertOrGet(ctx, ins, tx, codeKey, insertOrder(b, "u-trap"), orderByCode(b, "u-trap", tc.snapshot))
+				return err
+			}))
+			if !res.AlreadyDone() || id != theirs {
+				t.Fatalf("retry: %v id %d, want AlreadyDone id %d", res, id, theirs)
+			}
+			wantOrders(t, ctx, db, "u-trap", 1)
+		})
+	}
 }
