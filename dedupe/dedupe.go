@@ -258,9 +258,15 @@ func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx c
 	}
 	resp, err := fn(ctx)
 	if err != nil {
-		// Best effort: if fn's error aborted tx (PostgreSQL), this fails
-		// too and tx cannot commit anyway.
-		_ = s.engine.Unclaim(ctx, tx, k, c.Token)
+		// Undo the claim so that a caller who commits anyway leaves no key
+		// marked done. Best effort: if fn's error aborted tx (PostgreSQL),
+		// this fails too and tx cannot commit anyway. After a MySQL
+		// deadlock the claim is already gone with tx, and the DELETE would
+		// run in autocommit: it would wait for a duplicate that took the
+		// key since, then delete that duplicate's committed key.
+		if !dberr.TxRolledBack(err) {
+			_ = s.engine.Unclaim(ctx, tx, k, c.Token)
+		}
 		return sqlonce.Result{}, err
 	}
 	if record {

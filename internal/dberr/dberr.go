@@ -49,6 +49,16 @@ func Retryable(err error) bool {
 	return false
 }
 
+// TxRolledBack reports whether err means the server has already rolled
+// back the whole transaction: a MySQL/MariaDB deadlock (1213). MySQL then
+// runs the next statement on that connection outside any transaction, in
+// autocommit, so nothing more may be sent on it but ROLLBACK. (PostgreSQL
+// keeps an aborted transaction open and refuses further statements.)
+func TxRolledBack(err error) bool {
+	myErr, ok := errors.AsType[*mysql.MySQLError](err)
+	return ok && myErr.Number == mysqlDeadlock
+}
+
 // LockNotAvailable reports whether err is a lock wait that gave up: a
 // PostgreSQL lock_timeout/NOWAIT (55P03) or a MySQL lock wait timeout.
 func LockNotAvailable(err error) bool {
