@@ -304,12 +304,16 @@ func existing(req Request, e driver.Existing) (sqlonce.Result, error) {
 	return sqlonce.Result{Outcome: sqlonce.AlreadyDone, Response: e.Response}, nil
 }
 
-// PurgeTx deletes up to limit expired keys in tx and reports how many. It
-// skips rows other transactions have locked, so several purgers can run at
-// once (PostgreSQL). limit must be 1..100000.
+// PurgeTx deletes up to limit expired keys in tx and reports how many,
+// oldest first. Held leases are never expired: a lease keeps its key alive
+// at least until its deadline. On PostgreSQL it skips rows that other
+// transactions have locked, so that purgers and claims in progress do not
+// wait on each other; on MySQL/MariaDB concurrent purgers wait for one
+// another and each key is still deleted once. limit must be 1..100000
+// (sqlonce.ErrInvalidArgument otherwise, before any SQL runs).
 func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (int64, error) {
-	if limit < 1 || limit > 100000 {
-		return 0, fmt.Errorf("%w: purge limit %d is outside 1..100000", sqlonce.ErrInvalidArgument, limit)
+	if err := checkPurgeLimit(limit); err != nil {
+		return 0, err
 	}
 	n, err := s.engine.Purge(ctx, tx, limit, testclock.Now(ctx))
 	if err != nil {
@@ -318,20 +322,32 @@ func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (int64, err
 	return n, nil
 }
 
+func checkPurgeLimit(limit int) error {
+	if limit < 1 || limit > 100000 {
+		return fmt.Errorf("%w: purge limit %d is outside 1..100000", sqlonce.ErrInvalidArgument, limit)
+	}
+	return nil
+}
+
 // Purge deletes every expired key, batch keys at a time (DefaultPurgeBatch
 // for 0), each batch in a short transaction of its own on the driver's
-// database handle, and reports how many it removed. It stops at the first
-// batch smaller than batch, or when ctx is done. Safe to run from several
-// instances at once. It needs a driver built with a database handle
-// (sqlonce.ErrNoDB otherwise).
+// database handle, and reports how many it removed. Short batches keep
+// locks brief next to live traffic. It stops at the first batch smaller
+// than batch, or when ctx is done. Several instances may run it at once
+// (from a cron job on every node, say): each expired key is removed by
+// exactly one of them. A batch that deadlocks is retried. It needs a
+// driver built with a database handle (sqlonce.ErrNoDB otherwise).
 func (s *Store[TTx]) Purge(ctx context.Context, batch int) (int64, error) {
 	if batch == 0 {
 		batch = DefaultPurgeBatch
 	}
+	if err := checkPurgeLimit(batch); err != nil {
+		return 0, err
+	}
 	var total int64
 	for {
 		var n int64
-		err := s.engine.InTx(ctx, func(ctx context.Context, tx TTx) error {
+		err := s.inOwnTx(ctx, func(ctx context.Context, tx TTx) error {
 			var err error
 			n, err = s.PurgeTx(ctx, tx, batch)
 			return err

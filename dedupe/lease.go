@@ -3,47 +3,97 @@ package dedupe
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/dberr"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/testclock"
 )
 
-// Lease is a key claimed for work that cannot run inside a database
-// transaction: calling a payment provider, sending mail. While the lease
-// holds, a duplicate gets sqlonce.ErrInProgress. Complete records the
-// response (repeats then get AlreadyDone with it); Release lets the next
-// claimer run the work. If the holder crashes, the lease lapses at its
-// deadline and the next claimer takes the key over with a new Token.
+// Lease is a key claimed in lease mode, for work that cannot run inside the
+// transaction that records the key: calling a payment provider, sending
+// mail, writing to another system.
+//
+// # Which mode to use
+//
+// Use Do (in-transaction mode) whenever the work is writes to the database
+// that holds the keys. The key and the work commit or roll back together:
+// there is no moment when one exists without the other, and nothing to
+// clean up after a crash. That is exactly once. A duplicate waits for the
+// first transaction to end, or gets sqlonce.ErrInProgress at once with
+// WithNoWait.
+//
+// Use a lease when the work has effects outside the database, or runs too
+// long to keep a transaction open. No transaction spans the work, so the
+// guarantee is weaker: at most one holder at a time, and a recorded
+// response once the work is completed. Claim commits the key as leased
+// until a deadline; do the work; Complete records the response (repeats
+// then get AlreadyDone with it), or Release lets the next claimer run the
+// work. While the lease holds, duplicates get sqlonce.ErrInProgress. A
+// holder that crashes leaves the lease to lapse at its deadline, and the
+// next claimer runs the work again: make the outside call idempotent in
+// turn (give the provider the key or Token as its idempotency key), or
+// check what it did before repeating it. Choose a lease longer than the
+// work and Extend it for work that runs long.
+//
+// # Fencing
+//
+// Every claim of a key gets a larger Token than the claims before it, also
+// after the key expired and was purged (tokens start from the database
+// clock in microseconds). Complete, Release and Extend succeed only with
+// the current token: once the key was taken over, completed or released,
+// they return an error matching sqlonce.ErrLeaseLost and change nothing.
+// A lease that lapsed but that nobody took over still holds its token, so
+// a holder that overran its deadline can still Complete or Extend it,
+// until the key expires and is purged. Hand Token to downstream systems
+// that can refuse a write older than the largest token they have seen.
+//
+// Deadlines and expiry are counted from the database's now. On PostgreSQL
+// that is the start of the transaction: ClaimTx late in a long transaction
+// gets a lease that ends early.
+//
+// A Lease can be rebuilt from its exported fields, for example by a worker
+// that stored them; Complete then records the key with the Store's TTL
+// rather than the claiming Request's.
 type Lease struct {
 	// Scope and Key name the claimed key.
 	Scope, Key string
-	// Token is the fencing token of this claim. Every claim of the key gets
-	// a larger one, so a downstream system that remembers the largest token
-	// it has seen can refuse a late writer. Complete, Release and Extend
-	// with a token that is no longer current return sqlonce.ErrLeaseLost.
+	// Token is the fencing token of this claim.
 	Token int64
 
 	ttl time.Duration
 }
 
-// Claim claims req's key in lease mode, in a short transaction of its own
-// on the driver's database handle (sqlonce.ErrNoDB without one), holding it
-// for d from the database's now. It returns:
+// Claim claims req's key in lease mode for d, in a short transaction of
+// its own on the driver's database handle (sqlonce.ErrNoDB without one),
+// and commits it, so that other callers see the lease at once. It returns:
 //   - FirstRun and the Lease: do the work, then Complete or Release;
 //   - AlreadyDone with the recorded response and a nil Lease: the work was
-//     completed earlier;
-//   - sqlonce.ErrInProgress: another holder's lease has not lapsed;
-//   - sqlonce.ErrKeyReuse: the key was recorded with another fingerprint.
+//     completed earlier (by a lease, or by Do in a transaction);
+//   - sqlonce.ErrInProgress: another holder's lease has not lapsed, or
+//     (WithNoWait, WithLockWait) another transaction holds the key;
+//   - sqlonce.ErrKeyReuse: the key was recorded with another fingerprint;
+//   - sqlonce.ErrInvalidKey, sqlonce.ErrInvalidArgument: bad input (d must
+//     be at least a microsecond), no SQL run.
 //
-// A lease that lapsed, or was released, is taken over as FirstRun.
+// A key that expired, a lease that lapsed and a released lease are taken
+// over as FirstRun with a larger Token. The key lives for the Request's
+// TTL (the Store's by default) from the claim, and at least until the
+// lease's deadline.
+//
+// Claim retries its transaction itself after a deadlock or a serialization
+// failure.
 func (s *Store[TTx]) Claim(ctx context.Context, req Request, d time.Duration) (*Lease, sqlonce.Result, error) {
+	if _, err := s.checkClaim(req, d); err != nil {
+		return nil, sqlonce.Result{}, err
+	}
 	var (
 		l   *Lease
 		res sqlonce.Result
 	)
-	err := s.engine.InTx(ctx, func(ctx context.Context, tx TTx) error {
+	err := s.inOwnTx(ctx, func(ctx context.Context, tx TTx) error {
 		var err error
 		l, res, err = s.ClaimTx(ctx, tx, req, d)
 		return err
@@ -55,19 +105,17 @@ func (s *Store[TTx]) Claim(ctx context.Context, req Request, d time.Duration) (*
 }
 
 // ClaimTx is Claim in the caller's transaction. The lease is visible to
-// other callers only once tx commits: commit it before doing the work.
+// other callers only once tx commits: commit it before doing the work. It
+// needs no database handle on the driver.
 func (s *Store[TTx]) ClaimTx(ctx context.Context, tx TTx, req Request, d time.Duration) (*Lease, sqlonce.Result, error) {
-	ttl, err := s.check(req)
+	ttl, err := s.checkClaim(req, d)
 	if err != nil {
 		return nil, sqlonce.Result{}, err
-	}
-	if d <= 0 {
-		return nil, sqlonce.Result{}, fmt.Errorf("%w: lease duration %v is not positive", sqlonce.ErrInvalidArgument, d)
 	}
 	c, err := s.engine.Claim(ctx, tx, driver.ClaimParams{
 		Key:         driver.Key{Scope: req.Scope, Key: req.Key},
 		Fingerprint: req.Fingerprint,
-		TTL:         max(ttl, d),
+		TTL:         max(ttl, d), // keeps locked_until <= expires_at
 		Lease:       d,
 		LockWait:    s.lockWait,
 		Now:         testclock.Now(ctx),
@@ -80,6 +128,26 @@ func (s *Store[TTx]) ClaimTx(ctx context.Context, tx TTx, req Request, d time.Du
 		return nil, res, err
 	}
 	return &Lease{Scope: req.Scope, Key: req.Key, Token: c.Token, ttl: ttl}, sqlonce.Result{Outcome: sqlonce.FirstRun}, nil
+}
+
+func (s *Store[TTx]) checkClaim(req Request, d time.Duration) (time.Duration, error) {
+	ttl, err := s.check(req)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkDuration(d); err != nil {
+		return 0, err
+	}
+	return ttl, nil
+}
+
+// checkDuration refuses lease durations the database cannot represent:
+// it counts in microseconds, and a lease of 0 µs would lapse as it starts.
+func checkDuration(d time.Duration) error {
+	if d < time.Microsecond {
+		return fmt.Errorf("%w: lease duration %v is shorter than 1µs", sqlonce.ErrInvalidArgument, d)
+	}
+	return nil
 }
 
 func (s *Store[TTx]) leaseTTL(l *Lease) time.Duration {
@@ -96,41 +164,59 @@ func checkLease(l *Lease) error {
 	return nil
 }
 
-// Complete records response for the leased key, in a transaction of its
-// own, and ends the lease: from then on the key is done and repeats get
-// AlreadyDone with response until it expires (the Request's TTL, counted
-// from now). It returns an error matching sqlonce.ErrLeaseLost when the
-// lease's token is no longer current (another claimer took the key over
-// after the lease lapsed, or it was completed or released already); nothing
-// is changed then.
-//
-// A lease that lapsed but that nobody took over can still be completed: its
-// token is still the current one.
-func (s *Store[TTx]) Complete(ctx context.Context, l *Lease, response []byte) error {
-	return s.engine.InTx(ctx, func(ctx context.Context, tx TTx) error {
-		return s.CompleteTx(ctx, tx, l, response)
-	})
-}
-
-// CompleteTx is Complete in the caller's transaction, so that the
-// completion commits together with a write that records the work's result.
-func (s *Store[TTx]) CompleteTx(ctx context.Context, tx TTx, l *Lease, response []byte) error {
+func (s *Store[TTx]) checkComplete(l *Lease, response []byte) error {
 	if err := checkLease(l); err != nil {
 		return err
 	}
 	if len(response) > s.maxResponse {
 		return fmt.Errorf("%w: %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(response), l.Key, s.maxResponse)
 	}
+	return nil
+}
+
+// Complete records response for the leased key and ends the lease, in a
+// transaction of its own (sqlonce.ErrNoDB without a database handle). From
+// then on repeats get AlreadyDone with response (a nil response is
+// recorded as empty) until the key expires, the Request's TTL from now.
+//
+// It returns an error matching sqlonce.ErrLeaseLost, and changes nothing,
+// when the lease's token is no longer current: another claimer took the
+// key over, or the lease was completed or released already, or the key
+// expired and was purged. A lease that lapsed but that nobody took over
+// can still be completed. A response over the Store's limit returns
+// sqlonce.ErrResponseTooLarge before any SQL runs.
+func (s *Store[TTx]) Complete(ctx context.Context, l *Lease, response []byte) error {
+	if err := s.checkComplete(l, response); err != nil {
+		return err
+	}
+	return s.inOwnTx(ctx, func(ctx context.Context, tx TTx) error {
+		return s.CompleteTx(ctx, tx, l, response)
+	})
+}
+
+// CompleteTx is Complete in the caller's transaction, so that the
+// completion commits together with a write that records the work's result,
+// or rolls back with it, leaving the lease held.
+func (s *Store[TTx]) CompleteTx(ctx context.Context, tx TTx, l *Lease, response []byte) error {
+	if err := s.checkComplete(l, response); err != nil {
+		return err
+	}
 	ok, err := s.engine.Complete(ctx, tx, driver.Key{Scope: l.Scope, Key: l.Key}, l.Token, response, s.leaseTTL(l), testclock.Now(ctx))
 	return leaseResult("complete", l, ok, err)
 }
 
-// Release gives the lease up, in a transaction of its own, so that the next
-// claimer runs the work (call it when the work failed in a way a retry can
-// fix). It returns an error matching sqlonce.ErrLeaseLost when the token is
-// no longer current.
+// Release gives the lease up, in a transaction of its own, so that the
+// next claimer runs the work at once rather than at the deadline: call it
+// when the work failed in a way a retry can fix, and did nothing a retry
+// must not repeat. The token is spent: the releaser can neither complete
+// nor extend it afterwards. It returns an error matching
+// sqlonce.ErrLeaseLost, and changes nothing, when the token is no longer
+// current.
 func (s *Store[TTx]) Release(ctx context.Context, l *Lease) error {
-	return s.engine.InTx(ctx, func(ctx context.Context, tx TTx) error {
+	if err := checkLease(l); err != nil {
+		return err
+	}
+	return s.inOwnTx(ctx, func(ctx context.Context, tx TTx) error {
 		return s.ReleaseTx(ctx, tx, l)
 	})
 }
@@ -144,12 +230,21 @@ func (s *Store[TTx]) ReleaseTx(ctx context.Context, tx TTx, l *Lease) error {
 	return leaseResult("release", l, ok, err)
 }
 
-// Extend moves a held lease's deadline to d from the database's now, for
-// work that runs longer than planned. It returns an error matching
-// sqlonce.ErrLeaseLost when the lease has lapsed or the token is no longer
-// current: stop the work then, someone else may be doing it.
+// Extend moves the lease's deadline to d from the database's now (earlier
+// or later), in a transaction of its own, for work that runs longer than
+// planned; the key's expiry moves along when it would come first. A lease
+// that lapsed but that nobody took over is held again. It returns an error
+// matching sqlonce.ErrLeaseLost, and changes nothing, when the token is no
+// longer current: stop the work then, someone else may be doing it. d must
+// be at least a microsecond.
 func (s *Store[TTx]) Extend(ctx context.Context, l *Lease, d time.Duration) error {
-	return s.engine.InTx(ctx, func(ctx context.Context, tx TTx) error {
+	if err := checkLease(l); err != nil {
+		return err
+	}
+	if err := checkDuration(d); err != nil {
+		return err
+	}
+	return s.inOwnTx(ctx, func(ctx context.Context, tx TTx) error {
 		return s.ExtendTx(ctx, tx, l, d)
 	})
 }
@@ -159,8 +254,8 @@ func (s *Store[TTx]) ExtendTx(ctx context.Context, tx TTx, l *Lease, d time.Dura
 	if err := checkLease(l); err != nil {
 		return err
 	}
-	if d <= 0 {
-		return fmt.Errorf("%w: lease duration %v is not positive", sqlonce.ErrInvalidArgument, d)
+	if err := checkDuration(d); err != nil {
+		return err
 	}
 	ok, err := s.engine.Extend(ctx, tx, driver.Key{Scope: l.Scope, Key: l.Key}, l.Token, d, testclock.Now(ctx))
 	return leaseResult("extend", l, ok, err)
@@ -174,4 +269,31 @@ func leaseResult(op string, l *Lease, ok bool, err error) error {
 		return fmt.Errorf("%w: %s: key %q in scope %q, token %d", sqlonce.ErrLeaseLost, op, l.Key, l.Scope, l.Token)
 	}
 	return nil
+}
+
+// ownTxAttempts bounds the runs of a transaction sqlonce starts itself.
+const ownTxAttempts = 10
+
+// inOwnTx runs fn in a transaction of its own on the driver's handle. The
+// transaction is sqlonce's, so after a deadlock or a serialization failure
+// (several claimers taking over one lapsed lease deadlock on MySQL) it is
+// run again here rather than handed back to a caller who could only call
+// again. A lock wait that timed out is not run again: it has waited
+// already.
+func (s *Store[TTx]) inOwnTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := s.engine.InTx(ctx, fn)
+		if err == nil || attempt == ownTxAttempts || !sqlonce.IsRetryable(err) || dberr.LockNotAvailable(err) {
+			return err
+		}
+		// Jitter, so that the transactions that collided do not meet again.
+		pause := time.Millisecond + rand.N(time.Duration(attempt)*2*time.Millisecond)
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }

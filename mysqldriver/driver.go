@@ -222,11 +222,17 @@ func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int
 }
 
 func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, lease time.Duration, now time.Time) (bool, error) {
+	scope, key := []byte(k.Scope), []byte(k.Key)
 	n, err := e.q.KeyExtend(ctx, tx, mysqldb.KeyExtendParams{
 		Now: myNow(now), LeaseUs: lease.Microseconds(),
-		Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token,
+		Scope: scope, IdempotencyKey: key, Token: token,
 	})
-	return n == 1, err
+	if err != nil || n == 1 {
+		return n == 1, err
+	}
+	// No row changed: lost, or held with the deadline already where asked.
+	held, err := e.q.KeyLeaseHeld(ctx, tx, mysqldb.KeyLeaseHeldParams{Scope: scope, IdempotencyKey: key, Token: token})
+	return held == 1, err
 }
 
 func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
@@ -237,6 +243,10 @@ func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	if e.db == nil {
 		return sqlonce.ErrNoDB
 	}
+	// The server's default isolation level, not READ COMMITTED although
+	// sqlonce's own statements need no snapshot: with binlog_format=STATEMENT
+	// the server refuses writes at READ COMMITTED (error 1665). The deadlocks
+	// REPEATABLE READ's gap locks bring are retried by the caller (dedupe).
 	tx, err := e.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

@@ -70,16 +70,30 @@ SET state        = 1,
 WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2;
 
 -- name: KeyRelease :execrows
+-- The token moves on, so that the releaser can neither release again nor
+-- complete, and the row always counts as changed.
 UPDATE sqlonce_keys
-SET locked_until = LEAST(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), expires_at)
+SET token        = token + 1,
+    locked_until = LEAST(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), expires_at)
 WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2;
 
 -- name: KeyExtend :execrows
+-- Moves the deadline of a lease whose token is current, lapsed or not.
+-- expires_at follows, so that locked_until <= expires_at holds and purge
+-- never deletes a held lease.
 UPDATE sqlonce_keys
 SET locked_until = DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(lease_us) MICROSECOND),
     expires_at   = GREATEST(expires_at, DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(lease_us) MICROSECOND))
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2;
+
+-- name: KeyLeaseHeld :one
+-- Tells a KeyExtend that changed nothing (the new deadline equals the old
+-- one; MySQL counts changed rows, not matched ones) from one that found the
+-- lease lost. A locking read: it must see the latest version of the row.
+SELECT CAST(COUNT(*) AS SIGNED) AS held
+FROM sqlonce_keys
 WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2
-  AND locked_until > COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND);
+LOCK IN SHARE MODE;
 
 -- name: KeyPurge :execrows
 -- Deletes up to the given number of expired keys in expiry order. A live

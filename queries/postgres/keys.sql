@@ -17,11 +17,11 @@ WITH ins AS (
         sqlc.arg('idempotency_key'),
         sqlc.arg('fingerprint'),
         sqlc.arg('state'),
-        -- The token of a new key is the real time (clock_timestamp), not now(),
-    -- which is when the transaction began: a transaction older than the
-    -- last claim of a key since purged would give the new claim a smaller
-    -- token than the purged one.
-    (extract(epoch FROM coalesce(sqlc.narg('now')::timestamptz, clock_timestamp())) * 1000000)::bigint,
+        -- A new key's token is the real time (clock_timestamp), not now(),
+        -- which is when the transaction began: a transaction older than the
+        -- last claim of a key since purged would otherwise give the new
+        -- claim a smaller token than the purged one.
+        (extract(epoch FROM coalesce(sqlc.narg('now')::timestamptz, clock_timestamp())) * 1000000)::bigint,
         coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.narg('lease_us')::bigint * interval '1 microsecond',
         coalesce(sqlc.narg('now')::timestamptz, now()),
         coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('ttl_us')::bigint * interval '1 microsecond'

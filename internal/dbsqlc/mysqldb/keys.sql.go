@@ -66,7 +66,6 @@ UPDATE sqlonce_keys
 SET locked_until = DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND),
     expires_at   = GREATEST(expires_at, DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND))
 WHERE scope = ? AND idempotency_key = ? AND token = ? AND state = 2
-  AND locked_until > COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
 `
 
 type KeyExtendParams struct {
@@ -77,6 +76,9 @@ type KeyExtendParams struct {
 	Token          int64
 }
 
+// Moves the deadline of a lease whose token is current, lapsed or not.
+// expires_at follows, so that locked_until <= expires_at holds and purge
+// never deletes a held lease.
 func (q *Queries) KeyExtend(ctx context.Context, db DBTX, arg KeyExtendParams) (int64, error) {
 	result, err := db.ExecContext(ctx, keyExtend,
 		arg.Now,
@@ -86,7 +88,6 @@ func (q *Queries) KeyExtend(ctx context.Context, db DBTX, arg KeyExtendParams) (
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
-		arg.Now,
 	)
 	if err != nil {
 		return 0, err
@@ -214,6 +215,29 @@ func (q *Queries) KeyInsert(ctx context.Context, db DBTX, arg KeyInsertParams) e
 	return err
 }
 
+const keyLeaseHeld = `-- name: KeyLeaseHeld :one
+SELECT CAST(COUNT(*) AS SIGNED) AS held
+FROM sqlonce_keys
+WHERE scope = ? AND idempotency_key = ? AND token = ? AND state = 2
+LOCK IN SHARE MODE
+`
+
+type KeyLeaseHeldParams struct {
+	Scope          []byte
+	IdempotencyKey []byte
+	Token          int64
+}
+
+// Tells a KeyExtend that changed nothing (the new deadline equals the old
+// one; MySQL counts changed rows, not matched ones) from one that found the
+// lease lost. A locking read: it must see the latest version of the row.
+func (q *Queries) KeyLeaseHeld(ctx context.Context, db DBTX, arg KeyLeaseHeldParams) (int64, error) {
+	row := db.QueryRowContext(ctx, keyLeaseHeld, arg.Scope, arg.IdempotencyKey, arg.Token)
+	var held int64
+	err := row.Scan(&held)
+	return held, err
+}
+
 const keyPurge = `-- name: KeyPurge :execrows
 DELETE FROM sqlonce_keys
 WHERE expires_at <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
@@ -238,7 +262,8 @@ func (q *Queries) KeyPurge(ctx context.Context, db DBTX, arg KeyPurgeParams) (in
 
 const keyRelease = `-- name: KeyRelease :execrows
 UPDATE sqlonce_keys
-SET locked_until = LEAST(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), expires_at)
+SET token        = token + 1,
+    locked_until = LEAST(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), expires_at)
 WHERE scope = ? AND idempotency_key = ? AND token = ? AND state = 2
 `
 
@@ -249,6 +274,8 @@ type KeyReleaseParams struct {
 	Token          int64
 }
 
+// The token moves on, so that the releaser can neither release again nor
+// complete, and the row always counts as changed.
 func (q *Queries) KeyRelease(ctx context.Context, db DBTX, arg KeyReleaseParams) (int64, error) {
 	result, err := db.ExecContext(ctx, keyRelease,
 		arg.Now,

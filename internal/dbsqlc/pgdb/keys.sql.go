@@ -21,11 +21,11 @@ WITH ins AS (
         $2,
         $3,
         $4,
-        -- The token of a new key is the real time (clock_timestamp), not now(),
-    -- which is when the transaction began: a transaction older than the
-    -- last claim of a key since purged would give the new claim a smaller
-    -- token than the purged one.
-    (extract(epoch FROM coalesce($5::timestamptz, clock_timestamp())) * 1000000)::bigint,
+        -- A new key's token is the real time (clock_timestamp), not now(),
+        -- which is when the transaction began: a transaction older than the
+        -- last claim of a key since purged would otherwise give the new
+        -- claim a smaller token than the purged one.
+        (extract(epoch FROM coalesce($5::timestamptz, clock_timestamp())) * 1000000)::bigint,
         coalesce($5::timestamptz, now()) + $6::bigint * interval '1 microsecond',
         coalesce($5::timestamptz, now()),
         coalesce($5::timestamptz, now()) + $7::bigint * interval '1 microsecond'
