@@ -1,0 +1,451 @@
+package checker
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/statemachine"
+	"github.com/sqlonce/sqlonce/tests/internal/harness"
+	"github.com/sqlonce/sqlonce/unique"
+)
+
+// The workloads, by the strategy they drive.
+const (
+	Do           = "dedupe.Do"
+	DoResponse   = "dedupe.DoResponse"
+	DoPair       = "dedupe.Do pair"   // two keys in one transaction, in either order: deadlocks
+	DoNested     = "dedupe.Do nested" // the same, the second claimed inside the first's work
+	Unique       = "unique.Insert"
+	Optimistic   = "optimistic.Update"
+	StateMachine = "statemachine"
+	Lease        = "dedupe lease"
+)
+
+// AllOps lists every workload.
+var AllOps = []string{Do, DoResponse, DoPair, DoNested, Unique, Optimistic, StateMachine, Lease}
+
+// DurationEnv overrides the run length of every checker run (a Go
+// duration: "5m").
+const DurationEnv = "SQLONCE_CHECKER_DURATION"
+
+// Duration returns the run length: flag if positive, else DurationEnv if
+// set, else def.
+func Duration(tb testing.TB, flag, def time.Duration) time.Duration {
+	tb.Helper()
+	if flag > 0 {
+		return flag
+	}
+	if s := os.Getenv(DurationEnv); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			tb.Fatalf("%s=%q: not a positive duration", DurationEnv, s)
+		}
+		return d
+	}
+	return def
+}
+
+// DedupeCall describes one call of a Deduper.
+type DedupeCall struct {
+	Scope, Key string
+	// Ref is the ledger ref fn writes: the business effect of the key.
+	Ref string
+	// Respond is true for DoResponse: the response must be recorded and
+	// replayed.
+	Respond bool
+}
+
+// Deduper runs fn at most once per key in tx and says whether it did. The
+// default is the dedupe Store; tests swap in broken ones to show that the
+// checker notices.
+type Deduper[TTx any] func(ctx context.Context, db harness.DB[TTx], tx TTx, c DedupeCall, fn func(ctx context.Context) ([]byte, error)) (sqlonce.Result, error)
+
+// Config shapes a run. Zero fields take the defaults.
+type Config[TTx any] struct {
+	// Workers is the number of concurrent workers (64).
+	Workers int
+	// Keys is how many keys of each workload are live at once (16): small,
+	// so that concurrent duplicates collide all the time.
+	Keys int
+	// Hits is how many operations, on average, a key gets before the
+	// window of live keys moves past it (8).
+	Hits int
+	// Duration is how long workers start new operations (10s).
+	Duration time.Duration
+	// FaultRate is the share of attempts that get a fault (0.3); negative
+	// disables faults.
+	FaultRate float64
+	// Ops lists the workloads to run (AllOps).
+	Ops []string
+	// Isolations are picked at random per transaction (READ COMMITTED,
+	// REPEATABLE READ, SERIALIZABLE).
+	Isolations []harness.Isolation
+	// Dedupe replaces the dedupe Store for the Do, DoResponse, pair and
+	// nested workloads.
+	Dedupe Deduper[TTx]
+	// Lease is the lease length in the pinned database clock (10s). The
+	// pinned clock runs ClockSpeed times faster than real time, so leases
+	// lapse within a fraction of a second of real time without sleeping.
+	Lease time.Duration
+	// ClockSpeed is how much faster than real time the pinned clock of the
+	// lease workload runs (50).
+	ClockSpeed int
+	// During, if set, runs alongside the workload (the restart test stops
+	// and starts the server from it). Run waits for it before checking.
+	During func(ctx context.Context, logf func(format string, args ...any))
+	// Seed seeds the workers' random choices (random when 0; logged).
+	Seed uint64
+	// ConnectRetry is how long a worker keeps retrying to begin a
+	// transaction before giving up an operation (2s).
+	ConnectRetry time.Duration
+}
+
+func (c *Config[TTx]) defaults() {
+	if c.Workers <= 0 {
+		c.Workers = 64
+	}
+	if c.Keys <= 0 {
+		c.Keys = 16
+	}
+	if c.Hits <= 0 {
+		c.Hits = 8
+	}
+	if c.Duration <= 0 {
+		c.Duration = 10 * time.Second
+	}
+	if c.FaultRate == 0 {
+		c.FaultRate = 0.3
+	}
+	if len(c.Ops) == 0 {
+		c.Ops = AllOps
+	}
+	if len(c.Isolations) == 0 {
+		c.Isolations = harness.Isolations
+	}
+	if c.Lease <= 0 {
+		c.Lease = 10 * time.Second
+	}
+	if c.ClockSpeed <= 0 {
+		c.ClockSpeed = 50
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
+	if c.ConnectRetry <= 0 {
+		c.ConnectRetry = 2 * time.Second
+	}
+}
+
+// attemptTimeout bounds one attempt: a worker that waits longer than this
+// on a lock is stuck, which the run reports as an error.
+const attemptTimeout = 30 * time.Second
+
+// keyTTL is the dedupe TTL of every key: far beyond any run, including the
+// pinned clock of the lease workload, so that no key expires and every
+// repeat must be AlreadyDone.
+const keyTTL = 10000 * time.Hour
+
+type run[TTx any] struct {
+	t     testing.TB
+	ctx   context.Context
+	db    harness.DB[TTx]
+	cfg   Config[TTx]
+	store *dedupe.Store[TTx]
+	ins   *unique.Inserter[TTx]
+	sm    *statemachine.Machine[string]
+
+	lclock atomic.Int64 // logical clock: orders reports against commits
+	ids    atomic.Int64 // attempt ids
+	vclock *virtualClock
+	stop   atomic.Bool
+
+	windows  map[string]*atomic.Int64
+	optIDs   []int64
+	smOrders sync.Map // key -> order id
+	smMu     sync.Mutex
+
+	mu       sync.Mutex
+	attempts []*Attempt
+	notes    map[string]int // events outside attempts (external calls, ...)
+	leases   sync.Map       // lease keys used
+}
+
+func (r *run[TTx]) tick() int64 { return r.lclock.Add(1) }
+
+func (r *run[TTx]) note(what string, n int) {
+	r.mu.Lock()
+	r.notes[what] += n
+	r.mu.Unlock()
+}
+
+func (r *run[TTx]) record(a *Attempt) {
+	r.mu.Lock()
+	r.attempts = append(r.attempts, a)
+	r.mu.Unlock()
+}
+
+func (r *run[TTx]) logf(format string, args ...any) {
+	r.t.Helper()
+	r.t.Logf("%s: "+format, append([]any{r.db.Dialect()}, args...)...)
+}
+
+// Run drives the workload on db for cfg.Duration, then checks the
+// invariants from the database and returns the report. It fails t only
+// for setup errors; the caller decides what violations mean.
+func Run[TTx any](t testing.TB, db harness.DB[TTx], cfg Config[TTx]) *Report {
+	t.Helper()
+	cfg.defaults()
+	store, err := dedupe.New(db.Driver(), dedupe.WithTTL(keyTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &run[TTx]{
+		t: t, ctx: context.Background(), db: db, cfg: cfg, store: store,
+		ins:     unique.New(db.Driver()),
+		sm:      statemachine.Must(statemachine.New(statemachine.Edge("created", "paid"))),
+		windows: map[string]*atomic.Int64{},
+		notes:   map[string]int{},
+	}
+	if r.cfg.Dedupe == nil {
+		r.cfg.Dedupe = r.storeDedupe
+	}
+	for _, op := range cfg.Ops {
+		r.windows[op] = new(atomic.Int64)
+	}
+	if db.Dialect() == "mysql" {
+		// Killed connections are the point here; the driver's log of each
+		// one is noise.
+		_ = mysql.SetLogger(log.New(io.Discard, "", 0))
+	}
+	if err := r.setup(); err != nil {
+		t.Fatalf("checker setup: %v", err)
+	}
+	r.logf("seed %d, %d workers, %d live keys per workload, %v, fault rate %.2f",
+		cfg.Seed, cfg.Workers, cfg.Keys, cfg.Duration, max(cfg.FaultRate, 0))
+
+	start := time.Now()
+	r.vclock = newVirtualClock(cfg.ClockSpeed)
+	var wg sync.WaitGroup
+	for i := range cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			w := &worker[TTx]{r: r, id: i, rng: newRand(cfg.Seed, uint64(i))}
+			w.loop()
+		}()
+	}
+	duringDone := make(chan struct{})
+	go func() {
+		defer close(duringDone)
+		if cfg.During != nil {
+			cfg.During(r.ctx, func(format string, args ...any) { r.logf(format, args...) })
+		}
+	}()
+	time.Sleep(cfg.Duration)
+	r.stop.Store(true)
+	wg.Wait()
+	<-duringDone
+	elapsed := time.Since(start)
+
+	rep := &Report{Dialect: db.Dialect(), Elapsed: elapsed, Config: fmt.Sprintf("%d workers, %d keys, %d hits", cfg.Workers, cfg.Keys, cfg.Hits)}
+	vEnd := r.vclock.Now()
+	if r.enabled(Lease) {
+		r.recoverLeases(rep, vEnd)
+	}
+	r.vclock.Stop()
+	snap, err := snapshot(r.ctx, db)
+	if err != nil {
+		t.Fatalf("read the database back: %v", err)
+	}
+	rep.Attempts = r.attempts
+	rep.notes = r.notes
+	r.verify(rep, snap, vEnd)
+	rep.summarize()
+	return rep
+}
+
+func (r *run[TTx]) enabled(op string) bool {
+	_, ok := r.windows[op]
+	return ok
+}
+
+// setup creates the orders the optimistic workload updates.
+func (r *run[TTx]) setup() error {
+	if !r.enabled(Optimistic) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, time.Minute)
+	defer cancel()
+	for i := range r.cfg.Keys {
+		code := fmt.Sprintf("opt:%d", i)
+		var id int64
+		err := retryConn(ctx, func() error {
+			var err error
+			id, err = r.db.Pool().OrderInsert(ctx, code, code, 0)
+			if err != nil {
+				if o, gerr := r.db.Pool().OrderGetByCode(ctx, code); gerr == nil {
+					id, err = o.ID, nil
+				}
+			}
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("create order %s: %w", code, err)
+		}
+		r.optIDs = append(r.optIDs, id)
+	}
+	return nil
+}
+
+// smOrder returns the id of the order the statemachine workload moves for
+// key, creating it on first use.
+func (r *run[TTx]) smOrder(ctx context.Context, key string) (int64, error) {
+	if id, ok := r.smOrders.Load(key); ok {
+		return id.(int64), nil
+	}
+	r.smMu.Lock()
+	defer r.smMu.Unlock()
+	if id, ok := r.smOrders.Load(key); ok {
+		return id.(int64), nil
+	}
+	code := "sm:" + key
+	id, err := r.db.Pool().OrderInsert(ctx, code, code, 0)
+	if err != nil {
+		// A lost reply to an earlier insert may have created it.
+		o, gerr := r.db.Pool().OrderGetByCode(ctx, code)
+		if gerr != nil {
+			return 0, err
+		}
+		id = o.ID
+	}
+	r.smOrders.Store(key, id)
+	return id, nil
+}
+
+// retryConn retries fn for a while: setup runs while a restart test may
+// have the server down.
+func retryConn(ctx context.Context, fn func() error) error {
+	for {
+		err := fn()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// storeDedupe is the real thing.
+func (r *run[TTx]) storeDedupe(ctx context.Context, _ harness.DB[TTx], tx TTx, c DedupeCall, fn func(ctx context.Context) ([]byte, error)) (sqlonce.Result, error) {
+	req := dedupe.Request{Scope: c.Scope, Key: c.Key}
+	if c.Respond {
+		return r.store.DoResponse(ctx, tx, req, fn)
+	}
+	return r.store.Do(ctx, tx, req, func(ctx context.Context) error {
+		_, err := fn(ctx)
+		return err
+	})
+}
+
+// SelectThenInsert is the anti-pattern the design notes warn about, shaped
+// as a Deduper: look for the effect, and do the work if it is not there.
+// No marker, no constraint: two concurrent calls both see "absent".
+func SelectThenInsert[TTx any]() Deduper[TTx] {
+	return func(ctx context.Context, db harness.DB[TTx], tx TTx, c DedupeCall, fn func(ctx context.Context) ([]byte, error)) (sqlonce.Result, error) {
+		exists, err := db.Tx(tx).LedgerExistsByRef(ctx, c.Ref)
+		if err != nil {
+			return sqlonce.Result{}, err
+		}
+		if exists {
+			return sqlonce.Result{Outcome: sqlonce.AlreadyDone}, nil
+		}
+		resp, err := fn(ctx)
+		if err != nil {
+			return sqlonce.Result{}, err
+		}
+		return sqlonce.Result{Outcome: sqlonce.FirstRun, Response: resp}, nil
+	}
+}
+
+// MarkerFirst is the "delete the token before the work" answer of the
+// design notes, shaped as a Deduper: the marker commits in a transaction of
+// its own, then the work runs in the caller's. A failure between the two
+// loses the request: every retry is told AlreadyDone.
+func MarkerFirst[TTx any]() Deduper[TTx] {
+	return func(ctx context.Context, db harness.DB[TTx], tx TTx, c DedupeCall, fn func(ctx context.Context) ([]byte, error)) (sqlonce.Result, error) {
+		store, err := dedupe.New(db.Driver(), dedupe.WithTTL(keyTTL))
+		if err != nil {
+			return sqlonce.Result{}, err
+		}
+		var res sqlonce.Result
+		err = harness.WithTx(ctx, db, harness.ReadCommitted, func(own TTx) error {
+			var err error
+			res, err = store.Do(ctx, own, dedupe.Request{Scope: c.Scope, Key: c.Key}, func(context.Context) error { return nil })
+			return err
+		})
+		if err != nil || res.AlreadyDone() {
+			return res, err
+		}
+		resp, err := fn(ctx)
+		if err != nil {
+			return sqlonce.Result{}, err
+		}
+		return sqlonce.Result{Outcome: sqlonce.FirstRun, Response: resp}, nil
+	}
+}
+
+// virtualClock is the database "now" the lease workload pins with
+// testclock: it starts at the real time and runs speed times faster, so
+// that abandoned leases lapse quickly and are taken over without anyone
+// sleeping out a real lease.
+type virtualClock struct {
+	mono   time.Time // monotonic reading of the start
+	start  time.Time // wall time of the start, UTC
+	speed  int
+	mu     sync.Mutex
+	frozen time.Time
+}
+
+func newVirtualClock(speed int) *virtualClock {
+	now := time.Now()
+	return &virtualClock{mono: now, start: now.UTC().Truncate(time.Microsecond), speed: speed}
+}
+
+// Now returns the pinned time, truncated to the microsecond both databases
+// store.
+func (c *virtualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.frozen.IsZero() {
+		return c.frozen
+	}
+	return c.start.Add(time.Since(c.mono) * time.Duration(c.speed)).Truncate(time.Microsecond)
+}
+
+// Stop freezes the clock where it is.
+func (c *virtualClock) Stop() {
+	now := c.Now()
+	c.mu.Lock()
+	c.frozen = now
+	c.mu.Unlock()
+}
+
+// Advance freezes the clock at t (later than now).
+func (c *virtualClock) Advance(t time.Time) {
+	c.mu.Lock()
+	c.frozen = t.Truncate(time.Microsecond)
+	c.mu.Unlock()
+}
+
+func newRand(seed, stream uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, stream)) }

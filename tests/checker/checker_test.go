@@ -1,0 +1,43 @@
+package checker_test
+
+import (
+	"flag"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sqlonce/sqlonce/tests/checker"
+	"github.com/sqlonce/sqlonce/tests/internal/harness"
+)
+
+var durationFlag = flag.Duration("checker.duration", 0, "run length of each checker workload (default 10s; or set "+checker.DurationEnv+")")
+
+// poolSize leaves room for the kills and lease transactions that run next
+// to the workers' own, without starving PostgreSQL's 100 connections
+// shared with the other test packages.
+const poolSize = 70
+
+func TestPostgres(t *testing.T) {
+	db := harness.Postgres(t, poolSize)
+	exactlyOnce(t, db)
+}
+
+func TestMySQL(t *testing.T) {
+	db := harness.MySQL(t, poolSize)
+	exactlyOnce(t, db)
+}
+
+func exactlyOnce[TTx any](t *testing.T, db harness.DB[TTx]) {
+	ops := checker.AllOps
+	if db.Dialect() == "mysql" && os.Getenv(KnownBugsEnv) != "1" {
+		// TestUnclaimAfterDeadlockMySQL shows the bug alone.
+		ops = slices.DeleteFunc(slices.Clone(ops), func(op string) bool { return op == checker.DoNested })
+		t.Logf("workload %q left out on mysql, known bug (set %s=1 to run it): %s", checker.DoNested, KnownBugsEnv, bugUnclaimAfterDeadlock)
+	}
+	rep := checker.Run(t, db, checker.Config[TTx]{Ops: ops, Duration: checker.Duration(t, *durationFlag, 10*time.Second)})
+	rep.Log(t.Logf, 50)
+	if len(rep.Violations) > 0 {
+		t.Errorf("%d violations of exactly-once", len(rep.Violations))
+	}
+}

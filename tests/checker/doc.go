@@ -1,0 +1,39 @@
+// Package checker is the exactly-once checker: a workload generator that
+// drives every sqlonce strategy from many goroutines over a small key space,
+// injects faults (errors and panics in the work, cancelled contexts,
+// connections killed from another session, deadlocks and serialization
+// failures, lease holders that die), records what every attempt was told,
+// and then proves from the database alone that no effect was lost or
+// doubled.
+//
+// # What an attempt records
+//
+// Each attempt is one transaction (or one lease call). It records, per key
+// it touched, the outcome the strategy reported and when (a logical clock
+// shared by all workers), the response it was given, and how its commit
+// ended: committed, rolled back, or unknown (the connection died while
+// COMMIT was in flight). An unknown commit is "maybe committed": the
+// database decides.
+//
+// # What is checked afterwards
+//
+// Every business effect carries the id of the attempt that wrote it (the
+// ledger amount, the order's customer), so the checker can name the writer
+// of each effect it finds. For every key:
+//   - at most one effect, and it was written by an attempt that reported
+//     FirstRun and committed (or may have);
+//   - every FirstRun that committed left its effect: nothing lost;
+//   - the dedupe marker exists exactly when the effect does (they commit in
+//     one transaction);
+//   - an AlreadyDone was reported only after the writer began to commit;
+//   - every replayed response equals the one recorded with the key, and
+//     that one is the writer's;
+//   - optimistic: each version step was taken by exactly one FirstRun;
+//   - leases: one completion per key, by the newest claim's token, and no
+//     key still held once every lease has lapsed.
+//
+// Run drives the workload and returns a Report; the tests in this package
+// run it on PostgreSQL and MariaDB, and show that it catches a broken
+// select-then-insert "dedupe". The restart subpackage runs it while the
+// database server is killed and started again.
+package checker

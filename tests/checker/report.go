@@ -1,0 +1,202 @@
+package checker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sqlonce/sqlonce"
+)
+
+// Violation is one broken invariant.
+type Violation struct {
+	Kind   string // VDuplicate, VLost, ...
+	Key    string
+	Detail string
+}
+
+func (v Violation) String() string { return fmt.Sprintf("%s %s: %s", v.Kind, v.Key, v.Detail) }
+
+// Report is the outcome of a run.
+type Report struct {
+	Dialect    string
+	Config     string
+	Elapsed    time.Duration
+	Attempts   []*Attempt
+	Violations []Violation
+
+	mu               sync.Mutex
+	notes            map[string]int
+	unknownNamed     int
+	unknownCommitted int
+	leaseClaims      int
+	leaseTakeovers   int
+	lines            []string
+}
+
+func (r *Report) violate(kind, key, format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.Violations = append(r.Violations, Violation{Kind: kind, Key: key, Detail: fmt.Sprintf(format, args...)})
+}
+
+// Count returns the number of violations of kind.
+func (r *Report) Count(kind string) int { return len(r.Of(kind)) }
+
+// Of returns the violations of kind.
+func (r *Report) Of(kind string) []Violation {
+	var vs []Violation
+	for _, v := range r.Violations {
+		if v.Kind == kind {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
+// Summary is the report as text: operations by workload and outcome,
+// faults by kind, errors and retries, unknown commits, violations.
+func (r *Report) Summary() string { return strings.Join(r.lines, "\n") }
+
+// Log writes the summary and up to max violations to t.
+func (r *Report) Log(logf func(format string, args ...any), max int) {
+	logf("%s", r.Summary())
+	for i, v := range r.Violations {
+		if i == max {
+			logf("... and %d more violations", len(r.Violations)-max)
+			break
+		}
+		logf("VIOLATION %s", v)
+	}
+}
+
+type outcomeCounts struct {
+	first    [4]int // by CommitState
+	done     int
+	errs     int
+	attempts int
+}
+
+func (r *Report) summarize() {
+	ops := map[string]*outcomeCounts{}
+	faults := map[Fault]int{}
+	errs := map[string]int{}
+	retries := 0
+	commits := map[CommitState]int{}
+	for _, a := range r.Attempts {
+		name := a.Op
+		c := ops[name]
+		if c == nil {
+			c = &outcomeCounts{}
+			ops[name] = c
+		}
+		c.attempts++
+		if a.Try > 0 {
+			retries++
+		}
+		if a.Fault != NoFault && (a.Op != Lease+" claim" || a.Fault == FaultAbandon || a.Fault == FaultRelease) {
+			faults[a.Fault]++
+		}
+		if a.Err != nil {
+			c.errs++
+			errs[errClass(a.Err)]++
+		}
+		if a.InTx && a.CommitStart > 0 {
+			commits[a.Commit]++
+		}
+		for _, st := range a.Steps {
+			switch st.Outcome {
+			case sqlonce.FirstRun:
+				c.first[a.Commit]++
+			case sqlonce.AlreadyDone:
+				c.done++
+			}
+		}
+	}
+	add := func(format string, args ...any) { r.lines = append(r.lines, fmt.Sprintf(format, args...)) }
+	add("checker %s: %s, ran %v: %d attempts (%d retries), %d begin failures",
+		r.Dialect, r.Config, r.Elapsed.Round(time.Millisecond), len(r.Attempts), retries, r.notes["begin failed"])
+	add("  %-28s %8s %13s %11s %9s %8s %8s", "workload", "attempts", "first+commit", "first+maybe", "first+rb", "done", "errors")
+	for _, name := range slices.Sorted(maps.Keys(ops)) {
+		c := ops[name]
+		add("  %-28s %8d %13d %11d %9d %8d %8d", name, c.attempts, c.first[Committed], c.first[Unknown],
+			c.first[NoCommit]+c.first[RolledBack], c.done, c.errs)
+	}
+	add("  faults: %s", joinCounts(faults))
+	add("  errors: %s", joinCounts(errs))
+	add("  commits: %d committed, %d refused, %d unknown (of %d whose writes the database names, %d committed)",
+		commits[Committed], commits[RolledBack], commits[Unknown], r.unknownNamed, r.unknownCommitted)
+	add("  leases: %d claims won, %d takeovers, %d external calls; notes: %s",
+		r.leaseClaims, r.leaseTakeovers, r.notes["lease external calls"], joinCounts(r.notes))
+	byKind := map[string]int{}
+	for _, v := range r.Violations {
+		byKind[v.Kind]++
+	}
+	add("  violations: %d %s", len(r.Violations), joinCounts(byKind))
+}
+
+func joinCounts[K ~string](m map[K]int) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	parts := make([]string, 0, len(m))
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		name := string(k)
+		if name == "" {
+			name = "(none)"
+		}
+		parts = append(parts, fmt.Sprintf("%s=%d", name, m[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// errClass names an attempt's error for the summary.
+func errClass(err error) string {
+	var pgErr *pgconn.PgError
+	var myErr *mysql.MySQLError
+	switch {
+	case errors.Is(err, errInjected):
+		return "injected"
+	case errors.Is(err, errInjectedPanic):
+		return "injected-panic"
+	case errors.Is(err, sqlonce.ErrStaleRead):
+		return "retry:stale-read"
+	case sqlonce.IsRetryable(err) && errors.As(err, &pgErr):
+		switch pgErr.Code {
+		case "40001":
+			return "retry:serialization"
+		case "40P01":
+			return "retry:deadlock"
+		}
+		return "retry:lock-timeout"
+	case sqlonce.IsRetryable(err) && errors.As(err, &myErr):
+		switch myErr.Number {
+		case 1213:
+			return "retry:deadlock"
+		case 1020:
+			return "retry:serialization"
+		}
+		return "retry:lock-timeout"
+	case errors.Is(err, sqlonce.ErrInProgress):
+		return "in-progress"
+	case errors.Is(err, sqlonce.ErrLeaseLost):
+		return "lease-lost"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.As(err, &pgErr):
+		return "pg:" + pgErr.Code
+	case errors.As(err, &myErr):
+		return fmt.Sprintf("mysql:%d", myErr.Number)
+	}
+	return "connection"
+}
