@@ -112,9 +112,9 @@ func WithLockWait(d time.Duration) Option {
 }
 
 // New returns a Store on the given driver. It returns an error matching
-// sqlonce.ErrInvalidArgument for an invalid option.
+// sqlonce.ErrInvalidArgument for a nil driver or an invalid option.
 func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
-	if d == nil {
+	if d == nil || d.Engine() == nil {
 		return nil, fmt.Errorf("%w: nil driver", sqlonce.ErrInvalidArgument)
 	}
 	o := options{ttl: DefaultTTL, maxResponse: DefaultMaxResponseSize}

@@ -36,8 +36,14 @@ func New(db *sql.DB) *Driver {
 	return &Driver{e: engine{db: db, q: mysqldb.New()}}
 }
 
-// Engine is for sqlonce's own packages.
-func (d *Driver) Engine() driver.Engine[*sql.Tx] { return d.e }
+// Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
+// that constructors can refuse one instead of panicking later.
+func (d *Driver) Engine() driver.Engine[*sql.Tx] {
+	if d == nil {
+		return nil
+	}
+	return d.e
+}
 
 type engine struct {
 	db *sql.DB

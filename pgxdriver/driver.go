@@ -40,8 +40,14 @@ func New(db Beginner) *Driver {
 	return &Driver{e: engine{db: db, q: pgdb.New()}}
 }
 
-// Engine is for sqlonce's own packages.
-func (d *Driver) Engine() driver.Engine[pgx.Tx] { return d.e }
+// Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
+// that constructors can refuse one instead of panicking later.
+func (d *Driver) Engine() driver.Engine[pgx.Tx] {
+	if d == nil {
+		return nil
+	}
+	return d.e
+}
 
 type engine struct {
 	db Beginner
