@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -86,10 +87,11 @@ func WithMaxResponseSize(n int) Option {
 //
 // On PostgreSQL the claim runs under a savepoint with a 1 ms lock_timeout.
 // On MySQL/MariaDB it runs with innodb_lock_wait_timeout 0 for the session
-// and the previous value is restored; a lock wait timeout there undoes only
-// the statement, unless the server runs with innodb_rollback_on_timeout=ON,
-// which rolls back the whole transaction: do not use this option there.
-// MySQL 8 cannot wait less than 1 second.
+// and the previous value is restored; MySQL 8 cannot wait less than 1
+// second. A lock wait timeout there undoes only the statement, unless the
+// server runs with innodb_rollback_on_timeout=ON: then it has rolled back
+// the whole transaction, and the error, besides matching ErrInProgress,
+// satisfies sqlonce.IsRetryable: roll back, the transaction is gone.
 //
 // Without this option a duplicate waits for the holder's transaction, then
 // returns AlreadyDone or runs the work, which is what a message consumer or
@@ -286,6 +288,10 @@ func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx c
 
 func (s *Store[TTx]) claimError(req Request, err error) error {
 	if s.lockWait > 0 && dberr.LockNotAvailable(err) {
+		if errors.Is(err, driver.ErrTxRolledBack) {
+			// tx is gone: IsRetryable must say so.
+			return fmt.Errorf("%w: key %q in scope %q is held by another transaction: %w", sqlonce.ErrInProgress, req.Key, req.Scope, err)
+		}
 		// The cause is formatted, not wrapped: the claim gave up alone and
 		// tx is usable, so IsRetryable must not tell the caller to roll
 		// back and retry, which would be waiting after all.

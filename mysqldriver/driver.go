@@ -98,11 +98,19 @@ func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 	return e.claim(ctx, tx, p)
 }
 
-// claimBounded sets innodb_lock_wait_timeout for the claim and restores it.
-// MySQL counts it in whole seconds: below one second MariaDB gives up at
-// once (0), MySQL 8 clamps to its minimum of one second. A lock wait timeout
-// rolls back only the statement (innodb_rollback_on_timeout is off by
-// default), so tx stays usable.
+// claimBounded sets innodb_lock_wait_timeout for the claim and restores it:
+// MySQL has no per-statement lock wait that covers INSERT, and SET STATEMENT
+// is MariaDB's alone. It counts in whole seconds: below one second MariaDB
+// gives up at once (0), MySQL 8 clamps to its minimum of one second.
+//
+// A lock wait timeout rolls back only the statement, so tx stays usable;
+// unless the server runs with innodb_rollback_on_timeout=ON, where it rolls
+// back the whole transaction and the error is marked ErrTxRolledBack.
+//
+// The setting belongs to the connection: if tx's context is cancelled
+// between the claim and the restore, database/sql rolls tx back and returns
+// the connection to the pool still set. Cancelled during the claim itself,
+// the driver closes the connection instead.
 func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (c driver.Claim, err error) {
 	prev, err := e.q.LockWaitTimeoutGet(ctx, tx)
 	if err != nil {
@@ -113,11 +121,15 @@ func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimPara
 		return c, err
 	}
 	defer func() {
-		if _, rErr := tx.ExecContext(context.WithoutCancel(ctx), sqlSetLockWait, prev); rErr != nil && err == nil {
+		if _, rErr := tx.ExecContext(context.WithoutCancel(ctx), sqlSetLockWait, prev.Seconds); rErr != nil && err == nil {
 			err = rErr
 		}
 	}()
-	return e.claim(ctx, tx, p)
+	c, err = e.claim(ctx, tx, p)
+	if err != nil && prev.RollbackOnTimeout == 1 && dberr.LockNotAvailable(err) {
+		err = fmt.Errorf("%w (innodb_rollback_on_timeout=ON): %w", driver.ErrTxRolledBack, err)
+	}
+	return c, err
 }
 
 const claimAttempts = 3

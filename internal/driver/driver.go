@@ -6,6 +6,7 @@ package driver
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -57,6 +58,11 @@ type Engine[TTx any] interface {
 	// sqlonce.ErrNoDB when the driver has no handle.
 	InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
 }
+
+// ErrTxRolledBack is wrapped by a Claim error after which the server has
+// rolled back the whole transaction, not just the claim: a lock wait
+// timeout on MySQL/MariaDB running with innodb_rollback_on_timeout=ON.
+var ErrTxRolledBack = errors.New("the server rolled the transaction back")
 
 // Key identifies a row of sqlonce_keys.
 type Key struct {

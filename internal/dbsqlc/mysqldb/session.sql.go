@@ -11,14 +11,23 @@ import (
 
 const lockWaitTimeoutGet = `-- name: LockWaitTimeoutGet :one
 
-SELECT CAST(@@SESSION.innodb_lock_wait_timeout AS SIGNED) AS seconds
+SELECT CAST(@@SESSION.innodb_lock_wait_timeout AS SIGNED) AS seconds,
+       CAST(@@GLOBAL.innodb_rollback_on_timeout AS SIGNED) AS rollback_on_timeout
 `
+
+type LockWaitTimeoutGetRow struct {
+	Seconds           int64
+	RollbackOnTimeout int64
+}
 
 // sqlc's MySQL engine ignores SET statements, so the driver issues
 // "SET SESSION innodb_lock_wait_timeout = ?" itself (mysqldriver).
-func (q *Queries) LockWaitTimeoutGet(ctx context.Context, db DBTX) (int64, error) {
+// The session's lock wait timeout, to restore it after a bounded claim, and
+// whether a lock wait timeout rolls back the whole transaction rather than
+// the statement.
+func (q *Queries) LockWaitTimeoutGet(ctx context.Context, db DBTX) (LockWaitTimeoutGetRow, error) {
 	row := db.QueryRowContext(ctx, lockWaitTimeoutGet)
-	var seconds int64
-	err := row.Scan(&seconds)
-	return seconds, err
+	var i LockWaitTimeoutGetRow
+	err := row.Scan(&i.Seconds, &i.RollbackOnTimeout)
+	return i, err
 }
