@@ -199,8 +199,9 @@ func (s *Store[TTx]) Do(ctx context.Context, tx TTx, req Request, fn func(ctx co
 // key in tx, and every later AlreadyDone carries it in Result.Response,
 // byte for byte. On FirstRun Result.Response is what fn returned.
 //
-// A response longer than the Store's limit returns an error matching
-// sqlonce.ErrResponseTooLarge after undoing the claim; roll tx back.
+// A response longer than the Store's limit, or than a MySQL server's
+// max_allowed_packet, returns an error matching sqlonce.ErrResponseTooLarge
+// after undoing the claim; roll tx back.
 func (s *Store[TTx]) DoResponse(ctx context.Context, tx TTx, req Request, fn func(ctx context.Context) ([]byte, error)) (sqlonce.Result, error) {
 	if fn == nil {
 		return sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
@@ -258,28 +259,33 @@ func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx c
 	if !c.Won {
 		return existing(req, c.Existing)
 	}
-	resp, err := fn(ctx)
-	if err != nil {
-		// Undo the claim so that a caller who commits anyway leaves no key
-		// marked done. Best effort: if fn's error aborted tx (PostgreSQL),
-		// this fails too and tx cannot commit anyway. After a MySQL
-		// deadlock the claim is already gone with tx, and the DELETE would
-		// run in autocommit: it would wait for a duplicate that took the
-		// key since, then delete that duplicate's committed key.
-		if !dberr.TxRolledBack(err) {
+	// unclaim undoes the claim when no response gets recorded, so that a
+	// caller who commits anyway leaves no key marked done. Best effort: if
+	// the error aborted tx (PostgreSQL), this fails too and tx cannot
+	// commit anyway. After a MySQL deadlock the claim is already gone with
+	// tx, and the DELETE would run in autocommit: it would wait for a
+	// duplicate that took the key since, then delete that duplicate's
+	// committed key.
+	unclaim := func(cause error) {
+		if !dberr.TxMayBeGone(cause) {
 			_ = s.engine.Unclaim(ctx, tx, k, c.Token)
 		}
+	}
+	resp, err := fn(ctx)
+	if err != nil {
+		unclaim(err)
 		return sqlonce.Result{}, err
 	}
 	if record {
 		if len(resp) > s.maxResponse {
-			_ = s.engine.Unclaim(ctx, tx, k, c.Token)
+			unclaim(nil)
 			return sqlonce.Result{}, fmt.Errorf("%w: %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(resp), req.Key, s.maxResponse)
 		}
 		if resp == nil {
 			resp = []byte{}
 		}
 		if err := s.engine.SetResponse(ctx, tx, k, c.Token, resp); err != nil {
+			unclaim(err)
 			return sqlonce.Result{}, fmt.Errorf("sqlonce/dedupe: record response for %q: %w", req.Key, err)
 		}
 	}

@@ -204,17 +204,48 @@ func nonNil(b []byte) []byte {
 	return b
 }
 
+// responsePiece is the most of a response SetResponse sends in one
+// statement. go-sql-driver sizes its packets by its own maxAllowedPacket
+// (64 MiB unless the DSN says otherwise), not the server's: a statement
+// over the server's max_allowed_packet (16 MiB by default on MariaDB) is
+// refused and the connection dropped. Pieces of 1 MiB fit every server's
+// default, so a response up to dedupe.MaxResponseSize can be recorded.
+const responsePiece = 1 << 20
+
 func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, _ int64, response []byte) error {
 	// The claim's row lock is held by tx: no token check is needed, and
 	// MySQL's fresh inserts do not read their token back.
+	scope, key := []byte(k.Scope), []byte(k.Key)
 	n, err := e.q.KeySetResponse(ctx, tx, mysqldb.KeySetResponseParams{
-		Response: nonNil(response), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key),
+		Response: nonNil(response[:min(len(response), responsePiece)]), Scope: scope, IdempotencyKey: key,
 	})
 	if err != nil {
 		return err
 	}
 	if n != 1 { // NULL to a value always counts as a change
 		return fmt.Errorf("%w: the claim to record a response on is gone", sqlonce.ErrLeaseLost)
+	}
+	if len(response) <= responsePiece {
+		return nil
+	}
+	tooLarge := fmt.Errorf("%w: %d bytes do not fit the server's max_allowed_packet", sqlonce.ErrResponseTooLarge, len(response))
+	for at := responsePiece; at < len(response); at += responsePiece {
+		n, err := e.q.KeyAppendResponse(ctx, tx, mysqldb.KeyAppendResponseParams{
+			Piece: response[at:min(at+responsePiece, len(response))], Scope: scope, IdempotencyKey: key, PrefixLen: int64(at),
+		})
+		if err != nil {
+			return err
+		}
+		if n != 1 {
+			return tooLarge
+		}
+	}
+	stored, err := e.q.KeyResponseLength(ctx, tx, mysqldb.KeyResponseLengthParams{Scope: scope, IdempotencyKey: key})
+	if err != nil {
+		return err
+	}
+	if stored != int64(len(response)) {
+		return tooLarge
 	}
 	return nil
 }

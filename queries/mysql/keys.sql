@@ -57,6 +57,21 @@ UPDATE sqlonce_keys
 SET response = sqlc.arg(response)
 WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
 
+-- name: KeyAppendResponse :execrows
+-- Appends a piece of a response too large for one statement. The length
+-- check makes a piece change nothing unless every earlier piece is there.
+UPDATE sqlonce_keys
+SET response = CONCAT(response, sqlc.arg(piece))
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key)
+  AND LENGTH(response) = CAST(sqlc.arg(prefix_len) AS SIGNED);
+
+-- name: KeyResponseLength :one
+-- CONCAT gives NULL, with only a warning, when its result would be longer
+-- than the server's max_allowed_packet: the last piece is checked here.
+SELECT CAST(COALESCE(LENGTH(response), -1) AS SIGNED) AS response_len
+FROM sqlonce_keys
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
+
 -- name: KeyDelete :execrows
 DELETE FROM sqlonce_keys
 WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);

@@ -142,6 +142,36 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 
+	t.Run("InProgressDuringTakeover", func(t *testing.T) {
+		// The key is expired and another transaction is taking it over: the
+		// claim waits on that row's lock, not on the unique index.
+		ctx := ctxT(t)
+		db := f(t, 4)
+		s, err := dedupe.New(db.Driver(), dedupe.WithNoWait(), dedupe.WithTTL(time.Minute))
+		must(t, err)
+		t0 := clockBase()
+		req := dedupe.Request{Scope: "nowait", Key: "expired"}
+		res, err := doRecord(at(ctx, t0, 0), db, s, req, "old")
+		wantOutcome(t, "record", res, err, sqlonce.FirstRun, nil)
+		late := at(ctx, t0, time.Hour)
+		tx1 := holdKey(t, late, db, s, req)
+
+		start := time.Now()
+		_, err = doRecord(late, db, s, req, "never")
+		if !errors.Is(err, sqlonce.ErrInProgress) {
+			t.Fatalf("claim during a takeover: %v, want ErrInProgress", err)
+		}
+		if elapsed := time.Since(start); elapsed > 2*time.Second {
+			t.Errorf("no-wait claim took %v", elapsed)
+		}
+		must(t, db.Commit(late, tx1))
+		res, err = doRecord(late, db, s, req, "never")
+		wantOutcome(t, "after the takeover committed", res, err, sqlonce.AlreadyDone, nil)
+		if n := ledgerRows(t, ctx, db, req.Key); n != 2 {
+			t.Fatalf("ledger rows: %d, want 2", n)
+		}
+	})
+
 	t.Run("LockWaitThenFirstRun", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 4)

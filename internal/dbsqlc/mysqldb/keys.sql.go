@@ -10,6 +10,35 @@ import (
 	"database/sql"
 )
 
+const keyAppendResponse = `-- name: KeyAppendResponse :execrows
+UPDATE sqlonce_keys
+SET response = CONCAT(response, ?)
+WHERE scope = ? AND idempotency_key = ?
+  AND LENGTH(response) = CAST(? AS SIGNED)
+`
+
+type KeyAppendResponseParams struct {
+	Piece          interface{}
+	Scope          []byte
+	IdempotencyKey []byte
+	PrefixLen      int64
+}
+
+// Appends a piece of a response too large for one statement. The length
+// check makes a piece change nothing unless every earlier piece is there.
+func (q *Queries) KeyAppendResponse(ctx context.Context, db DBTX, arg KeyAppendResponseParams) (int64, error) {
+	result, err := db.ExecContext(ctx, keyAppendResponse,
+		arg.Piece,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.PrefixLen,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const keyComplete = `-- name: KeyComplete :execrows
 UPDATE sqlonce_keys
 SET state        = 1,
@@ -287,6 +316,26 @@ func (q *Queries) KeyRelease(ctx context.Context, db DBTX, arg KeyReleaseParams)
 		return 0, err
 	}
 	return result.RowsAffected()
+}
+
+const keyResponseLength = `-- name: KeyResponseLength :one
+SELECT CAST(COALESCE(LENGTH(response), -1) AS SIGNED) AS response_len
+FROM sqlonce_keys
+WHERE scope = ? AND idempotency_key = ?
+`
+
+type KeyResponseLengthParams struct {
+	Scope          []byte
+	IdempotencyKey []byte
+}
+
+// CONCAT gives NULL, with only a warning, when its result would be longer
+// than the server's max_allowed_packet: the last piece is checked here.
+func (q *Queries) KeyResponseLength(ctx context.Context, db DBTX, arg KeyResponseLengthParams) (int64, error) {
+	row := db.QueryRowContext(ctx, keyResponseLength, arg.Scope, arg.IdempotencyKey)
+	var response_len int64
+	err := row.Scan(&response_len)
+	return response_len, err
 }
 
 const keySetResponse = `-- name: KeySetResponse :execrows
