@@ -49,14 +49,16 @@ func Retryable(err error) bool {
 	return false
 }
 
-// TxRolledBack reports whether err means the server has already rolled
-// back the whole transaction: a MySQL/MariaDB deadlock (1213). MySQL then
-// runs the next statement on that connection outside any transaction, in
-// autocommit, so nothing more may be sent on it but ROLLBACK. (PostgreSQL
-// keeps an aborted transaction open and refuses further statements.)
-func TxRolledBack(err error) bool {
+// TxMayBeGone reports whether err may mean that the server has rolled back
+// the whole transaction: a MySQL/MariaDB deadlock (1213) always does, a lock
+// wait timeout (1205) does on a server running with
+// innodb_rollback_on_timeout=ON. MySQL then runs the next statement on that
+// connection outside any transaction, in autocommit, so nothing but
+// ROLLBACK may be sent on it. (PostgreSQL keeps an aborted transaction open
+// and refuses further statements.)
+func TxMayBeGone(err error) bool {
 	myErr, ok := errors.AsType[*mysql.MySQLError](err)
-	return ok && myErr.Number == mysqlDeadlock
+	return ok && (myErr.Number == mysqlDeadlock || myErr.Number == mysqlLockWaitTimeout)
 }
 
 // LockNotAvailable reports whether err is a lock wait that gave up: a
