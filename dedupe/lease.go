@@ -41,8 +41,9 @@ import (
 // # Fencing
 //
 // Every claim of a key gets a larger Token than the claims before it, also
-// after the key expired and was purged (tokens start from the database
-// clock in microseconds). Complete, Release and Extend succeed only with
+// after the key expired and was purged: tokens start from the database
+// clock in microseconds, so this holds as long as that clock does not step
+// back across a purge. Complete, Release and Extend succeed only with
 // the current token: once the key was taken over, completed or released,
 // they return an error matching sqlonce.ErrLeaseLost and change nothing.
 // A lease that lapsed but that nobody took over still holds its token, so

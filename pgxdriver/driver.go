@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"time"
 
@@ -229,13 +230,19 @@ func (e engine) Purge(ctx context.Context, tx pgx.Tx, limit int, now time.Time) 
 	return e.q.KeyPurge(ctx, tx, pgdb.KeyPurgeParams{Now: pgNow(now), MaxRows: int32(limit)})
 }
 
+func isNilPointer(v any) bool {
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
 // txOptionsBeginner is implemented by *pgxpool.Pool and *pgx.Conn.
 type txOptionsBeginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
 func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if e.db == nil {
+	// A nil *pgxpool.Pool passed to New is a non-nil Beginner.
+	if e.db == nil || isNilPointer(e.db) {
 		return sqlonce.ErrNoDB
 	}
 	run := func(tx pgx.Tx) error { return fn(ctx, tx) }

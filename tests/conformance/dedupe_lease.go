@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/mysqldriver"
@@ -16,19 +18,24 @@ import (
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 )
 
-// handleless returns a driver of d's kind built without a database handle.
-func handleless[TTx any](t testing.TB, d sqlonce.Driver[TTx]) sqlonce.Driver[TTx] {
+// handleless returns drivers of d's kind built without a database handle:
+// a nil one and, where the handle is an interface, a typed nil pointer.
+func handleless[TTx any](t testing.TB, d sqlonce.Driver[TTx]) map[string]sqlonce.Driver[TTx] {
 	t.Helper()
-	var nd any
+	var nd map[string]any
 	switch any(d).(type) {
 	case *pgxdriver.Driver:
-		nd = pgxdriver.New(nil)
+		nd = map[string]any{"nil": pgxdriver.New(nil), "nil *pgxpool.Pool": pgxdriver.New((*pgxpool.Pool)(nil))}
 	case *mysqldriver.Driver:
-		nd = mysqldriver.New(nil)
+		nd = map[string]any{"nil": mysqldriver.New(nil)}
 	default:
 		t.Fatalf("unknown driver %T", d)
 	}
-	return nd.(sqlonce.Driver[TTx])
+	out := make(map[string]sqlonce.Driver[TTx], len(nd))
+	for name, d := range nd {
+		out[name] = d.(sqlonce.Driver[TTx])
+	}
+	return out
 }
 
 // wantLease fails t unless a claim won with a lease for req.
@@ -538,29 +545,33 @@ func runDedupeLease[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("NoDB", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
-		s, err := dedupe.New(handleless(t, db.Driver()))
-		must(t, err)
-		req := dedupe.Request{Scope: "lease", Key: "no-db"}
-		_, _, err = s.Claim(ctx, req, time.Minute)
-		wantErr(t, "Claim", err, sqlonce.ErrNoDB)
-		l := &dedupe.Lease{Scope: req.Scope, Key: req.Key, Token: 1}
-		wantErr(t, "Complete", s.Complete(ctx, l, nil), sqlonce.ErrNoDB)
-		wantErr(t, "Release", s.Release(ctx, l), sqlonce.ErrNoDB)
-		wantErr(t, "Extend", s.Extend(ctx, l, time.Minute), sqlonce.ErrNoDB)
-		_, err = s.Purge(ctx, 0)
-		wantErr(t, "Purge", err, sqlonce.ErrNoDB)
-		if n := keyCount(t, ctx, db); n != 0 {
-			t.Fatalf("%d keys", n)
-		}
+		for name, d := range handleless(t, db.Driver()) {
+			s, err := dedupe.New(d)
+			must(t, err)
+			req := dedupe.Request{Scope: "lease", Key: "no-db " + name}
+			_, _, err = s.Claim(ctx, req, time.Minute)
+			wantErr(t, name+": Claim", err, sqlonce.ErrNoDB)
+			l := &dedupe.Lease{Scope: req.Scope, Key: req.Key, Token: 1}
+			wantErr(t, name+": Complete", s.Complete(ctx, l, nil), sqlonce.ErrNoDB)
+			wantErr(t, name+": Release", s.Release(ctx, l), sqlonce.ErrNoDB)
+			wantErr(t, name+": Extend", s.Extend(ctx, l, time.Minute), sqlonce.ErrNoDB)
+			_, err = s.Purge(ctx, 0)
+			wantErr(t, name+": Purge", err, sqlonce.ErrNoDB)
+			if n := keyCount(t, ctx, db); n != 0 {
+				t.Fatalf("%s: %d keys", name, n)
+			}
 
-		// The Tx forms need no handle: they run in the caller's transaction.
-		must(t, harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
-			l, res, err := s.ClaimTx(ctx, tx, req, time.Minute)
-			wantLease(t, "ClaimTx", req, l, res, err)
-			return s.CompleteTx(ctx, tx, l, []byte("ok"))
-		}))
-		if row := keyRow(t, ctx, db, req.Scope, req.Key); row.State != 1 || string(row.Response) != "ok" {
-			t.Fatalf("row %+v", row)
+			// The Tx forms need no handle: they run in the caller's
+			// transaction.
+			must(t, harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+				l, res, err := s.ClaimTx(ctx, tx, req, time.Minute)
+				wantLease(t, name+": ClaimTx", req, l, res, err)
+				return s.CompleteTx(ctx, tx, l, []byte("ok"))
+			}))
+			if row := keyRow(t, ctx, db, req.Scope, req.Key); row.State != 1 || string(row.Response) != "ok" {
+				t.Fatalf("%s: row %+v", name, row)
+			}
+			must(t, db.Exec(ctx, "DELETE FROM sqlonce_keys"))
 		}
 	})
 }
