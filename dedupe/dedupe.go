@@ -320,8 +320,9 @@ func existing(req Request, e driver.Existing) (sqlonce.Result, error) {
 // oldest first. Held leases are never expired: a lease keeps its key alive
 // at least until its deadline. On PostgreSQL it skips rows that other
 // transactions have locked, so that purgers and claims in progress do not
-// wait on each other; on MySQL/MariaDB concurrent purgers wait for one
-// another and each key is still deleted once. limit must be 1..100000
+// wait on each other; on MySQL/MariaDB it waits for them (an expired key
+// being taken over, another purger's batch), and each key is still
+// deleted once. limit must be 1..100000
 // (sqlonce.ErrInvalidArgument otherwise, before any SQL runs).
 func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (int64, error) {
 	if err := checkPurgeLimit(limit); err != nil {
