@@ -33,10 +33,25 @@ func New[TTx any](d sqlonce.Driver[TTx]) *Inserter[TTx] {
 // constraint, and every other error, is returned unchanged (after the
 // rollback to the savepoint).
 //
+// A row can collide on several unique constraints at once, and the server
+// reports only the first it checks: PostgreSQL goes in the order the
+// indexes were created, MySQL the primary key first, then the order of
+// definition. Name the constraint a repeat hits first: if a repeat of the
+// request also repeats a client-generated primary key or another unique
+// column checked earlier, the duplicate is reported on that one and Insert
+// returns it as an error. On MariaDB the server names the key without its
+// table, so a key of the same name on another table that insert writes
+// also counts. A DEFERRABLE INITIALLY DEFERRED constraint reports
+// duplicates at commit, after Insert returned: use an immediate one.
+//
 // A concurrent insert of the same key waits for the other transaction: if
 // it commits, AlreadyDone; if it rolls back, this insert goes through.
 // Under PostgreSQL SERIALIZABLE the server may report that race as a
-// serialization failure instead: sqlonce.IsRetryable is true for it.
+// serialization failure instead, and inserts that wait on each other may
+// deadlock on either database: sqlonce.IsRetryable is true for those, and
+// the caller must roll back and retry the transaction. (On PostgreSQL the
+// rollback to the savepoint leaves tx open with its earlier writes, and
+// their locks, in place; MySQL has already rolled all of tx back.)
 func (u *Inserter[TTx]) Insert(ctx context.Context, tx TTx, constraint string, insert func(ctx context.Context) error) (sqlonce.Result, error) {
 	if constraint == "" {
 		return sqlonce.Result{}, fmt.Errorf("%w: empty constraint name", sqlonce.ErrInvalidArgument)

@@ -171,6 +171,110 @@ func runUnique[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}))
 	})
 
+	t.Run("RepeatCollidesOnSeveral", func(t *testing.T) {
+		// An identical repeat collides on orders_code_key and on
+		// orders_ref_key. The server reports one: the first it checks
+		// (PostgreSQL in index creation order, MySQL the primary key and
+		// then in definition order), here orders_code_key. Naming the
+		// other leaves a genuine repeat an error.
+		ctx := ctxT(t)
+		db := f(t, 0)
+		ins := unique.New(db.Driver())
+		_, err := db.Pool().OrderInsert(ctx, "u-both", "bob", 7)
+		must(t, err)
+		for _, tc := range []struct {
+			constraint string
+			want       sqlonce.Outcome
+		}{
+			{codeKey, sqlonce.AlreadyDone},
+			{"orders_ref_key", 0},
+		} {
+			var res sqlonce.Result
+			var got error
+			must(t, harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+				b := db.Tx(tx)
+				res, got = ins.Insert(ctx, tx, tc.constraint, func(ctx context.Context) error {
+					_, err := b.OrderInsert(ctx, "u-both", "bob", 7)
+					return err
+				})
+				return nil
+			}))
+			if res.Outcome != tc.want || (tc.want == 0) != (got != nil) {
+				t.Fatalf("%s: got %v, %v; want %v", tc.constraint, res, got, tc.want)
+			}
+			if got != nil && !strings.Contains(got.Error(), codeKey) {
+				t.Fatalf("%s: %v does not name %s", tc.constraint, got, codeKey)
+			}
+		}
+		wantOrders(t, ctx, db, "u-both", 1)
+	})
+
+	t.Run("Deadlock", func(t *testing.T) {
+		// Two transactions insert codes a and b in opposite orders: one
+		// is the deadlock victim. Its Insert reports a retryable error,
+		// never AlreadyDone, although MySQL has rolled its whole
+		// transaction back (and the savepoint with it); the other's insert
+		// then goes through.
+		ctx := ctxT(t)
+		db := f(t, 2)
+		ins := unique.New(db.Driver())
+		var txs [2]TTx
+		for i := range txs {
+			tx, err := db.Begin(ctx, harness.Default)
+			must(t, err)
+			txs[i] = tx
+			defer func() { _ = db.Rollback(ctx, tx) }()
+		}
+		codes := [2]string{"u-dl-a", "u-dl-b"}
+		insert := func(i int, code string) (sqlonce.Result, error) {
+			b := db.Tx(txs[i])
+			return ins.Insert(ctx, txs[i], codeKey, func(ctx context.Context) error {
+				_, err := insertOrder(b, code)(ctx)
+				return err
+			})
+		}
+		for i := range txs {
+			res, err := insert(i, codes[i])
+			must(t, err)
+			if !res.FirstRun() {
+				t.Fatalf("tx %d: %v", i, res)
+			}
+		}
+		var results [2]sqlonce.Result
+		errs := race(2, func(i int) error {
+			var err error
+			results[i], err = insert(i, codes[1-i])
+			if sqlonce.IsRetryable(err) {
+				// What the caller does with a retryable error. On
+				// PostgreSQL the savepoint left the victim's transaction
+				// open, holding its first row, which the other waits for.
+				_ = db.Rollback(ctx, txs[i])
+			}
+			return err
+		})
+		victim := -1
+		for i, err := range errs {
+			switch {
+			case err == nil:
+				if !results[i].FirstRun() {
+					t.Fatalf("tx %d: %v", i, results[i])
+				}
+			case sqlonce.IsRetryable(err) && results[i].Outcome == 0:
+				victim = i
+			default:
+				t.Fatalf("tx %d: %v, %v", i, results[i], err)
+			}
+		}
+		if victim < 0 {
+			t.Fatalf("no deadlock victim: %v", errs)
+		}
+		t.Logf("victim: %v", errs[victim])
+		must(t, db.Commit(ctx, txs[1-victim]))
+		for _, code := range codes {
+			wantOrders(t, ctx, db, code, 1)
+		}
+	})
+
 	t.Run("NoPartialEffect", func(t *testing.T) {
 		// insert writes a ledger row, then the duplicate order: the
 		// savepoint undoes the ledger row too, on MySQL as on PostgreSQL.
