@@ -46,12 +46,19 @@ func runDedupe[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	})
 
 	t.Run("ConcurrentDuplicateWaits", func(t *testing.T) {
-		for _, commit := range []bool{true, false} {
-			name := "FirstRollsBack"
-			if commit {
-				name = "FirstCommits"
-			}
-			t.Run(name, func(t *testing.T) {
+		// How the first transaction ends, and whether the duplicate then
+		// finds the work done.
+		for _, end := range []struct {
+			name   string
+			fnErr  bool // fn fails: Do undoes the claim, the caller commits anyway
+			commit bool
+			done   bool
+		}{
+			{"FirstCommits", false, true, true},
+			{"FirstRollsBack", false, false, false},
+			{"FirstFailsAndCommitsAnyway", true, true, false},
+		} {
+			t.Run(end.name, func(t *testing.T) {
 				ctx := ctxT(t)
 				db := f(t, 4)
 				store, err := dedupe.New(db.Driver())
@@ -61,13 +68,21 @@ func runDedupe[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				tx1, err := db.Begin(ctx, harness.Default)
 				must(t, err)
 				defer func() { _ = db.Rollback(ctx, tx1) }()
-				res1, err := store.Do(ctx, tx1, req, func(ctx context.Context) error {
-					return db.Tx(tx1).LedgerInsert(ctx, "pay-1", 1)
-				})
-				must(t, err)
-				if !res1.FirstRun() {
-					t.Fatalf("tx1: got %v, want first run", res1)
-				}
+				holds := make(chan struct{})
+				first := make(chan error, 1)
+				release := make(chan struct{})
+				go func() {
+					_, err := store.Do(ctx, tx1, req, func(ctx context.Context) error {
+						close(holds)
+						<-release // the duplicate arrives while fn runs
+						if end.fnErr {
+							return errors.New("fn failed")
+						}
+						return db.Tx(tx1).LedgerInsert(ctx, "pay-1", 1)
+					})
+					first <- err
+				}()
+				<-holds
 
 				type outcome struct {
 					res sqlonce.Result
@@ -89,11 +104,20 @@ func runDedupe[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				}()
 				select {
 				case o := <-second:
-					t.Fatalf("the duplicate returned (%v, %v) while the first transaction was open", o.res, o.err)
+					t.Fatalf("the duplicate returned (%v, %v) while the first transaction held the key", o.res, o.err)
+				case <-time.After(blockedFor):
+				}
+				close(release)
+				if err := <-first; (err != nil) != end.fnErr {
+					t.Fatalf("first: %v", err)
+				}
+				select {
+				case o := <-second:
+					t.Fatalf("the duplicate returned (%v, %v) before the first transaction ended", o.res, o.err)
 				case <-time.After(blockedFor):
 				}
 
-				if commit {
+				if end.commit {
 					must(t, db.Commit(ctx, tx1))
 				} else {
 					must(t, db.Rollback(ctx, tx1))
@@ -106,10 +130,10 @@ func runDedupe[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				}
 				must(t, o.err)
 				switch {
-				case commit && (!o.res.AlreadyDone() || o.ran):
-					t.Fatalf("after the first committed: got %v, fn ran %v; want already done, fn not run", o.res, o.ran)
-				case !commit && (!o.res.FirstRun() || !o.ran):
-					t.Fatalf("after the first rolled back: got %v, fn ran %v; want first run", o.res, o.ran)
+				case end.done && (!o.res.AlreadyDone() || o.ran):
+					t.Fatalf("got %v, fn ran %v; want already done, fn not run", o.res, o.ran)
+				case !end.done && (!o.res.FirstRun() || !o.ran):
+					t.Fatalf("got %v, fn ran %v; want first run", o.res, o.ran)
 				}
 				ddLedger(t, db, "pay-1", 1)
 				ddKeys(t, db, 1)
@@ -166,6 +190,78 @@ func runDedupe[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		must(t, db.Commit(ctx, tx2))
 		ddLedger(t, db, "msg-1", 1)
 		ddLedger(t, db, "msg-2", 1)
+	})
+
+	// The claim is visible to the transaction that made it: a second call
+	// with the key in the same transaction replays, and a claim undone
+	// after fn failed can be made again in the same transaction.
+	t.Run("SameTransaction", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		store, err := dedupe.New(db.Driver())
+		must(t, err)
+		req := dedupe.Request{Scope: "s", Key: "k"}
+		must(t, harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+			_, err := store.Do(ctx, tx, req, func(ctx context.Context) error { return errors.New("first try fails") })
+			if err == nil {
+				return errors.New("fn's error was lost")
+			}
+			for i, want := range []sqlonce.Outcome{sqlonce.FirstRun, sqlonce.AlreadyDone} {
+				res, err := store.DoResponse(ctx, tx, req, func(ctx context.Context) ([]byte, error) {
+					return []byte("r"), db.Tx(tx).LedgerInsert(ctx, "k", 1)
+				})
+				if err != nil {
+					return err
+				}
+				if res.Outcome != want || string(res.Response) != "r" {
+					return fmt.Errorf("call %d: got %v %q, want %v with the response", i, res, res.Response, want)
+				}
+			}
+			return nil
+		}))
+		ddLedger(t, db, "k", 1)
+		ddKeys(t, db, 1)
+	})
+
+	// A duplicate waiting for the first transaction gives up with its
+	// context and leaves nothing behind.
+	t.Run("WaitingDuplicateCancelled", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 4)
+		store, err := dedupe.New(db.Driver())
+		must(t, err)
+		req := dedupe.Request{Scope: "s", Key: "k"}
+		tx1, err := db.Begin(ctx, harness.Default)
+		must(t, err)
+		defer func() { _ = db.Rollback(ctx, tx1) }()
+		_, err = store.Do(ctx, tx1, req, func(ctx context.Context) error {
+			return db.Tx(tx1).LedgerInsert(ctx, "k", 1)
+		})
+		must(t, err)
+
+		tx2, err := db.Begin(ctx, harness.Default)
+		must(t, err)
+		waitCtx, cancel := context.WithTimeout(ctx, blockedFor)
+		defer cancel()
+		start := time.Now()
+		_, err = store.Do(waitCtx, tx2, req, func(ctx context.Context) error {
+			return errors.New("fn ran while the key was held")
+		})
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("got %v, want context.DeadlineExceeded", err)
+		}
+		if d := time.Since(start); d > 10*time.Second {
+			t.Errorf("gave up after %v", d)
+		}
+		_ = db.Rollback(ctx, tx2)
+		must(t, db.Commit(ctx, tx1))
+		res, err := ddDo(ctx, db, store, harness.Default, req, "k")
+		must(t, err)
+		if !res.AlreadyDone() {
+			t.Errorf("after the first committed: got %v, want already done", res)
+		}
+		ddLedger(t, db, "k", 1)
+		ddKeys(t, db, 1)
 	})
 
 	t.Run("FnError", func(t *testing.T) {

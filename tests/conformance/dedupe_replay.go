@@ -109,6 +109,23 @@ func runDedupeReplay[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 
+	t.Run("ZeroLimit", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		store, err := dedupe.New(db.Driver(), dedupe.WithMaxResponseSize(0))
+		must(t, err)
+		res, _, err := ddDoResponse(ctx, db, store, harness.Default, dedupe.Request{Scope: "replay", Key: "empty"}, nil)
+		must(t, err)
+		if !res.FirstRun() || res.Response == nil || len(res.Response) != 0 {
+			t.Fatalf("empty response: got %v %q", res, res.Response)
+		}
+		_, _, err = ddDoResponse(ctx, db, store, harness.Default, dedupe.Request{Scope: "replay", Key: "one byte"}, []byte{0})
+		if !errors.Is(err, sqlonce.ErrResponseTooLarge) {
+			t.Fatalf("one byte: got %v, want ErrResponseTooLarge", err)
+		}
+		ddKeys(t, db, 1)
+	})
+
 	t.Run("DefaultLimit", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
