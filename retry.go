@@ -7,9 +7,11 @@ import (
 )
 
 // IsRetryable reports whether err means "roll the transaction back and run
-// it again from the start": a serialization failure (PostgreSQL 40001), a
-// deadlock (PostgreSQL 40P01, MySQL 1213), a lock wait that gave up
-// (PostgreSQL 55P03, MySQL 1205) or ErrStaleRead.
+// it again from the start": a serialization failure (PostgreSQL 40001;
+// MariaDB 1020 "Record has changed since last read", under
+// innodb_snapshot_isolation=ON, its default from 11.6), a deadlock
+// (PostgreSQL 40P01, MySQL 1213), a lock wait that gave up (PostgreSQL
+// 55P03, MySQL 1205) or ErrStaleRead.
 //
 // It recognises errors from the caller's own queries as well as from
 // sqlonce. After such an error the transaction must not be committed: on

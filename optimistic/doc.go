@@ -26,5 +26,8 @@
 // plain SELECT of the version reads the transaction's snapshot, which may
 // predate the write that made the UPDATE miss: read the version with
 // LOCK IN SHARE MODE (FOR SHARE on MySQL 8), or [Update] returns
-// [github.com/sqlonce/sqlonce.ErrStaleRead], which is retryable.
+// [github.com/sqlonce/sqlonce.ErrStaleRead], which is retryable. MariaDB
+// with innodb_snapshot_isolation=ON (its default from 11.6) refuses the
+// UPDATE itself with error 1020, as PostgreSQL's REPEATABLE READ does with
+// 40001; both are retryable too.
 package optimistic

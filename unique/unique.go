@@ -22,7 +22,9 @@ func New[TTx any](d sqlonce.Driver[TTx]) *Inserter[TTx] {
 }
 
 // Insert runs insert, the caller's INSERT of a row with a natural or
-// client-generated key, in tx under a savepoint. A duplicate-key error on
+// client-generated key, in tx under a savepoint. insert must fail on the
+// duplicate: with INSERT IGNORE or ON CONFLICT DO NOTHING a repeat inserts
+// nothing and reports no error, which Insert takes for a first run. A duplicate-key error on
 // constraint means an earlier call inserted the row: Insert rolls back to
 // the savepoint, so tx stays usable (PostgreSQL would otherwise abort it)
 // and nothing insert did remains, and returns AlreadyDone.
