@@ -78,11 +78,22 @@
 // takes over with a larger token; a late Complete with the old token gets
 // [github.com/sqlonce/sqlonce.ErrLeaseLost] and changes nothing.
 //
-// Use the in-transaction mode whenever the work is database writes: it is
-// exactly-once. A lease is at-least-once for the outside work when a holder
-// crashes after the work but before Complete; pass [Lease].Token to the
-// outside system (or its own idempotency key) so that it can drop the
-// repeat.
+// # Choosing a mode
+//
+// Use [Store.Do] (in-transaction mode) whenever the work is writes to the
+// database that holds the keys: the key and the work commit or roll back
+// together, so there is no moment when one exists without the other and
+// nothing to clean up after a crash: exactly once. A duplicate waits for
+// the first transaction, or gets ErrInProgress at once with WithNoWait.
+//
+// Use a lease ([Store.Claim], then [Store.Complete] or [Store.Release]) when
+// the work has effects outside the database (a payment provider, mail) or
+// runs too long to keep a transaction open: at most one holder at a time, a
+// crashed holder's lease lapses at its deadline and the next claimer runs
+// the work again, and fencing tokens make a late holder's Complete fail
+// with ErrLeaseLost. The outside work is then at least once: pass the key
+// or [Lease].Token on to the outside system so that a repeated call is
+// harmless there.
 //
 // # Isolation levels
 //
