@@ -225,6 +225,14 @@ func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, _ int
 	if n != 1 { // NULL to a value always counts as a change
 		return fmt.Errorf("%w: the claim to record a response on is gone", sqlonce.ErrLeaseLost)
 	}
+	return e.appendRest(ctx, tx, scope, key, response)
+}
+
+// appendRest appends response[responsePiece:] to the row's response, which
+// holds the first piece, in pieces that each fit the server's packet limit
+// (go-sql-driver assumes 64 MiB, MariaDB's default is 16 MiB), and checks
+// the stored length. The row must be locked by tx.
+func (e engine) appendRest(ctx context.Context, tx *sql.Tx, scope, key, response []byte) error {
 	if len(response) <= responsePiece {
 		return nil
 	}
@@ -256,11 +264,17 @@ func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, _ int64) 
 }
 
 func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
+	scope, key := []byte(k.Scope), []byte(k.Key)
 	n, err := e.q.KeyComplete(ctx, tx, mysqldb.KeyCompleteParams{
-		Response: nonNil(response), Now: myNow(now), TtlUs: ttl.Microseconds(),
-		Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token,
+		Response: nonNil(response[:min(len(response), responsePiece)]), Now: myNow(now), TtlUs: ttl.Microseconds(),
+		Scope: scope, IdempotencyKey: key, Token: token,
 	})
-	return n == 1, err
+	if err != nil || n != 1 {
+		return false, err
+	}
+	// The completed row is locked by tx; a failure here rolls it back with
+	// tx, leaving the lease held.
+	return true, e.appendRest(ctx, tx, scope, key, response)
 }
 
 func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, now time.Time) (bool, error) {

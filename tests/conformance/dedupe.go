@@ -766,6 +766,7 @@ func ddInvalidArguments[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		"WithMaxResponseSize(max + 1)": dedupe.WithMaxResponseSize(dedupe.MaxResponseSize + 1),
 		"WithLockWait(0)":              dedupe.WithLockWait(0),
 		"WithLockWait(-1s)":            dedupe.WithLockWait(-time.Second),
+		"nil option":                   nil,
 	} {
 		s, err := dedupe.New(db.Driver(), opt)
 		if !errors.Is(err, sqlonce.ErrInvalidArgument) || s != nil {

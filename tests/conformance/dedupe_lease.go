@@ -125,6 +125,24 @@ func runDedupeLease[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 
+	// Complete records a response as large as MaxResponseSize on every
+	// server default (MariaDB's max_allowed_packet is 16 MiB).
+	t.Run("CompleteLargestResponse", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s := newStore(t, db, dedupe.WithMaxResponseSize(dedupe.MaxResponseSize))
+		body := bytes.Repeat([]byte{0, 0xff, 'x', ' '}, dedupe.MaxResponseSize/4+1)[:dedupe.MaxResponseSize]
+		req := dedupe.Request{Scope: "lease", Key: "16m"}
+		l, res, err := s.Claim(ctx, req, time.Minute)
+		wantLease(t, "claim", req, l, res, err)
+		must(t, s.Complete(ctx, l, body))
+		_, res, err = s.Claim(ctx, req, time.Minute)
+		must(t, err)
+		if !res.AlreadyDone() || !bytes.Equal(res.Response, body) {
+			t.Fatalf("replay after Complete: %v with %d bytes, want already done with %d", res, len(res.Response), len(body))
+		}
+	})
+
 	t.Run("ReleaseThenReclaim", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
