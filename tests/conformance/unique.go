@@ -391,30 +391,52 @@ func runUnique[TTx any](t *testing.T, f harness.Factory[TTx]) {
 func runUniqueSnapshotTrap[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	type outcome string
 	const (
-		existing  outcome = "existing row"
-		retryable outcome = "retryable"
+		existing outcome = "existing row"
+		// The duplicate is reported but the read cannot see the row:
+		// ErrStaleRead.
+		staleRead outcome = "ErrStaleRead"
+		// The server refused instead: 40001, or MariaDB's 1020 for a
+		// locking read of a row newer than the snapshot.
+		refused outcome = "server refused"
+		// PostgreSQL's SERIALIZABLE may report either.
+		staleOrRefused outcome = "ErrStaleRead or server refused"
+		// MySQL's SERIALIZABLE check is a locking read of the gap: the
+		// other writer waits for this transaction and gives up (1205),
+		// and this transaction's insert goes first.
+		writerBlocked outcome = "writer blocked"
 	)
 	type want struct{ postgres, mysql outcome }
 	for _, tc := range []struct {
 		level    string
 		iso      harness.Isolation
 		snapshot bool
-		want     want
+		// checkFirst: the transaction first looks for the code itself,
+		// instead of reading another row.
+		checkFirst bool
+		want       want
 	}{
-		{"READ COMMITTED", harness.ReadCommitted, true, want{existing, existing}},
-		{"READ COMMITTED", harness.ReadCommitted, false, want{existing, existing}},
-		// PostgreSQL: the duplicate is reported (23505), but the row is
-		// not in the snapshot, whichever the read: ErrStaleRead.
-		{"REPEATABLE READ", harness.RepeatableRead, true, want{retryable, retryable}},
-		{"REPEATABLE READ", harness.RepeatableRead, false, want{retryable, existing}},
-		{"SERIALIZABLE", harness.Serializable, true, want{retryable, existing}},
-		{"SERIALIZABLE", harness.Serializable, false, want{retryable, existing}},
-		{StrictSnapshot, harness.RepeatableRead, true, want{retryable, retryable}},
-		{StrictSnapshot, harness.RepeatableRead, false, want{retryable, retryable}},
+		{"READ COMMITTED", harness.ReadCommitted, true, false, want{existing, existing}},
+		{"READ COMMITTED", harness.ReadCommitted, false, false, want{existing, existing}},
+		// PostgreSQL reports the duplicate (23505), but the row is not in
+		// the snapshot, whichever the read. MySQL's locking read sees it.
+		{"REPEATABLE READ", harness.RepeatableRead, true, false, want{staleRead, staleRead}},
+		{"REPEATABLE READ", harness.RepeatableRead, false, false, want{staleRead, existing}},
+		// MySQL's SERIALIZABLE reads are all locking reads.
+		{"SERIALIZABLE", harness.Serializable, true, false, want{staleOrRefused, existing}},
+		{"SERIALIZABLE", harness.Serializable, false, false, want{staleOrRefused, existing}},
+		// Both transactions check the code is free, then insert it: with
+		// both reads on record, PostgreSQL's SSI reports the duplicate as
+		// a serialization failure (40001).
+		{"SERIALIZABLE", harness.Serializable, false, true, want{refused, writerBlocked}},
+		{StrictSnapshot, harness.RepeatableRead, true, false, want{staleRead, staleRead}},
+		{StrictSnapshot, harness.RepeatableRead, false, false, want{staleRead, refused}},
 	} {
 		read := "locking read"
 		if tc.snapshot {
 			read = "snapshot read"
+		}
+		if tc.checkFirst {
+			read += " after checking the code"
 		}
 		t.Run(tc.level+"/"+read, func(t *testing.T) {
 			ctx := ctxT(t)
@@ -422,6 +444,13 @@ func runUniqueSnapshotTrap[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			if tc.level == StrictSnapshot {
 				db = strictSnapshot(t, db, 2)
 			}
+			// The other writer gives up after a second instead of waiting
+			// out the server's default for a lock this test holds.
+			writer, err := harness.Reopen(t, db, 1, harness.Settings{
+				MySQL:    map[string]string{"innodb_lock_wait_timeout": "1"},
+				Postgres: map[string]string{"lock_timeout": "1s"},
+			})
+			must(t, err)
 			w := tc.want.postgres
 			if db.Dialect() == "mysql" {
 				w = tc.want.mysql
@@ -433,30 +462,67 @@ func runUniqueSnapshotTrap[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			must(t, err)
 			defer func() { _ = db.Rollback(ctx, tx) }()
 			b := db.Tx(tx)
-			// Take the snapshot with a read of another row: a point read of
-			// an existing key, so that MySQL's SERIALIZABLE, which turns it
-			// into a locking read, locks that row only.
-			_, err = b.OrderGetVersionSnapshot(ctx, seed)
-			must(t, err)
-			theirs, err := insertOrder(db.Pool(), "u-trap")(ctx)
-			must(t, err)
+			if tc.checkFirst {
+				n, err := b.OrderCountByCode(ctx, "u-trap")
+				must(t, err)
+				if n != 0 {
+					t.Fatalf("%d orders u-trap", n)
+				}
+			} else {
+				// Take the snapshot with a read of another row: a point
+				// read of an existing key, so that MySQL's SERIALIZABLE,
+				// which turns it into a locking read, locks that row only.
+				_, err = b.OrderGetVersionSnapshot(ctx, seed)
+				must(t, err)
+			}
+			var theirs int64
+			var theirErr error
+			if tc.checkFirst {
+				// The other writer checks too, at the same level.
+				theirErr = harness.WithTx(ctx, writer, tc.iso, func(tx TTx) error {
+					wb := writer.Tx(tx)
+					if _, err := wb.OrderCountByCode(ctx, "u-trap"); err != nil {
+						return err
+					}
+					var err error
+					theirs, err = insertOrder(wb, "u-trap")(ctx)
+					return err
+				})
+			} else {
+				theirs, theirErr = insertOrder(writer.Pool(), "u-trap")(ctx)
+			}
+			blocked := theirErr != nil
+			if blocked && !sqlonce.IsRetryable(theirErr) {
+				t.Fatalf("other writer: %v", theirErr)
+			}
 
 			id, res, err := unique.InsertOrGet(ctx, ins, tx, codeKey, insertOrder(b, "u-trap"), orderByCode(b, "u-trap", tc.snapshot))
-			got := existing
+			var got outcome
 			switch {
+			case err == nil && res.FirstRun() && blocked:
+				got = writerBlocked
 			case err == nil && res.AlreadyDone() && id == theirs:
+				got = existing
+			case errors.Is(err, sqlonce.ErrStaleRead) && sqlonce.IsRetryable(err):
+				got = staleRead
 			case err != nil && sqlonce.IsRetryable(err):
-				got = retryable
+				got = refused
 			default:
 				t.Fatalf("got %d, %v, %v; the other transaction inserted %d", id, res, err, theirs)
 			}
-			if got != w {
+			if got != w && (w != staleOrRefused || got == existing) {
 				t.Fatalf("got %s (%v), want %s", got, err, w)
 			}
-			t.Logf("%s: %v", got, err)
-			_ = db.Rollback(ctx, tx)
+			t.Logf("%s: %v", got, errors.Join(err, theirErr))
+			if got == writerBlocked {
+				must(t, db.Commit(ctx, tx))
+				theirs = id
+			} else {
+				_ = db.Rollback(ctx, tx)
+			}
 
 			// The retry, with a fresh snapshot, gets the existing row.
+			// (After a blocked writer, this stands for the writer's retry.)
 			must(t, harness.WithTx(ctx, db, tc.iso, func(tx TTx) error {
 				b := db.Tx(tx)
 				var err error
