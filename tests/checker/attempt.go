@@ -98,6 +98,8 @@ type Attempt struct {
 	InTx                   bool
 	Commit                 CommitState
 	CommitStart, CommitEnd int64 // logical times around COMMIT
+	// Took is how long the attempt ran, for the slowest-attempt line.
+	Took time.Duration
 }
 
 func (a *Attempt) step(key, kind string) *Step {
@@ -154,9 +156,13 @@ func (w *worker[TTx]) backoff(err error) {
 // did not get, and records every attempt.
 func (w *worker[TTx]) operation(op string, body func(a *Attempt)) {
 	deadline := time.Now().Add(w.r.cfg.ConnectRetry)
-	for try := 0; try < 20; try++ {
+	// Once the run is over, a client gives up instead of retrying: an
+	// operation left half done is as much a case as a finished one.
+	for try := 0; try < 20 && (try == 0 || !w.r.stop.Load()); try++ {
 		a := w.newAttempt(op, try)
+		began := time.Now()
 		body(a)
+		a.Took = time.Since(began)
 		if a.Err == nil && a.Commit == Committed {
 			w.r.record(a)
 			return

@@ -23,10 +23,13 @@ import (
 
 // The workloads, by the strategy they drive.
 const (
-	Do           = "dedupe.Do"
-	DoResponse   = "dedupe.DoResponse"
-	DoPair       = "dedupe.Do pair"   // two keys in one transaction, in either order: deadlocks
-	DoNested     = "dedupe.Do nested" // the same, the second claimed inside the first's work
+	Do         = "dedupe.Do"
+	DoResponse = "dedupe.DoResponse"
+	DoPair     = "dedupe.Do pair"   // two keys in one transaction, in either order: deadlocks
+	DoNested   = "dedupe.Do nested" // the same, the second claimed inside the first's work
+	// DoNestedText is DoNested with the work reporting the inner error as
+	// text (fmt.Errorf with %v), as much application code does.
+	DoNestedText = "dedupe.Do nested, errors as text"
 	Unique       = "unique.Insert"
 	Optimistic   = "optimistic.Update"
 	StateMachine = "statemachine"
@@ -34,7 +37,7 @@ const (
 )
 
 // AllOps lists every workload.
-var AllOps = []string{Do, DoResponse, DoPair, DoNested, Unique, Optimistic, StateMachine, Lease}
+var AllOps = []string{Do, DoResponse, DoPair, DoNested, DoNestedText, Unique, Optimistic, StateMachine, Lease}
 
 // DurationEnv overrides the run length of every checker run (a Go
 // duration: "5m").
@@ -55,6 +58,40 @@ func Duration(tb testing.TB, flag, def time.Duration) time.Duration {
 		return d
 	}
 	return def
+}
+
+// KnownBugsEnv, set to 1, runs the workloads and cases left out for known
+// library bugs.
+const KnownBugsEnv = "SQLONCE_KNOWN_BUGS"
+
+// KnownBugs lists, per dialect, the workloads that hit a known library bug,
+// and the bug.
+var KnownBugs = map[string]map[string]string{
+	"mysql": {
+		DoNestedText: "dedupe.Do undoes its claim when fn fails; after a MySQL/MariaDB " +
+			"deadlock the server has already rolled the whole transaction back, and Do skips the undo only when " +
+			"fn's error still wraps the 1213: an fn that reports the deadlock as text (fmt.Errorf with %v) gets " +
+			"the DELETE of the claim run in autocommit, without a token check, and it deletes the marker another " +
+			"transaction committed for the key since; the next call runs the work again",
+	},
+}
+
+// Ops returns the workloads to run on db's dialect: all of them, except
+// those that hit a known bug (logged) unless KnownBugsEnv is 1.
+func Ops(tb testing.TB, dialect string) []string {
+	tb.Helper()
+	if os.Getenv(KnownBugsEnv) == "1" {
+		return AllOps
+	}
+	var ops []string
+	for _, op := range AllOps {
+		if bug, ok := KnownBugs[dialect][op]; ok {
+			tb.Logf("workload %q left out on %s, known bug (set %s=1 to run it): %s", op, dialect, KnownBugsEnv, bug)
+			continue
+		}
+		ops = append(ops, op)
+	}
+	return ops
 }
 
 // DedupeCall describes one call of a Deduper.
@@ -258,6 +295,7 @@ func Run[TTx any](t testing.TB, db harness.DB[TTx], cfg Config[TTx]) *Report {
 	wg.Wait()
 	<-duringDone
 	elapsed := time.Since(start)
+	drained := elapsed - cfg.Duration
 
 	rep := &Report{Dialect: db.Dialect(), Elapsed: elapsed, Config: fmt.Sprintf("%d workers, %d keys, %d hits", cfg.Workers, cfg.Keys, cfg.Hits)}
 	vEnd := r.vclock.Now()
@@ -265,6 +303,7 @@ func Run[TTx any](t testing.TB, db harness.DB[TTx], cfg Config[TTx]) *Report {
 		r.recoverLeases(rep, vEnd)
 	}
 	r.vclock.Stop()
+	settled := time.Since(start) - elapsed
 	snap, err := snapshot(r.ctx, db)
 	if err != nil {
 		t.Fatalf("read the database back: %v", err)
@@ -273,6 +312,8 @@ func Run[TTx any](t testing.TB, db harness.DB[TTx], cfg Config[TTx]) *Report {
 	rep.notes = r.notes
 	r.verify(rep, snap, vEnd)
 	rep.summarize()
+	r.logf("workers drained in %v after the stop, leases settled in %v, checked in %v",
+		drained.Round(time.Millisecond), settled.Round(time.Millisecond), (time.Since(start) - elapsed - settled).Round(time.Millisecond))
 	return rep
 }
 

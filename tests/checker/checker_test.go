@@ -2,8 +2,6 @@ package checker_test
 
 import (
 	"flag"
-	"os"
-	"slices"
 	"testing"
 	"time"
 
@@ -29,13 +27,7 @@ func TestMySQL(t *testing.T) {
 }
 
 func exactlyOnce[TTx any](t *testing.T, db harness.DB[TTx]) {
-	ops := checker.AllOps
-	if db.Dialect() == "mysql" && os.Getenv(KnownBugsEnv) != "1" {
-		// TestUnclaimAfterDeadlockMySQL shows the bug alone.
-		ops = slices.DeleteFunc(slices.Clone(ops), func(op string) bool { return op == checker.DoNested })
-		t.Logf("workload %q left out on mysql, known bug (set %s=1 to run it): %s", checker.DoNested, KnownBugsEnv, bugUnclaimAfterDeadlock)
-	}
-	rep := checker.Run(t, db, checker.Config[TTx]{Ops: ops, Duration: checker.Duration(t, *durationFlag, 10*time.Second)})
+	rep := checker.Run(t, db, checker.Config[TTx]{Ops: checker.Ops(t, db.Dialect()), Duration: checker.Duration(t, *durationFlag, 10*time.Second)})
 	rep.Log(t.Logf, 50)
 	if len(rep.Violations) > 0 {
 		t.Errorf("%d violations of exactly-once", len(rep.Violations))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -22,9 +23,11 @@ func (w *worker[TTx]) loop() {
 		case DoResponse:
 			w.doOp(DoResponse, "resp", true)
 		case DoPair:
-			w.pairOp(DoPair, false)
+			w.pairOp(DoPair, false, false)
 		case DoNested:
-			w.pairOp(DoNested, true)
+			w.pairOp(DoNested, true, false)
+		case DoNestedText:
+			w.pairOp(DoNestedText, true, true)
 		case Unique:
 			w.uniqueOp()
 		case Optimistic:
@@ -43,10 +46,11 @@ func (w *worker[TTx]) loop() {
 // nested workloads share the Do workload's keys, so that all their calls
 // collide.
 func (r *run[TTx]) windowOf(op string) string {
-	if op != DoPair && op != DoNested {
+	pairs := []string{Do, DoPair, DoNested, DoNestedText}
+	if !slices.Contains(pairs[1:], op) {
 		return op
 	}
-	for _, w := range []string{Do, DoPair, DoNested} {
+	for _, w := range pairs {
 		if r.enabled(w) {
 			return w
 		}
@@ -103,8 +107,9 @@ func (w *worker[TTx]) doOp(op, scope string, respond bool) {
 // holding one key and waiting for the other deadlock, and REPEATABLE READ /
 // SERIALIZABLE transactions meet keys committed after their snapshot.
 // Nested, the second claim runs inside the work of the first, so that the
-// deadlock fails the first one's work.
-func (w *worker[TTx]) pairOp(op string, nested bool) {
+// deadlock fails the first one's work; asText, that work reports the
+// failure as text, without wrapping it.
+func (w *worker[TTx]) pairOp(op string, nested, asText bool) {
 	// Keys pair up (2j, 2j+1), so that workers meet on the same pair in
 	// both orders.
 	n, _ := strconv.ParseInt(w.key(op), 10, 64)
@@ -116,7 +121,11 @@ func (w *worker[TTx]) pairOp(op string, nested bool) {
 		w.inTx(a, func(ctx context.Context, tx TTx, f *faultCtl[TTx]) error {
 			if nested {
 				return w.dedupeStep(ctx, tx, a, f, "do", k1, false, func(ctx context.Context) error {
-					return w.dedupeStep(ctx, tx, a, f, "do", k2, false, nil)
+					err := w.dedupeStep(ctx, tx, a, f, "do", k2, false, nil)
+					if err != nil && asText {
+						return fmt.Errorf("inner key %s: %v", k2, err)
+					}
+					return err
 				})
 			}
 			if err := w.dedupeStep(ctx, tx, a, f, "do", k1, false, nil); err != nil {
@@ -252,7 +261,7 @@ func (w *worker[TTx]) leaseOp(key string) (settled, inProgress bool) {
 			}
 		}
 		w.backoff(err)
-		if w.r.stop.Load() && try >= 3 {
+		if w.r.stop.Load() && !w.noFaults {
 			return false, inProgress
 		}
 	}

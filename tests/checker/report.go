@@ -89,7 +89,7 @@ func (r *Report) summarize() {
 	ops := map[string]*outcomeCounts{}
 	faults := map[Fault]int{}
 	errs := map[string]int{}
-	retries := 0
+	retries, retryable := 0, 0
 	commits := map[CommitState]int{}
 	for _, a := range r.Attempts {
 		name := a.Op
@@ -106,6 +106,9 @@ func (r *Report) summarize() {
 			faults[a.Fault]++
 		}
 		if a.Err != nil {
+			if sqlonce.IsRetryable(a.Err) {
+				retryable++
+			}
 			c.errs++
 			errs[errClass(a.Err)]++
 		}
@@ -124,14 +127,18 @@ func (r *Report) summarize() {
 	add := func(format string, args ...any) { r.lines = append(r.lines, fmt.Sprintf(format, args...)) }
 	add("checker %s: %s, ran %v: %d attempts (%d retries), %d begin failures",
 		r.Dialect, r.Config, r.Elapsed.Round(time.Millisecond), len(r.Attempts), retries, r.notes["begin failed"])
-	add("  %-28s %8s %13s %11s %9s %8s %8s", "workload", "attempts", "first+commit", "first+maybe", "first+rb", "done", "errors")
+	add("  %-34s %8s %13s %11s %9s %8s %8s", "workload", "attempts", "first+commit", "first+maybe", "first+rb", "done", "errors")
 	for _, name := range slices.Sorted(maps.Keys(ops)) {
 		c := ops[name]
-		add("  %-28s %8d %13d %11d %9d %8d %8d", name, c.attempts, c.first[Committed], c.first[Unknown],
+		add("  %-34s %8d %13d %11d %9d %8d %8d", name, c.attempts, c.first[Committed], c.first[Unknown],
 			c.first[NoCommit]+c.first[RolledBack], c.done, c.errs)
+	}
+	if slow := slices.MaxFunc(r.Attempts, func(a, b *Attempt) int { return int(a.Took - b.Took) }); slow != nil {
+		add("  slowest attempt: %v, %s at %s, fault %q: %v", slow.Took.Round(time.Millisecond), slow.Op, slow.Iso, slow.Fault, slow.Err)
 	}
 	add("  faults: %s", joinCounts(faults))
 	add("  errors: %s", joinCounts(errs))
+	add("  retries: %d attempts after a failed one; %d failures sqlonce.IsRetryable accepts", retries, retryable)
 	add("  commits: %d committed, %d refused, %d unknown (of %d whose writes the database names, %d committed)",
 		commits[Committed], commits[RolledBack], commits[Unknown], r.unknownNamed, r.unknownCommitted)
 	add("  leases: %d claims won, %d takeovers, %d external calls; notes: %s",

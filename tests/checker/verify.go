@@ -10,6 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/sqlonce/sqlonce"
 )
 
@@ -332,6 +335,8 @@ func (v *verifier) checkError(a *Attempt) {
 		v.rep.violate(VError, key, "attempt %d (%s): %v", a.ID, a.Op, err)
 	case !lease && (errors.Is(err, sqlonce.ErrLeaseLost) || errors.Is(err, sqlonce.ErrInProgress)):
 		v.rep.violate(VError, key, "attempt %d (%s): %v", a.ID, a.Op, err)
+	case serverSaysRetry(err) && !sqlonce.IsRetryable(err):
+		v.rep.violate(VError, key, "attempt %d (%s): the server asks for a retry, sqlonce.IsRetryable says no: %v", a.ID, a.Op, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		v.rep.violate(VError, key, "attempt %d (%s) ran out of time (%v): %v", a.ID, a.Op, attemptTimeout, err)
 	}
@@ -353,4 +358,12 @@ func commitStarts(steps []*Step) string {
 		s[i] = "t=" + strconv.FormatInt(st.a.CommitStart, 10)
 	}
 	return "[" + strings.Join(s, " ") + "]"
+}
+
+// serverSaysRetry reports a serialization failure or deadlock by its code.
+func serverSaysRetry(err error) bool {
+	var pgErr *pgconn.PgError
+	var myErr *mysql.MySQLError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01") ||
+		errors.As(err, &myErr) && myErr.Number == 1213
 }
