@@ -51,6 +51,25 @@ func brokenMarkerFirst[TTx any](t *testing.T, db harness.DB[TTx]) {
 	caught(t, rep, checker.VLost, "marker-first")
 }
 
+func TestBrokenMemoryMarkerPostgres(t *testing.T) {
+	brokenMemoryMarker(t, harness.Postgres(t, poolSize))
+}
+
+func TestBrokenMemoryMarkerMySQL(t *testing.T) {
+	brokenMemoryMarker(t, harness.MySQL(t, poolSize))
+}
+
+// brokenMemoryMarker: the key is marked outside the transaction as the
+// work starts. Duplicates are told AlreadyDone before anything committed.
+func brokenMemoryMarker[TTx any](t *testing.T, db harness.DB[TTx]) {
+	rep := checker.Run(t, db, checker.Config[TTx]{
+		Ops:      []string{checker.Do},
+		Dedupe:   checker.MemoryMarker[TTx](),
+		Duration: 2 * time.Second,
+	})
+	caught(t, rep, checker.VEarly, "memory marker")
+}
+
 func caught(t *testing.T, rep *checker.Report, kind, what string) {
 	t.Helper()
 	t.Log(rep.Summary())

@@ -3,16 +3,12 @@ package checker
 import (
 	"context"
 	"fmt"
-	"io"
-	"log"
 	"math/rand/v2"
 	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
@@ -261,11 +257,6 @@ func Run[TTx any](t testing.TB, db harness.DB[TTx], cfg Config[TTx]) *Report {
 	for _, op := range cfg.Ops {
 		r.windows[op] = new(atomic.Int64)
 	}
-	if db.Dialect() == "mysql" {
-		// Killed connections are the point here; the driver's log of each
-		// one is noise.
-		_ = mysql.SetLogger(log.New(io.Discard, "", 0))
-	}
 	if err := r.setup(); err != nil {
 		t.Fatalf("checker setup: %v", err)
 	}
@@ -437,6 +428,25 @@ func MarkerFirst[TTx any]() Deduper[TTx] {
 		})
 		if err != nil || res.AlreadyDone() {
 			return res, err
+		}
+		resp, err := fn(ctx)
+		if err != nil {
+			return sqlonce.Result{}, err
+		}
+		return sqlonce.Result{Outcome: sqlonce.FirstRun, Response: resp}, nil
+	}
+}
+
+// MemoryMarker is the in-memory SETNX of the design notes, shaped as a
+// Deduper: the key is marked in process memory (Redis, in the notes) as
+// the work starts, outside the database transaction. A duplicate is told
+// AlreadyDone while the first run has not committed, and for good if it
+// rolls back.
+func MemoryMarker[TTx any]() Deduper[TTx] {
+	var marked sync.Map
+	return func(ctx context.Context, _ harness.DB[TTx], _ TTx, c DedupeCall, fn func(ctx context.Context) ([]byte, error)) (sqlonce.Result, error) {
+		if _, loaded := marked.LoadOrStore(c.Ref, true); loaded {
+			return sqlonce.Result{Outcome: sqlonce.AlreadyDone}, nil
 		}
 		resp, err := fn(ctx)
 		if err != nil {

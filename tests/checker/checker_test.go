@@ -2,8 +2,12 @@ package checker_test
 
 import (
 	"flag"
+	"io"
+	"log"
 	"testing"
 	"time"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/sqlonce/sqlonce/tests/checker"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
@@ -15,6 +19,13 @@ var durationFlag = flag.Duration("checker.duration", 0, "run length of each chec
 // to the workers' own, without starving PostgreSQL's 100 connections
 // shared with the other test packages.
 const poolSize = 70
+
+func init() {
+	// Killed connections are the point here; the driver's log of each one
+	// is noise. Set before any DSN is parsed: each connector keeps the
+	// logger it was created with.
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
+}
 
 func TestPostgres(t *testing.T) {
 	db := harness.Postgres(t, poolSize)

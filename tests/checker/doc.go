@@ -32,8 +32,21 @@
 //   - leases: one completion per key, by the newest claim's token, and no
 //     key still held once every lease has lapsed.
 //
-// Run drives the workload and returns a Report; the tests in this package
-// run it on PostgreSQL and MariaDB, and show that it catches a broken
-// select-then-insert "dedupe". The restart subpackage runs it while the
-// database server is killed and started again.
+// # Running it
+//
+// Run drives the workload and returns a Report. The tests in this package
+// run it for 10 s on PostgreSQL and on MariaDB, and show that it is not a
+// test that cannot fail: swapped in for the dedupe Store, a
+// select-then-insert "dedupe" is caught doubling effects, a marker
+// committed before the work is caught losing them, and an in-memory marker
+// is caught answering AlreadyDone before anything committed. The restart
+// subpackage runs the workload while the database server is killed and
+// started again.
+//
+//	go test -race -count=1 ./checker/... -v
+//	SQLONCE_CHECKER_DURATION=5m go test -count=1 ./checker/ -run 'TestPostgres|TestMySQL' -v
+//	go test -count=1 ./checker/ -run TestMySQL -v -checker.duration=5m
+//
+// Workloads that hit a known library bug are listed in KnownBugs and left
+// out on the affected database; SQLONCE_KNOWN_BUGS=1 runs them too.
 package checker
