@@ -57,6 +57,8 @@ type Engine[TTx any] interface {
 	// handle, committing when fn returns nil. It returns an error matching
 	// sqlonce.ErrNoDB when the driver has no handle.
 	InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
+
+	Tokens[TTx]
 }
 
 // ErrTxRolledBack is wrapped by a Claim error after which the server has

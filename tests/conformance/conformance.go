@@ -21,4 +21,5 @@ func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("StateMachine", func(t *testing.T) { runStateMachine(t, f) })
 	t.Run("Unique", func(t *testing.T) { runUnique(t, f) })
 	t.Run("AntiPattern", func(t *testing.T) { runAntiPattern(t, f) })
+	t.Run("Token", func(t *testing.T) { runToken(t, f) })
 }

@@ -22,6 +22,12 @@ import (
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 )
 
+// latest is the version of sqlonce's newest migration.
+const latest = 2
+
+// tables are the tables sqlonce's migrations create.
+var tables = []string{"sqlonce_keys", "sqlonce_tokens"}
+
 // conn is a database/sql handle for goose, and the pgx pool behind it on
 // PostgreSQL.
 type conn struct {
@@ -153,8 +159,8 @@ func TestEmbedded(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if v, err := p.GetDBVersion(ctx); err != nil || v != 1 {
-				t.Fatalf("version %d, %v; want 1", v, err)
+			if v, err := p.GetDBVersion(ctx); err != nil || v != latest {
+				t.Fatalf("version %d, %v; want %d", v, err, latest)
 			}
 			var appRows int
 			if err := db.QueryRow("SELECT count(*) FROM goose_db_version").Scan(&appRows); err != nil || appRows != 1 {
@@ -162,11 +168,18 @@ func TestEmbedded(t *testing.T) {
 			}
 			wantOnce(t, tg.works(t, c))
 
-			if _, err := p.Down(ctx); err != nil {
+			for _, table := range tables {
+				if !tableExists(t, db, tg.dialect, table) {
+					t.Fatalf("%s missing after up", table)
+				}
+			}
+			if _, err := p.DownTo(ctx, 0); err != nil {
 				t.Fatal(err)
 			}
-			if tableExists(t, db, tg.dialect, "sqlonce_keys") {
-				t.Fatal("sqlonce_keys still there after down")
+			for _, table := range tables {
+				if tableExists(t, db, tg.dialect, table) {
+					t.Fatalf("%s still there after down", table)
+				}
 			}
 			if _, err := p.Up(ctx); err != nil {
 				t.Fatal(err)
@@ -219,7 +232,7 @@ func TestOwnGooseOnFolder(t *testing.T) {
 				t.Fatal(err)
 			}
 			v, err := goose.GetDBVersion(db)
-			if err != nil || v != 1 {
+			if err != nil || v != latest {
 				t.Fatalf("version %d, %v", v, err)
 			}
 			wantOnce(t, tg.works(t, c))

@@ -20,3 +20,11 @@ type SqlonceKey struct {
 	CreatedAt      time.Time
 	ExpiresAt      time.Time
 }
+
+type SqlonceToken struct {
+	TokenHash  []byte
+	Scope      []byte
+	ConsumedAt sql.NullTime
+	CreatedAt  time.Time
+	ExpiresAt  time.Time
+}

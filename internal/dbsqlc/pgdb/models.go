@@ -19,3 +19,11 @@ type SqlonceKey struct {
 	CreatedAt      pgtype.Timestamptz
 	ExpiresAt      pgtype.Timestamptz
 }
+
+type SqlonceToken struct {
+	TokenHash  []byte
+	Scope      string
+	ConsumedAt pgtype.Timestamptz
+	CreatedAt  pgtype.Timestamptz
+	ExpiresAt  pgtype.Timestamptz
+}

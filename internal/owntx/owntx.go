@@ -1,0 +1,49 @@
+// Package owntx runs the transactions sqlonce starts itself, on a driver's
+// own database handle.
+package owntx
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/dberr"
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+// Attempts bounds the runs of one transaction.
+const Attempts = 10
+
+// Run runs fn in a transaction of its own on e's handle, committing when
+// fn returns nil. The transaction is sqlonce's, so after a deadlock or a
+// serialization failure it is run again here rather than handed back to a
+// caller who could only call again. A lock wait that timed out is not run
+// again: it has waited already. Without a handle it returns an error
+// matching sqlonce.ErrNoDB.
+func Run[TTx any](ctx context.Context, e driver.Engine[TTx], fn func(ctx context.Context, tx TTx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := e.InTx(ctx, fn)
+		if err == nil || attempt == Attempts || !sqlonce.IsRetryable(err) || dberr.LockNotAvailable(err) {
+			return err
+		}
+		if !Pause(ctx, attempt) {
+			return err
+		}
+	}
+}
+
+// Pause sleeps a jittered moment before attempt+1, so that the
+// transactions that collided do not meet again. It reports false when ctx
+// ended first.
+func Pause(ctx context.Context, attempt int) bool {
+	d := time.Millisecond + rand.N(time.Duration(attempt)*2*time.Millisecond)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

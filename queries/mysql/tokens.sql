@@ -1,0 +1,44 @@
+-- name: TokenInsert :exec
+-- Issues a token: its hash, scope and expiry. Every time comparison uses
+-- the database clock (UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6))
+-- MICROSECOND); sqlc.narg(now) lets the test suite pin "now" without
+-- sleeping, the library passes NULL.
+INSERT INTO sqlonce_tokens (token_hash, scope, created_at, expires_at)
+VALUES (
+    sqlc.arg(token_hash),
+    sqlc.arg(scope),
+    COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
+    DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(ttl_us) MICROSECOND)
+);
+
+-- name: TokenConsume :execrows
+-- Consumes a live token of the scope: one row changed is this call's
+-- consumption (NULL to a time always counts as a change). An UPDATE reads
+-- the latest committed row, whatever the isolation level: a concurrent
+-- consumer waits for the row lock, then finds consumed_at set and changes
+-- nothing, or, if the first rolled back, consumes it itself.
+UPDATE sqlonce_tokens
+SET consumed_at = COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+WHERE token_hash = sqlc.arg(token_hash)
+  AND scope = sqlc.arg(scope)
+  AND consumed_at IS NULL
+  AND expires_at > COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND);
+
+-- name: TokenGet :one
+-- Tells why TokenConsume changed nothing. A locking read: under
+-- REPEATABLE READ a plain SELECT would read the transaction's snapshot,
+-- from before the consumption TokenConsume waited for.
+SELECT
+    scope,
+    CAST(consumed_at IS NOT NULL AS SIGNED) AS consumed,
+    CAST(expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND) AS SIGNED) AS expired
+FROM sqlonce_tokens
+WHERE token_hash = sqlc.arg(token_hash)
+LOCK IN SHARE MODE;
+
+-- name: TokenPurge :execrows
+-- Deletes up to the given number of expired tokens in expiry order.
+DELETE FROM sqlonce_tokens
+WHERE expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+ORDER BY expires_at
+LIMIT ?;
