@@ -1,8 +1,13 @@
 package conformance
 
 import (
+	"errors"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 )
@@ -52,14 +57,29 @@ func strictSnapshot[TTx any](t *testing.T, db harness.DB[TTx], maxConns int) har
 // warm opens n connections in db's pool before a race, by holding n
 // transactions open at once. Pools connect lazily: without this the first
 // racers finish while the others are still connecting, and the race is
-// one in name only.
+// one in name only. Once open, the pools keep their connections, so the
+// racers never connect.
+//
+// A server that has no room for more connections (other test processes
+// share it) is waited for, up to a limit: that is the environment, not
+// the behaviour under test.
 func warm[TTx any](t *testing.T, db harness.DB[TTx], n int) {
 	t.Helper()
 	ctx := ctxT(t)
 	var all sync.WaitGroup
 	all.Add(n)
 	errs := race(n, func(int) error {
-		tx, err := db.Begin(ctx, harness.Default)
+		var (
+			tx  TTx
+			err error
+		)
+		for wait := 10 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+			tx, err = db.Begin(ctx, harness.Default)
+			if err == nil || !serverFull(err) || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(wait)
+		}
 		all.Done()
 		if err != nil {
 			return err
@@ -68,4 +88,16 @@ func warm[TTx any](t *testing.T, db harness.DB[TTx], n int) {
 		return db.Rollback(ctx, tx)
 	})
 	noErrors(t, errs)
+}
+
+// serverFull reports whether err is a refused connection because the server
+// is at max_connections.
+func serverFull(err error) bool {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		return pgErr.Code == "53300" // too_many_connections
+	}
+	if myErr, ok := errors.AsType[*mysql.MySQLError](err); ok {
+		return myErr.Number == 1040 // ER_CON_COUNT_ERROR
+	}
+	return false
 }
