@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -147,10 +148,20 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 	}
 	fp := nonNil(p.Fingerprint)
 	for range claimAttempts {
+		// An in-transaction claim names its row with a nonce below any
+		// clock-based token, so that Unclaim and SetResponse can never touch
+		// a row another transaction committed (see KeyDelete).
+		var nonce sql.NullInt64
+		if p.Lease <= 0 {
+			nonce = sql.NullInt64{Int64: 1 + rand.Int64N(1<<40), Valid: true}
+		}
 		err := e.q.KeyInsert(ctx, tx, mysqldb.KeyInsertParams{
-			Scope: scope, IdempotencyKey: key, Fingerprint: fp, State: state,
+			Scope: scope, IdempotencyKey: key, Fingerprint: fp, State: state, Token: nonce,
 			Now: now, LeaseUs: lease, TtlUs: ttl.Microseconds(),
 		})
+		if err == nil && nonce.Valid {
+			return driver.Claim{Won: true, Token: nonce.Int64}, nil
+		}
 		if err == nil {
 			var token int64
 			if p.Lease > 0 {
@@ -212,12 +223,12 @@ func nonNil(b []byte) []byte {
 // default, so a response up to dedupe.MaxResponseSize can be recorded.
 const responsePiece = 1 << 20
 
-func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, _ int64, response []byte) error {
-	// The claim's row lock is held by tx: no token check is needed, and
-	// MySQL's fresh inserts do not read their token back.
+func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte) error {
+	// The token check keeps a transaction that a deadlock rolled back (its
+	// next statement runs in autocommit) off another transaction's row.
 	scope, key := []byte(k.Scope), []byte(k.Key)
 	n, err := e.q.KeySetResponse(ctx, tx, mysqldb.KeySetResponseParams{
-		Response: nonNil(response[:min(len(response), responsePiece)]), Scope: scope, IdempotencyKey: key,
+		Response: nonNil(response[:min(len(response), responsePiece)]), Scope: scope, IdempotencyKey: key, Token: token,
 	})
 	if err != nil {
 		return err
@@ -225,21 +236,21 @@ func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, _ int
 	if n != 1 { // NULL to a value always counts as a change
 		return fmt.Errorf("%w: the claim to record a response on is gone", sqlonce.ErrLeaseLost)
 	}
-	return e.appendRest(ctx, tx, scope, key, response)
+	return e.appendRest(ctx, tx, scope, key, token, response)
 }
 
 // appendRest appends response[responsePiece:] to the row's response, which
 // holds the first piece, in pieces that each fit the server's packet limit
 // (go-sql-driver assumes 64 MiB, MariaDB's default is 16 MiB), and checks
 // the stored length. The row must be locked by tx.
-func (e engine) appendRest(ctx context.Context, tx *sql.Tx, scope, key, response []byte) error {
+func (e engine) appendRest(ctx context.Context, tx *sql.Tx, scope, key []byte, token int64, response []byte) error {
 	if len(response) <= responsePiece {
 		return nil
 	}
 	tooLarge := fmt.Errorf("%w: %d bytes do not fit the server's max_allowed_packet", sqlonce.ErrResponseTooLarge, len(response))
 	for at := responsePiece; at < len(response); at += responsePiece {
 		n, err := e.q.KeyAppendResponse(ctx, tx, mysqldb.KeyAppendResponseParams{
-			Piece: response[at:min(at+responsePiece, len(response))], Scope: scope, IdempotencyKey: key, PrefixLen: int64(at),
+			Piece: response[at:min(at+responsePiece, len(response))], Scope: scope, IdempotencyKey: key, Token: token, PrefixLen: int64(at),
 		})
 		if err != nil {
 			return err
@@ -258,8 +269,8 @@ func (e engine) appendRest(ctx context.Context, tx *sql.Tx, scope, key, response
 	return nil
 }
 
-func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, _ int64) error {
-	_, err := e.q.KeyDelete(ctx, tx, mysqldb.KeyDeleteParams{Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key)})
+func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, token int64) error {
+	_, err := e.q.KeyDelete(ctx, tx, mysqldb.KeyDeleteParams{Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token})
 	return err
 }
 
@@ -274,7 +285,7 @@ func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token in
 	}
 	// The completed row is locked by tx; a failure here rolls it back with
 	// tx, leaving the lease held.
-	return true, e.appendRest(ctx, tx, scope, key, response)
+	return true, e.appendRest(ctx, tx, scope, key, token, response)
 }
 
 func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, now time.Time) (bool, error) {

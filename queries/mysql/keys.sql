@@ -5,6 +5,10 @@
 -- expired key or a lapsed lease, a takeover UPDATE.
 
 -- name: KeyInsert :exec
+-- token: the caller's nonce for an in-transaction claim (MySQL has no
+-- RETURNING, and Unclaim/SetResponse must name the row they created), or
+-- NULL for a lease, whose token starts at the database clock in
+-- microseconds so that it grows across purges.
 INSERT INTO sqlonce_keys (
     scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
 ) VALUES (
@@ -12,7 +16,8 @@ INSERT INTO sqlonce_keys (
     sqlc.arg(idempotency_key),
     sqlc.arg(fingerprint),
     sqlc.arg(state),
-    TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)),
+    COALESCE(CAST(sqlc.narg(token) AS SIGNED),
+             TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))),
     DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.narg(lease_us) MICROSECOND),
     COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
     DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(ttl_us) MICROSECOND)
@@ -55,14 +60,14 @@ WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AN
 -- name: KeySetResponse :execrows
 UPDATE sqlonce_keys
 SET response = sqlc.arg(response)
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token);
 
 -- name: KeyAppendResponse :execrows
 -- Appends a piece of a response too large for one statement. The length
 -- check makes a piece change nothing unless every earlier piece is there.
 UPDATE sqlonce_keys
 SET response = CONCAT(response, sqlc.arg(piece))
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key)
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token)
   AND LENGTH(response) = CAST(sqlc.arg(prefix_len) AS SIGNED);
 
 -- name: KeyResponseLength :one
@@ -73,8 +78,11 @@ FROM sqlonce_keys
 WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
 
 -- name: KeyDelete :execrows
+-- The token check matters after a deadlock: MySQL has rolled the whole
+-- transaction back, the next statement runs in autocommit, and without it
+-- this DELETE would remove the marker a concurrent transaction committed.
 DELETE FROM sqlonce_keys
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token);
 
 -- name: KeyComplete :execrows
 UPDATE sqlonce_keys

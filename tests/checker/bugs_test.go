@@ -3,25 +3,14 @@ package checker_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/tests/checker"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 )
-
-func knownBug(t *testing.T, dialect, onDialect, what string) {
-	t.Helper()
-	if dialect == onDialect && os.Getenv(checker.KnownBugsEnv) != "1" {
-		t.Skipf("known bug on %s (set %s=1 to run): %s", onDialect, checker.KnownBugsEnv, what)
-	}
-}
-
-var bugUnclaimAfterOpaqueDeadlock = checker.KnownBugs["mysql"][checker.DoNestedText]
 
 // opaque reports an error the way much application code does: as text.
 func opaque(err error) error {
@@ -47,7 +36,6 @@ func TestUnclaimAfterOpaqueDeadlockPostgres(t *testing.T) {
 
 func TestUnclaimAfterOpaqueDeadlockMySQL(t *testing.T) {
 	db := harness.MySQL(t, 8)
-	knownBug(t, db.Dialect(), "mysql", bugUnclaimAfterOpaqueDeadlock)
 	unclaimAfterDeadlock(t, db, opaque)
 }
 

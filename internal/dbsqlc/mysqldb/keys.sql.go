@@ -13,7 +13,7 @@ import (
 const keyAppendResponse = `-- name: KeyAppendResponse :execrows
 UPDATE sqlonce_keys
 SET response = CONCAT(response, ?)
-WHERE scope = ? AND idempotency_key = ?
+WHERE scope = ? AND idempotency_key = ? AND token = ?
   AND LENGTH(response) = CAST(? AS SIGNED)
 `
 
@@ -21,6 +21,7 @@ type KeyAppendResponseParams struct {
 	Piece          interface{}
 	Scope          []byte
 	IdempotencyKey []byte
+	Token          int64
 	PrefixLen      int64
 }
 
@@ -31,6 +32,7 @@ func (q *Queries) KeyAppendResponse(ctx context.Context, db DBTX, arg KeyAppendR
 		arg.Piece,
 		arg.Scope,
 		arg.IdempotencyKey,
+		arg.Token,
 		arg.PrefixLen,
 	)
 	if err != nil {
@@ -74,16 +76,20 @@ func (q *Queries) KeyComplete(ctx context.Context, db DBTX, arg KeyCompleteParam
 
 const keyDelete = `-- name: KeyDelete :execrows
 DELETE FROM sqlonce_keys
-WHERE scope = ? AND idempotency_key = ?
+WHERE scope = ? AND idempotency_key = ? AND token = ?
 `
 
 type KeyDeleteParams struct {
 	Scope          []byte
 	IdempotencyKey []byte
+	Token          int64
 }
 
+// The token check matters after a deadlock: MySQL has rolled the whole
+// transaction back, the next statement runs in autocommit, and without it
+// this DELETE would remove the marker a concurrent transaction committed.
 func (q *Queries) KeyDelete(ctx context.Context, db DBTX, arg KeyDeleteParams) (int64, error) {
-	result, err := db.ExecContext(ctx, keyDelete, arg.Scope, arg.IdempotencyKey)
+	result, err := db.ExecContext(ctx, keyDelete, arg.Scope, arg.IdempotencyKey, arg.Token)
 	if err != nil {
 		return 0, err
 	}
@@ -206,7 +212,8 @@ INSERT INTO sqlonce_keys (
     ?,
     ?,
     ?,
-    TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)),
+    COALESCE(CAST(? AS SIGNED),
+             TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))),
     DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND),
     COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
     DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND)
@@ -218,6 +225,7 @@ type KeyInsertParams struct {
 	IdempotencyKey []byte
 	Fingerprint    []byte
 	State          int16
+	Token          sql.NullInt64
 	Now            sql.NullTime
 	LeaseUs        interface{}
 	TtlUs          interface{}
@@ -228,12 +236,17 @@ type KeyInsertParams struct {
 // library passes NULL. MySQL has no RETURNING and no ON CONFLICT ... WHERE,
 // so a claim is an INSERT, then on a duplicate a locking read and, for an
 // expired key or a lapsed lease, a takeover UPDATE.
+// token: the caller's nonce for an in-transaction claim (MySQL has no
+// RETURNING, and Unclaim/SetResponse must name the row they created), or
+// NULL for a lease, whose token starts at the database clock in
+// microseconds so that it grows across purges.
 func (q *Queries) KeyInsert(ctx context.Context, db DBTX, arg KeyInsertParams) error {
 	_, err := db.ExecContext(ctx, keyInsert,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Fingerprint,
 		arg.State,
+		arg.Token,
 		arg.Now,
 		arg.Now,
 		arg.LeaseUs,
@@ -341,17 +354,23 @@ func (q *Queries) KeyResponseLength(ctx context.Context, db DBTX, arg KeyRespons
 const keySetResponse = `-- name: KeySetResponse :execrows
 UPDATE sqlonce_keys
 SET response = ?
-WHERE scope = ? AND idempotency_key = ?
+WHERE scope = ? AND idempotency_key = ? AND token = ?
 `
 
 type KeySetResponseParams struct {
 	Response       []byte
 	Scope          []byte
 	IdempotencyKey []byte
+	Token          int64
 }
 
 func (q *Queries) KeySetResponse(ctx context.Context, db DBTX, arg KeySetResponseParams) (int64, error) {
-	result, err := db.ExecContext(ctx, keySetResponse, arg.Response, arg.Scope, arg.IdempotencyKey)
+	result, err := db.ExecContext(ctx, keySetResponse,
+		arg.Response,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Token,
+	)
 	if err != nil {
 		return 0, err
 	}
