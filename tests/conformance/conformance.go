@@ -22,4 +22,5 @@ func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("Unique", func(t *testing.T) { runUnique(t, f) })
 	t.Run("AntiPattern", func(t *testing.T) { runAntiPattern(t, f) })
 	t.Run("Token", func(t *testing.T) { runToken(t, f) })
+	t.Run("HTTPIdem", func(t *testing.T) { runHTTPIdem(t, f) })
 }

@@ -1,0 +1,98 @@
+// Package httpidem is net/http middleware for the Idempotency-Key request
+// header (IETF draft-ietf-httpapi-idempotency-key-header): a client that
+// retries a POST or PATCH with the same key gets the first answer back,
+// byte for byte, and the work is done once. Keys, fingerprints and
+// recorded responses live in the database, in sqlonce's dedupe table.
+//
+//	m, err := httpidem.New(pgxdriver.New(pool), func(r *http.Request) string {
+//		return userID(r) // the authenticated caller
+//	})
+//	...
+//	mux.Handle("POST /payments", m.Wrap(http.HandlerFunc(pay)))
+//
+//	func pay(w http.ResponseWriter, r *http.Request) {
+//		tx, _ := httpidem.TxFrom[pgx.Tx](r.Context())
+//		// Writes through tx commit together with the key and the answer.
+//		...
+//	}
+//
+// Wrap has the type routers take for middleware, so it fits ServeMux and
+// any router with a Use(func(http.Handler) http.Handler) method; the
+// library depends on net/http alone.
+//
+// # What the draft asks, and what the middleware does
+//
+//   - The field is an Item Structured Field whose value is a String
+//     (section 2.1): Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324".
+//     The key is the string's value, parsed as RFC 9651 says (escapes,
+//     parameters ignored). A value that is not a String, an empty or
+//     over-long one, or more than one field, is answered 400 with
+//     code [CodeKeyInvalid].
+//   - A request that must carry a key and has none is answered 400
+//     ([CodeKeyMissing]). Which methods are handled ([WithMethods], POST
+//     and PATCH by default) and which requests must carry a key
+//     ([WithRequired]) is configurable.
+//   - A key is unique per caller, method and route (section 5's composite
+//     key): the principal function names the caller, so that one client
+//     can neither trigger nor read another's replay.
+//   - The request fingerprint (section 2.4) is a SHA-256 hash of the
+//     method, path, query and body, and of the header fields named with
+//     [WithFingerprintHeaders]. The same key with a different fingerprint
+//     is answered 422 ([CodeKeyReused]).
+//   - A repeat after the first request completed gets its recorded answer
+//     (section 2.6): status, the header fields named with
+//     [WithResponseHeaders] and the body, byte for byte, marked with
+//     [ReplayHeader]. [WithRecord] says which answers are recorded:
+//     [RecordAll] (the default: "success or an error") or [RecordSuccess].
+//     An answer that is not recorded leaves the key free for a retry.
+//   - A repeat while the first request is still running is answered 409
+//     ([CodeInProgress]) at once, with Retry-After: it does not wait.
+//   - Keys expire after [WithTTL] (24 hours by default; section 2.3 asks
+//     that the policy be published); [Middleware.Purge] deletes expired ones.
+//   - Errors are RFC 9457 problem details, application/problem+json, with
+//     type, title, status, detail and a "code" extension ([Problem]).
+//     [WithDocs] points their type, and a Link header with
+//     rel="describedby", at the documentation the draft asks for.
+//
+// # Transactional mode
+//
+// By default the middleware opens a transaction on the driver's database
+// handle (or with [WithTxFunc]), claims the key in it, runs the handler
+// with the transaction in the request's context ([TxFrom]), records the
+// answer in the same transaction and commits, then sends the answer. The
+// handler's writes, the key and the recorded answer commit together or
+// not at all: a crash at any point leaves either everything or nothing,
+// so the work is done exactly once, and the client never sees an answer
+// for work that rolled back. A client that disconnects cancels the
+// request's context and so rolls the work back; its retry runs it again.
+// The handler may run more than once for one request when the database
+// asks for a retry (deadlock, serialization failure): keep effects
+// outside the database out of this mode.
+//
+// # Lease mode
+//
+// [WithLease] is for handlers whose work leaves the database: charging a
+// card through a provider, sending mail. The key is claimed with a lease
+// and committed before the handler runs ([LeaseFrom] gives it the lease
+// and its fencing token); the recorded answer completes the lease, an
+// unrecorded one releases it. A holder that crashes leaves the lease to
+// lapse, and a retry then runs the handler again: pass the key or the
+// token on to the outside system, so that the repeat is harmless there.
+//
+// # Forms without a key
+//
+// [WithNoRepeatSubmit] guards requests that carry no key, such as HTML
+// form posts: the key is derived from the caller, the route and the
+// request fingerprint, and lives for a short window. A double click runs
+// once and the second click gets the first answer.
+//
+// # Limits
+//
+// The request body is read (up to [WithMaxBody], 413 above it, before
+// the handler runs) to fingerprint it; the handler reads a copy. The
+// answer is buffered until recorded: no streaming, no http.Flusher, and
+// answers above [WithMaxResponseSize] are refused (500). Go's own
+// http.Transport resends a request that carries an Idempotency-Key by
+// itself when a kept-alive connection breaks before the answer: the
+// middleware makes that safe.
+package httpidem

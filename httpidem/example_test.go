@@ -1,0 +1,124 @@
+package httpidem_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlonce/sqlonce/httpidem"
+	"github.com/sqlonce/sqlonce/internal/exampledb"
+	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/pgxdriver"
+)
+
+func post(url, user, key, body string) {
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		panic(err)
+	}
+	req.Header.Set("X-User", user)
+	if key != "" {
+		req.Header.Set(httpidem.Header, key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		panic(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		panic(err)
+	}
+	if resp.Header.Get("Content-Type") == "application/problem+json" {
+		fmt.Printf("%d %s\n", resp.StatusCode, b)
+		return
+	}
+	fmt.Printf("%d replayed=%v %s\n", resp.StatusCode, resp.Header.Get(httpidem.ReplayHeader) == "true", b)
+}
+
+// A payment endpoint in transactional mode: the ledger write, the key and
+// the recorded answer commit together. The retry gets the first answer;
+// the same key on another payment is refused.
+func Example() {
+	ctx := context.Background()
+	pool := exampledb.Postgres("httpidem")
+	defer pool.Close()
+
+	m, err := httpidem.New(pgxdriver.New(pool), func(r *http.Request) string {
+		return r.Header.Get("X-User") // stands in for real authentication
+	})
+	if err != nil {
+		panic(err)
+	}
+	pay := func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := httpidem.TxFrom[pgx.Tx](r.Context())
+		body, _ := io.ReadAll(r.Body)
+		var id int64
+		err := tx.QueryRow(r.Context(), "INSERT INTO ledger (ref, amount) VALUES ($1, 100) RETURNING id", string(body)).Scan(&id)
+		if err != nil {
+			http.Error(w, "payment failed", http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"payment":%d}`, id)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", m.Wrap(http.HandlerFunc(pay)))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+
+	key := `"8e03978e-40d5-43e8-bc93-6894a57f9324"`
+	post(srv.URL+"/payments", "alice", key, "invoice-7")
+	post(srv.URL+"/payments", "alice", key, "invoice-7") // a retry
+	post(srv.URL+"/payments", "alice", key, "invoice-8") // the key reused
+	post(srv.URL+"/payments", "alice", "", "invoice-9")  // no key
+
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM ledger").Scan(&n); err != nil {
+		panic(err)
+	}
+	fmt.Println("ledger rows:", n)
+	// Output:
+	// 201 replayed=false {"payment":1}
+	// 201 replayed=true {"payment":1}
+	// 422 {"type":"about:blank","title":"Unprocessable Entity","status":422,"detail":"this Idempotency-Key was used with a different request; use a new key for a new request","code":"idempotency-key-reused"}
+	// 400 {"type":"about:blank","title":"Bad Request","status":400,"detail":"this operation requires an Idempotency-Key header with a unique key per operation, sent again unchanged on every retry","code":"idempotency-key-missing"}
+	// ledger rows: 1
+}
+
+// A form posted without a key, guarded against double submits on MySQL:
+// the key is derived from the caller, the route and the body, for a short
+// window.
+func ExampleWithNoRepeatSubmit() {
+	db := exampledb.MySQL("httpidem")
+	defer db.Close()
+
+	m, err := httpidem.New(mysqldriver.New(db),
+		func(r *http.Request) string { return r.Header.Get("X-User") },
+		httpidem.WithNoRepeatSubmit(10*time.Second))
+	if err != nil {
+		panic(err)
+	}
+	var orders atomic.Int64
+	order := func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "order %d placed", orders.Add(1))
+	}
+	srv := httptest.NewServer(m.Wrap(http.HandlerFunc(order)))
+	defer srv.Close()
+
+	post(srv.URL+"/checkout", "alice", "", "item=42&qty=1")
+	post(srv.URL+"/checkout", "alice", "", "item=42&qty=1") // double click
+	post(srv.URL+"/checkout", "alice", "", "item=42&qty=2") // another order
+	// Output:
+	// 200 replayed=false order 1 placed
+	// 200 replayed=true order 1 placed
+	// 200 replayed=false order 2 placed
+}

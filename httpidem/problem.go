@@ -1,0 +1,75 @@
+package httpidem
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+)
+
+// Problem codes: the "code" member of every problem body the middleware
+// writes, and the fragment of its "type" URI when WithDocs is set.
+const (
+	CodeKeyMissing     = "idempotency-key-missing"
+	CodeKeyInvalid     = "idempotency-key-invalid"
+	CodeKeyReused      = "idempotency-key-reused"
+	CodeInProgress     = "idempotency-key-in-progress"
+	CodeBodyTooLarge   = "request-body-too-large"
+	CodeBodyUnreadable = "request-body-unreadable"
+	CodeNoPrincipal    = "principal-missing"
+	CodeInternal       = "internal"
+)
+
+// Problem is an RFC 9457 problem details object, as the middleware writes
+// it with media type application/problem+json.
+type Problem struct {
+	// Type identifies the problem type: "about:blank" unless WithDocs gave
+	// a documentation URL, then that URL with Code as its fragment.
+	Type string `json:"type"`
+	// Title is a short summary of the problem type that does not change
+	// from occurrence to occurrence: with "about:blank", the status
+	// phrase, as RFC 9457 asks.
+	Title string `json:"title"`
+	// Status is the response's status code.
+	Status int `json:"status"`
+	// Detail tells the client what to correct. It never carries database
+	// errors or other internals.
+	Detail string `json:"detail,omitempty"`
+	// Code is an extension member naming the problem for machines, stable
+	// whether or not WithDocs is set: one of the Code constants.
+	Code string `json:"code"`
+}
+
+// titles are the problem types' titles when a documentation URL gives
+// them their own type.
+var titles = map[string]string{
+	CodeKeyMissing:     "Idempotency-Key is missing",
+	CodeKeyInvalid:     "Idempotency-Key is not a valid key",
+	CodeKeyReused:      "Idempotency-Key is already used",
+	CodeInProgress:     "A request is outstanding for this Idempotency-Key",
+	CodeBodyTooLarge:   "Request body too large",
+	CodeBodyUnreadable: "Request body could not be read",
+	CodeNoPrincipal:    "No authenticated caller",
+	CodeInternal:       "The request could not be completed",
+}
+
+func (m *Middleware[TTx]) problem(w http.ResponseWriter, status int, code, detail string) {
+	p := Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Code: code}
+	h := w.Header()
+	if m.docs != "" {
+		p.Type = m.docs + "#" + code
+		p.Title = titles[code]
+		// The draft's alternative to a body link: a Link header pointing at
+		// the documentation.
+		h.Set("Link", "<"+m.docs+`>; rel="describedby"; type="text/html"`)
+	}
+	body, _ := json.Marshal(p) // strings and ints only: cannot fail
+	h.Set("Content-Type", "application/problem+json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	// A problem answers this attempt only; caches must not keep it.
+	h.Set("Cache-Control", "no-store")
+	if status == http.StatusConflict {
+		h.Set("Retry-After", "1")
+	}
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}

@@ -1,0 +1,744 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/httpidem"
+	"github.com/sqlonce/sqlonce/internal/testclock"
+	"github.com/sqlonce/sqlonce/tests/internal/harness"
+)
+
+// sqliteOneWriter is why a case that needs a duplicate answered 409 while
+// the first request's transaction is open cannot run on SQLite.
+const sqliteOneWriter = "SQLite runs one writing transaction at a time: in transactional mode a duplicate waits at BEGIN for the first request's transaction and then gets the replay, it is never told 409"
+
+// httpSrv is an httptest.Server with the middleware in front of an orders
+// handler that writes one ledger row per run and answers 201 with random
+// bytes, so that a replay can only equal the first answer by being it.
+type httpSrv[TTx any] struct {
+	db    harness.DB[TTx]
+	url   string
+	lease bool // lease mode (set by the mode's cases)
+	// runs counts handler runs, rolled back or not.
+	runs atomic.Int64
+	// now, when set, pins the database clock for the requests.
+	now atomic.Pointer[time.Time]
+	// hook runs after the ledger write and returns the status to answer
+	// (0: 201). It may block or panic.
+	hook func(w http.ResponseWriter, r *http.Request) int
+	// errs collects what the middleware reports through WithErrorLog.
+	mu   sync.Mutex
+	errs []error
+}
+
+func startHTTP[TTx any](t *testing.T, db harness.DB[TTx], hook func(w http.ResponseWriter, r *http.Request) int, opts ...httpidem.Option) *httpSrv[TTx] {
+	t.Helper()
+	s := &httpSrv[TTx]{db: db, hook: hook}
+	opts = append([]httpidem.Option{httpidem.WithErrorLog(func(r *http.Request, err error) {
+		s.mu.Lock()
+		s.errs = append(s.errs, err)
+		s.mu.Unlock()
+	})}, opts...)
+	m, err := httpidem.New(db.Driver(), func(r *http.Request) string { return r.Header.Get("X-User") }, opts...)
+	must(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("/orders/", m.Wrap(http.HandlerFunc(s.order)))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if now := s.now.Load(); now != nil {
+			r = r.WithContext(testclock.With(r.Context(), *now))
+		}
+		mux.ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	s.url = srv.URL
+	return s
+}
+
+// order is the business handler: the ledger row is its effect, ref from
+// X-Ref (default "order").
+func (s *httpSrv[TTx]) order(w http.ResponseWriter, r *http.Request) {
+	s.runs.Add(1)
+	ctx := r.Context()
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	ref := r.Header.Get("X-Ref")
+	if ref == "" {
+		ref = "order"
+	}
+	if _, leased := httpidem.LeaseFrom(ctx); leased {
+		// Lease mode: the effect is outside the key's transaction.
+		err = s.db.Pool().LedgerInsert(ctx, ref, 1)
+	} else if tx, ok := httpidem.TxFrom[TTx](ctx); ok {
+		err = s.db.Tx(tx).LedgerInsert(ctx, ref, 1)
+	} else {
+		err = errors.New("no transaction and no lease")
+	}
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	status := http.StatusCreated
+	if s.hook != nil {
+		if st := s.hook(w, r); st != 0 {
+			status = st
+		}
+	}
+	nonce := make([]byte, 32)
+	_, _ = rand.Read(nonce)
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Location", fmt.Sprintf("/orders/%x", nonce[:4]))
+	w.Header().Set("X-Trace", fmt.Sprintf("%x", nonce[4:8])) // not recorded
+	w.WriteHeader(status)
+	_, _ = w.Write(append(nonce, body...))
+}
+
+func (s *httpSrv[TTx]) middlewareErrors() []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]error(nil), s.errs...)
+}
+
+// oneShot is a client that never reuses a connection. Go's transport
+// sends a request that carries an Idempotency-Key again, by itself, when a
+// reused connection breaks before the answer; a case that wants to see the
+// broken attempt must not let it.
+var oneShot = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+
+// reply is what a client got.
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) replayed() bool { return r.header.Get(httpidem.ReplayHeader) == "true" }
+
+// problem decodes an RFC 9457 body and checks its media type and status.
+func (r reply) problem(t testing.TB) httpidem.Problem {
+	t.Helper()
+	if ct := r.header.Get("Content-Type"); ct != "application/problem+json" {
+		t.Fatalf("status %d: Content-Type %q, want application/problem+json (body %q)", r.status, ct, r.body)
+	}
+	var p httpidem.Problem
+	if err := json.Unmarshal(r.body, &p); err != nil {
+		t.Fatalf("problem body %q: %v", r.body, err)
+	}
+	if p.Status != r.status || p.Type == "" || p.Title == "" || p.Code == "" {
+		t.Fatalf("problem %+v for status %d", p, r.status)
+	}
+	return p
+}
+
+// req describes a request: keys are raw Idempotency-Key field lines.
+type req struct {
+	method, path, user, body, ref string
+	keys                          []string
+	header                        http.Header
+	chunked                       bool
+}
+
+// quoted is a key as a Structured Field String.
+func quoted(key string) []string { return []string{`"` + key + `"`} }
+
+func (s *httpSrv[TTx]) send(ctx context.Context, client *http.Client, q req) (reply, error) {
+	if q.method == "" {
+		q.method = http.MethodPost
+	}
+	if q.path == "" {
+		q.path = "/orders/"
+	}
+	var body io.Reader = strings.NewReader(q.body)
+	if q.chunked {
+		body = io.MultiReader(strings.NewReader(q.body)) // length unknown: sent chunked
+	}
+	hr, err := http.NewRequestWithContext(ctx, q.method, s.url+q.path, body)
+	if err != nil {
+		return reply{}, err
+	}
+	for k, vs := range q.header {
+		hr.Header[k] = vs
+	}
+	if q.user != "" {
+		hr.Header.Set("X-User", q.user)
+	}
+	if q.ref != "" {
+		hr.Header.Set("X-Ref", q.ref)
+	}
+	for _, k := range q.keys {
+		hr.Header.Add(httpidem.Header, k)
+	}
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(hr)
+	if err != nil {
+		return reply{}, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}, err
+}
+
+func (s *httpSrv[TTx]) mustSend(t testing.TB, q req) reply {
+	t.Helper()
+	r, err := s.send(ctxT(t), nil, q)
+	must(t, err)
+	return r
+}
+
+func wantHTTPStatus(t testing.TB, what string, r reply, status int) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("%s: status %d, want %d (body %q)", what, r.status, status, r.body)
+	}
+}
+
+// sameAnswer fails unless b replays a byte for byte: status, recorded
+// headers, body.
+func sameAnswer(t testing.TB, what string, a, b reply) {
+	t.Helper()
+	if !b.replayed() || a.replayed() {
+		t.Fatalf("%s: replay marker first=%v repeat=%v", what, a.replayed(), b.replayed())
+	}
+	if b.status != a.status || !bytes.Equal(b.body, a.body) {
+		t.Fatalf("%s: repeat (%d, %x), want first (%d, %x)", what, b.status, b.body, a.status, a.body)
+	}
+	for _, h := range []string{"Content-Type", "Location", "Content-Length"} {
+		if b.header.Get(h) != a.header.Get(h) {
+			t.Fatalf("%s: %s %q, want %q", what, h, b.header.Get(h), a.header.Get(h))
+		}
+	}
+}
+
+func runHTTPIdem[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	t.Run("Tx", func(t *testing.T) { runHTTPIdemMode(t, f, false) })
+	t.Run("Lease", func(t *testing.T) { runHTTPIdemMode(t, f, true) })
+	t.Run("Tx/InProgress409", func(t *testing.T) { httpTxInProgress(t, f) })
+	t.Run("Tx/RecordedWithTheBusinessWrite", func(t *testing.T) { httpTxAtomic(t, f) })
+	t.Run("Tx/NoKeyStillTransactional", func(t *testing.T) { httpTxNoKey(t, f) })
+	t.Run("Tx/TxFunc", func(t *testing.T) { httpTxFunc(t, f) })
+	t.Run("Lease/InProgressAndRelease", func(t *testing.T) { httpLease(t, f) })
+}
+
+// runHTTPIdemMode runs the cases both modes share.
+func runHTTPIdemMode[TTx any](t *testing.T, f harness.Factory[TTx], lease bool) {
+	startHTTP := func(t *testing.T, db harness.DB[TTx], hook func(w http.ResponseWriter, r *http.Request) int, opts ...httpidem.Option) *httpSrv[TTx] {
+		t.Helper()
+		if lease {
+			opts = append([]httpidem.Option{httpidem.WithLease(time.Minute)}, opts...)
+		}
+		s := startHTTP(t, db, hook, opts...)
+		s.lease = lease
+		return s
+	}
+	with := func(opts ...httpidem.Option) []httpidem.Option { return opts }
+
+	t.Run("ReplayByteForByte", func(t *testing.T) {
+		db := f(t, 0)
+		s := startHTTP(t, db, nil, with()...)
+		q := req{user: "alice", keys: quoted("8e03978e-40d5-43e8-bc93-6894a57f9324"), body: "\x00{\"amount\":100}\xff"}
+		first := s.mustSend(t, q)
+		wantHTTPStatus(t, "first", first, http.StatusCreated)
+		if first.header.Get("X-Trace") == "" || !bytes.HasSuffix(first.body, []byte(q.body)) {
+			t.Fatalf("first answer %v %q is not the handler's", first.header, first.body)
+		}
+		for i := range 3 {
+			again := s.mustSend(t, q)
+			sameAnswer(t, fmt.Sprintf("repeat %d", i), first, again)
+			if again.header.Get("X-Trace") != "" {
+				t.Fatal("a header outside the recorded set was replayed")
+			}
+		}
+		// The same key in another form on the wire is the same key.
+		again := s.mustSend(t, req{user: "alice", keys: []string{`"8e03978e-40d5-43e8-bc93-6894a57f9324";v=1 `}, body: q.body})
+		sameAnswer(t, "with a parameter", first, again)
+		if n := s.runs.Load(); n != 1 {
+			t.Fatalf("handler ran %d times, want 1", n)
+		}
+		ddLedger(t, db, "order", 1)
+	})
+
+	t.Run("MissingAndInvalidKey400", func(t *testing.T) {
+		db := f(t, 0)
+		s := startHTTP(t, db, nil, with(httpidem.WithDocs("https://api.example.com/docs/idempotency"))...)
+		r := s.mustSend(t, req{user: "alice", body: "x"})
+		wantHTTPStatus(t, "missing", r, http.StatusBadRequest)
+		p := r.problem(t)
+		if p.Code != httpidem.CodeKeyMissing || p.Type != "https://api.example.com/docs/idempotency#"+httpidem.CodeKeyMissing ||
+			!strings.Contains(r.header.Get("Link"), `rel="describedby"`) {
+			t.Fatalf("missing key problem %+v, Link %q", p, r.header.Get("Link"))
+		}
+		for name, keys := range map[string][]string{
+			"bare token":  {"abc"},
+			"bare uuid":   {"8e03978e-40d5-43e8-bc93-6894a57f9324"},
+			"two fields":  {`"a"`, `"b"`},
+			"a list":      {`"a", "b"`},
+			"empty":       {`""`},
+			"too long":    quoted(strings.Repeat("k", sqlonce.MaxKeyLen+1)),
+			"unterminate": {`"abc`},
+		} {
+			r := s.mustSend(t, req{user: "alice", keys: keys, body: "x"})
+			wantHTTPStatus(t, name, r, http.StatusBadRequest)
+			if p := r.problem(t); p.Code != httpidem.CodeKeyInvalid {
+				t.Fatalf("%s: code %q", name, p.Code)
+			}
+		}
+		// The longest key is fine.
+		wantHTTPStatus(t, "255 bytes", s.mustSend(t, req{user: "alice", keys: quoted(strings.Repeat("k", sqlonce.MaxKeyLen)), body: "x"}), http.StatusCreated)
+		// Methods the middleware does not handle pass through untouched.
+		if r := s.mustSend(t, req{method: http.MethodGet, user: "alice"}); r.status != http.StatusInternalServerError || !bytes.Contains(r.body, []byte("no transaction and no lease")) {
+			t.Fatalf("GET: %d %q, want the handler's own answer", r.status, r.body)
+		}
+		if n := s.runs.Load(); n != 2 {
+			t.Fatalf("handler ran %d times, want 2 (the 255-byte key and the GET)", n)
+		}
+		ddLedger(t, db, "order", 1)
+	})
+
+	t.Run("KeyReuse422", func(t *testing.T) {
+		db := f(t, 0)
+		s := startHTTP(t, db, nil, with(httpidem.WithFingerprintHeaders("Content-Type"))...)
+		json := http.Header{"Content-Type": {"application/json"}}
+		q := req{user: "alice", keys: quoted("k1"), body: `{"amount":100}`, header: json}
+		first := s.mustSend(t, q)
+		wantHTTPStatus(t, "first", first, http.StatusCreated)
+		for name, other := range map[string]req{
+			"other body":         {user: "alice", keys: quoted("k1"), body: `{"amount":999}`, header: json},
+			"other query":        {user: "alice", keys: quoted("k1"), body: q.body, header: json, path: "/orders/?dry=1"},
+			"other path":         {user: "alice", keys: quoted("k1"), body: q.body, header: json, path: "/orders/2"},
+			"other content type": {user: "alice", keys: quoted("k1"), body: q.body, header: http.Header{"Content-Type": {"text/plain"}}},
+		} {
+			r := s.mustSend(t, other)
+			wantHTTPStatus(t, name, r, http.StatusUnprocessableEntity)
+			if p := r.problem(t); p.Code != httpidem.CodeKeyReused {
+				t.Fatalf("%s: code %q", name, p.Code)
+			}
+		}
+		// A header outside the fingerprint does not matter.
+		q2 := q
+		q2.header = http.Header{"Content-Type": {"application/json"}, "X-Request-Id": {"other"}}
+		sameAnswer(t, "same request", first, s.mustSend(t, q2))
+		if n := s.runs.Load(); n != 1 {
+			t.Fatalf("handler ran %d times, want 1", n)
+		}
+		ddLedger(t, db, "order", 1)
+	})
+
+	t.Run("ConcurrentClientsSameKey", func(t *testing.T) {
+		db := f(t, Racers+4)
+		if db.Dialect() != "sqlite" { // a file: nothing to connect to
+			warm(t, db, Racers+4)
+		}
+		s := startHTTP(t, db, func(http.ResponseWriter, *http.Request) int {
+			time.Sleep(50 * time.Millisecond) // keep the first request in flight
+			return 0
+		}, with()...)
+		q := req{user: "alice", keys: quoted("pay-1"), body: "amount=100"}
+		replies := make([]reply, Racers)
+		noErrors(t, race(Racers, func(i int) error {
+			var err error
+			replies[i], err = s.send(ctxT(t), nil, q)
+			return err
+		}))
+		var firsts, conflicts, replays int
+		var first reply
+		for _, r := range replies {
+			switch {
+			case r.status == http.StatusCreated && !r.replayed():
+				firsts++
+				first = r
+			case r.status == http.StatusCreated:
+				replays++
+			case r.status == http.StatusConflict:
+				conflicts++
+				if r.problem(t).Code != httpidem.CodeInProgress || r.header.Get("Retry-After") == "" {
+					t.Fatalf("409 without its problem or Retry-After: %v %q", r.header, r.body)
+				}
+			default:
+				t.Fatalf("status %d: %q (middleware errors %v)", r.status, r.body, s.middlewareErrors())
+			}
+		}
+		if firsts != 1 {
+			t.Fatalf("%d first answers, want 1 (%d replays, %d conflicts)", firsts, replays, conflicts)
+		}
+		for _, r := range replies {
+			if r.replayed() {
+				sameAnswer(t, "concurrent replay", first, r)
+			}
+		}
+		sameAnswer(t, "after the race", first, s.mustSend(t, q))
+		if n := s.runs.Load(); n != 1 {
+			t.Fatalf("handler ran %d times, want 1", n)
+		}
+		ddLedger(t, db, "order", 1)
+		t.Logf("1 first answer, %d replays, %d conflicts", replays, conflicts)
+	})
+
+	t.Run("RetryAfterClientTimeout", func(t *testing.T) {
+		db := f(t, 0)
+		release := make(chan struct{})
+		var once sync.Once
+		s := startHTTP(t, db, func(w http.ResponseWriter, r *http.Request) int {
+			once.Do(func() { <-release }) // only the first attempt is slow
+			return 0
+		}, with()...)
+		q := req{user: "alice", keys: quoted("slow-1"), body: "x"}
+		impatient := &http.Client{Timeout: 200 * time.Millisecond}
+		if _, err := s.send(ctxT(t), impatient, q); err == nil {
+			t.Fatal("the first attempt did not time out")
+		}
+		close(release)
+		// The client retries until it gets an answer. The first attempt
+		// either finished on the server (the retry replays it) or was
+		// rolled back when its client went away (the retry runs it).
+		var got reply
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			r := s.mustSend(t, q)
+			if r.status != http.StatusConflict {
+				got = r
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("still 409 after 30s")
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		wantHTTPStatus(t, "retry", got, http.StatusCreated)
+		again := s.mustSend(t, q)
+		if got.replayed() {
+			if again.status != got.status || !bytes.Equal(again.body, got.body) || !again.replayed() {
+				t.Fatalf("two replays differ: %q, %q", got.body, again.body)
+			}
+		} else {
+			sameAnswer(t, "after the retry", got, again)
+		}
+		// Exactly one run took effect, whatever the timing: in lease mode
+		// the first attempt's effect stands and the retry replays it.
+		ddLedger(t, db, "order", 1)
+		t.Logf("retry replayed=%v, handler runs %d", got.replayed(), s.runs.Load())
+	})
+
+	t.Run("CrossPrincipalIsolation", func(t *testing.T) {
+		db := f(t, 0)
+		s := startHTTP(t, db, nil, with()...)
+		alice := s.mustSend(t, req{user: "alice", ref: "alice", keys: quoted("shared-key"), body: "same"})
+		bob := s.mustSend(t, req{user: "bob", ref: "bob", keys: quoted("shared-key"), body: "same"})
+		wantHTTPStatus(t, "alice", alice, http.StatusCreated)
+		wantHTTPStatus(t, "bob", bob, http.StatusCreated)
+		if bob.replayed() || bytes.Equal(alice.body, bob.body) {
+			t.Fatal("bob got alice's answer")
+		}
+		sameAnswer(t, "alice again", alice, s.mustSend(t, req{user: "alice", ref: "alice", keys: quoted("shared-key"), body: "same"}))
+		sameAnswer(t, "bob again", bob, s.mustSend(t, req{user: "bob", ref: "bob", keys: quoted("shared-key"), body: "same"}))
+		// Bob reusing the key with another body hits only his own record.
+		wantHTTPStatus(t, "bob reuse", s.mustSend(t, req{user: "bob", keys: quoted("shared-key"), body: "other"}), http.StatusUnprocessableEntity)
+		// Without a principal the key cannot be scoped.
+		r := s.mustSend(t, req{keys: quoted("shared-key"), body: "same"})
+		wantHTTPStatus(t, "anonymous", r, http.StatusUnauthorized)
+		if r.problem(t).Code != httpidem.CodeNoPrincipal {
+			t.Fatalf("anonymous: %q", r.body)
+		}
+		ddLedger(t, db, "alice", 1)
+		ddLedger(t, db, "bob", 1)
+	})
+
+	t.Run("RecordSuccessOnly", func(t *testing.T) {
+		db := f(t, 0)
+		var fail atomic.Bool
+		fail.Store(true)
+		s := startHTTP(t, db, func(http.ResponseWriter, *http.Request) int {
+			if fail.Swap(false) {
+				return http.StatusServiceUnavailable
+			}
+			return 0
+		}, with(httpidem.WithRecord(httpidem.RecordSuccess))...)
+		q := req{user: "alice", keys: quoted("k"), body: "x"}
+		r := s.mustSend(t, q)
+		wantHTTPStatus(t, "failing first run", r, http.StatusServiceUnavailable)
+		if r.replayed() {
+			t.Fatal("a first run marked as a replay")
+		}
+		ok := s.mustSend(t, q)
+		wantHTTPStatus(t, "retry", ok, http.StatusCreated)
+		if ok.replayed() {
+			t.Fatal("the failure was recorded")
+		}
+		sameAnswer(t, "after success", ok, s.mustSend(t, q))
+		if n := s.runs.Load(); n != 2 {
+			t.Fatalf("handler ran %d times, want 2", n)
+		}
+		if s.lease {
+			// The failed run's outside effect is not undone: what lease
+			// mode cannot do, and why it records failures by default.
+			ddLedger(t, db, "order", 2)
+		} else {
+			ddLedger(t, db, "order", 1) // the failed run rolled back
+		}
+	})
+
+	t.Run("RecordAllReplaysErrors", func(t *testing.T) {
+		db := f(t, 0)
+		s := startHTTP(t, db, func(http.ResponseWriter, *http.Request) int { return http.StatusPaymentRequired }, with()...)
+		q := req{user: "alice", keys: quoted("declined"), body: "card=4000000000000002"}
+		first := s.mustSend(t, q)
+		wantHTTPStatus(t, "declined", first, http.StatusPaymentRequired)
+		sameAnswer(t, "declined again", first, s.mustSend(t, q))
+		if n := s.runs.Load(); n != 1 {
+			t.Fatalf("handler ran %d times, want 1", n)
+		}
+		ddLedger(t, db, "order", 1) // committed with the recorded error
+	})
+
+	t.Run("BodyLimit413", func(t *testing.T) {
+		db := f(t, 0)
+		s := startHTTP(t, db, nil, with(httpidem.WithMaxBody(16))...)
+		for _, chunked := range []bool{false, true} {
+			r := s.mustSend(t, req{user: "alice", keys: quoted(fmt.Sprint("big", chunked)), body: strings.Repeat("b", 17), chunked: chunked})
+			wantHTTPStatus(t, fmt.Sprint("17 bytes, chunked=", chunked), r, http.StatusRequestEntityTooLarge)
+			if r.problem(t).Code != httpidem.CodeBodyTooLarge {
+				t.Fatalf("413 code %q", r.body)
+			}
+		}
+		if n := s.runs.Load(); n != 0 {
+			t.Fatalf("handler ran %d times for refused bodies", n)
+		}
+		// At the limit the handler reads the whole body.
+		body := "0123456789abcdef"
+		for _, chunked := range []bool{false, true} {
+			r := s.mustSend(t, req{user: "alice", keys: quoted(fmt.Sprint("fits", chunked)), body: body, chunked: chunked})
+			wantHTTPStatus(t, "16 bytes", r, http.StatusCreated)
+			if !bytes.HasSuffix(r.body, []byte(body)) {
+				t.Fatalf("handler read %q, want %q", r.body[32:], body)
+			}
+		}
+		// A refused body left no key behind: the same key with a body that
+		// fits runs.
+		wantHTTPStatus(t, "key after 413", s.mustSend(t, req{user: "alice", keys: quoted("bigfalse"), body: "small"}), http.StatusCreated)
+		ddLedger(t, db, "order", 3)
+	})
+
+	t.Run("NoRepeatSubmit", func(t *testing.T) {
+		db := f(t, 0)
+		s := startHTTP(t, db, nil, with(httpidem.WithNoRepeatSubmit(5*time.Second))...)
+		t0 := clockBase()
+		s.now.Store(&t0)
+		form := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
+		a := req{user: "alice", ref: "a", body: "item=42&qty=1", header: form}
+		first := s.mustSend(t, a)
+		wantHTTPStatus(t, "first submit", first, http.StatusCreated)
+		sameAnswer(t, "double click", first, s.mustSend(t, a))
+		// Another body, another caller: other submits.
+		wantHTTPStatus(t, "other body", s.mustSend(t, req{user: "alice", ref: "b", body: "item=42&qty=2", header: form}), http.StatusCreated)
+		bob := s.mustSend(t, req{user: "bob", ref: "a", body: a.body, header: form})
+		if bob.status != http.StatusCreated || bob.replayed() {
+			t.Fatalf("bob's identical submit: %d replayed=%v", bob.status, bob.replayed())
+		}
+		// A client key still wins over the derived one.
+		wantHTTPStatus(t, "with a key", s.mustSend(t, req{user: "alice", ref: "a", body: a.body, header: form, keys: quoted("explicit")}), http.StatusCreated)
+		// Still within the window, then past it.
+		almost := t0.Add(5*time.Second - time.Millisecond)
+		s.now.Store(&almost)
+		sameAnswer(t, "within the window", first, s.mustSend(t, a))
+		after := t0.Add(5 * time.Second)
+		s.now.Store(&after)
+		later := s.mustSend(t, a)
+		if later.status != http.StatusCreated || later.replayed() {
+			t.Fatalf("after the window: %d replayed=%v", later.status, later.replayed())
+		}
+		ddLedger(t, db, "a", 4) // alice twice (window), bob, the explicit key
+		ddLedger(t, db, "b", 1)
+	})
+}
+
+// httpTxInProgress: while the first request's transaction holds the key,
+// a duplicate is answered 409 at once, not held.
+func httpTxInProgress[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	db := f(t, 4)
+	if db.Dialect() == "sqlite" {
+		t.Skip(sqliteOneWriter)
+	}
+	holding, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	s := startHTTP(t, db, func(http.ResponseWriter, *http.Request) int {
+		once.Do(func() { close(holding); <-release })
+		return 0
+	})
+	q := req{user: "alice", keys: quoted("pay-1"), body: "x"}
+	firstc := make(chan reply, 1)
+	go func() {
+		r, err := s.send(ctxT(t), nil, q)
+		if err != nil {
+			t.Error(err)
+		}
+		firstc <- r
+	}()
+	<-holding
+	start := time.Now()
+	dup := s.mustSend(t, q)
+	wantHTTPStatus(t, "duplicate in flight", dup, http.StatusConflict)
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("the duplicate waited %v", took)
+	}
+	if p := dup.problem(t); p.Code != httpidem.CodeInProgress {
+		t.Fatalf("409 code %q", p.Code)
+	}
+	// Another body with the key in flight is in progress too: the record
+	// to compare with is not committed yet.
+	wantHTTPStatus(t, "other body in flight", s.mustSend(t, req{user: "alice", keys: quoted("pay-1"), body: "y"}), http.StatusConflict)
+	close(release)
+	first := <-firstc
+	wantHTTPStatus(t, "first", first, http.StatusCreated)
+	sameAnswer(t, "after", first, s.mustSend(t, q))
+	ddLedger(t, db, "order", 1)
+}
+
+// httpTxAtomic: in transactional mode the key, the recorded response and
+// the handler's writes commit together. A handler that panics after
+// writing leaves neither; the retry runs it.
+func httpTxAtomic[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	db := f(t, 0)
+	var crash atomic.Bool
+	crash.Store(true)
+	s := startHTTP(t, db, func(http.ResponseWriter, *http.Request) int {
+		if crash.Swap(false) {
+			panic(http.ErrAbortHandler) // after the ledger write
+		}
+		return 0
+	})
+	q := req{user: "alice", keys: quoted("crash-1"), body: "x"}
+	if r, err := s.send(ctxT(t), oneShot, q); err == nil {
+		t.Fatalf("a panicking handler answered %d", r.status)
+	}
+	ddLedger(t, db, "order", 0)
+	ddKeys(t, db, 0)
+	first := s.mustSend(t, q)
+	wantHTTPStatus(t, "retry", first, http.StatusCreated)
+	if first.replayed() {
+		t.Fatal("replayed a crashed run")
+	}
+	sameAnswer(t, "repeat", first, s.mustSend(t, q))
+	ddLedger(t, db, "order", 1)
+	ddKeys(t, db, 1)
+}
+
+// httpTxNoKey: where the key is optional, a request without one still
+// runs in a transaction the middleware commits (no replay).
+func httpTxNoKey[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	db := f(t, 0)
+	s := startHTTP(t, db, func(http.ResponseWriter, *http.Request) int { return 0 },
+		httpidem.WithRequired(func(r *http.Request) bool { return r.URL.Query().Get("strict") == "1" }))
+	for range 2 {
+		r := s.mustSend(t, req{user: "alice", body: "x"})
+		if r.status != http.StatusCreated || r.replayed() {
+			t.Fatalf("no key: %d replayed=%v", r.status, r.replayed())
+		}
+	}
+	wantHTTPStatus(t, "strict route", s.mustSend(t, req{user: "alice", body: "x", path: "/orders/?strict=1"}), http.StatusBadRequest)
+	ddLedger(t, db, "order", 2)
+	ddKeys(t, db, 0)
+}
+
+// httpTxFunc: a caller's own transaction runner; one for another
+// transaction type is refused.
+func httpTxFunc[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	db := f(t, 0)
+	var runs atomic.Int64
+	s := startHTTP(t, db, nil, httpidem.WithTxFunc(func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+		runs.Add(1)
+		return harness.WithTx(ctx, db, harness.ReadCommitted, func(tx TTx) error { return fn(ctx, tx) })
+	}))
+	q := req{user: "alice", keys: quoted("k"), body: "x"}
+	first := s.mustSend(t, q)
+	wantHTTPStatus(t, "first", first, http.StatusCreated)
+	sameAnswer(t, "repeat", first, s.mustSend(t, q))
+	if runs.Load() != 2 {
+		t.Fatalf("tx func ran %d times, want 2", runs.Load())
+	}
+	ddLedger(t, db, "order", 1)
+	_, err := httpidem.New(db.Driver(), func(*http.Request) string { return "p" },
+		httpidem.WithTxFunc(func(context.Context, func(context.Context, struct{}) error) error { return nil }))
+	if !errors.Is(err, sqlonce.ErrInvalidArgument) {
+		t.Fatalf("tx func of another type: %v", err)
+	}
+}
+
+// httpLease: lease mode answers 409 while the lease holds (SQLite too:
+// the lease is committed before the handler runs), releases the key for a
+// response it does not record and for a panic, and hands the lease to the
+// handler.
+func httpLease[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	db := f(t, 4)
+	holding, release := make(chan struct{}), make(chan struct{})
+	var step atomic.Int64
+	var token atomic.Int64
+	s := startHTTP(t, db, func(w http.ResponseWriter, r *http.Request) int {
+		l, _ := httpidem.LeaseFrom(r.Context())
+		token.Store(l.Token)
+		switch step.Add(1) {
+		case 1:
+			close(holding)
+			<-release
+			return 0
+		case 2:
+			return http.StatusBadGateway // the provider failed: not recorded
+		case 3:
+			panic(http.ErrAbortHandler)
+		}
+		return 0
+	}, httpidem.WithLease(time.Minute), httpidem.WithRecord(httpidem.RecordSuccess))
+
+	q := req{user: "alice", keys: quoted("charge-1"), body: "x"}
+	firstc := make(chan reply, 1)
+	go func() {
+		r, err := s.send(ctxT(t), nil, q)
+		if err != nil {
+			t.Error(err)
+		}
+		firstc <- r
+	}()
+	<-holding
+	wantHTTPStatus(t, "duplicate while leased", s.mustSend(t, q), http.StatusConflict)
+	close(release)
+	first := <-firstc
+	wantHTTPStatus(t, "first", first, http.StatusCreated)
+	if token.Load() == 0 {
+		t.Fatal("the handler saw no lease token")
+	}
+	sameAnswer(t, "completed", first, s.mustSend(t, q))
+
+	// A 502 is released, so is a panic: both retries run.
+	q2 := req{user: "alice", ref: "charge-2", keys: quoted("charge-2"), body: "x"}
+	wantHTTPStatus(t, "provider failed", s.mustSend(t, q2), http.StatusBadGateway)
+	if _, err := s.send(ctxT(t), oneShot, q2); err == nil {
+		t.Fatal("a panicking handler answered")
+	}
+	ok := s.mustSend(t, q2)
+	wantHTTPStatus(t, "after release", ok, http.StatusCreated)
+	if ok.replayed() {
+		t.Fatal("a released key replayed")
+	}
+	sameAnswer(t, "charge-2 completed", ok, s.mustSend(t, q2))
+	ddLedger(t, db, "order", 1)
+	ddLedger(t, db, "charge-2", 3) // three runs: outside effects are not rolled back
+	if errs := s.middlewareErrors(); len(errs) != 0 {
+		t.Fatalf("middleware errors: %v", errs)
+	}
+}
