@@ -1,0 +1,419 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/optimistic"
+	"github.com/sqlonce/sqlonce/statemachine"
+	"github.com/sqlonce/sqlonce/unique"
+)
+
+// outcome is what the server answered a request.
+type outcome int
+
+const (
+	// applied: this attempt did the business write and committed it.
+	applied outcome = iota + 1
+	// duplicate: the technique took the request for a repeat and did
+	// nothing; the client stops retrying.
+	duplicate
+)
+
+var (
+	// errCrash is returned by a hook to make the attempt die before its
+	// commit.
+	errCrash = errors.New("injected crash")
+	// errCrashed is what the client sees of a server that died mid-request
+	// (a reset connection); it retries.
+	errCrashed = errors.New("server died before the commit")
+)
+
+// hook runs in an attempt after the technique's check and the business
+// write, just before the commit: the point where a crash hurts most and
+// where a duplicate finds the first request in flight. nil in the timed
+// runs.
+type hook func(ctx context.Context) error
+
+// request is one logical client request, retried under the same identity.
+type request struct {
+	// key is the idempotency key, the ledger ref and the order code.
+	key string
+	// order is the pre-created order the request updates (update variants).
+	order int64
+	// token is the one-time token fetched before the first attempt
+	// (Redis token technique).
+	token string
+}
+
+// Kinds of technique.
+const (
+	KindBaseline    = "baseline"
+	KindReference   = "reference"
+	KindSqlonce     = "sqlonce"
+	KindAlternative = "alternative"
+)
+
+type variant struct {
+	ID, Name, Kind string
+	// Write says what the business write is.
+	Write string
+	// orders: each request updates an order created beforehand.
+	orders bool
+	// bare is the id of the unprotected technique doing the same business
+	// write ("" for the baseline's own write).
+	bare string
+	// before runs once per request, before its first attempt, and is
+	// timed with it (fetching a one-time token). May be nil.
+	before func(ctx context.Context, r *request) error
+	// attempt is one try of the request by the server.
+	attempt func(ctx context.Context, r *request, h hook) (outcome, error)
+	// effects reads from the database how many times each request's
+	// business write is there.
+	effects func(ctx context.Context, prefix string, reqs []*request) ([]int64, error)
+}
+
+// response is what the first run answers and a replay must return byte for
+// byte: a typical JSON API answer of about 100 bytes.
+func response(key string) []byte {
+	return fmt.Appendf(nil, `{"payment":%q,"status":"accepted","amount":{"value":"1.00","currency":"EUR"}}`, key)
+}
+
+const (
+	amount = 100
+	scope  = "bench"
+)
+
+// inTx runs fn in a transaction and commits; when fn did the write and h
+// asks for a crash, the transaction's connection is killed instead.
+func inTx[TTx any](ctx context.Context, b backend[TTx], h hook, fn func(tx TTx) (outcome, error)) (outcome, error) {
+	tx, err := b.begin(ctx)
+	if err != nil {
+		return 0, err
+	}
+	out, err := fn(tx)
+	if err != nil {
+		_ = b.rollback(ctx, tx)
+		return 0, err
+	}
+	if out == applied && h != nil {
+		if err := h(ctx); err != nil {
+			if errors.Is(err, errCrash) {
+				b.crash(ctx, tx)
+				return 0, errCrashed
+			}
+			_ = b.rollback(ctx, tx)
+			return 0, err
+		}
+	}
+	if err := b.commit(ctx, tx); err != nil {
+		return 0, err
+	}
+	return out, nil
+}
+
+func fromResult(firstRun bool) outcome {
+	if firstRun {
+		return applied
+	}
+	return duplicate
+}
+
+// getCompareDelete is the Lua script the one-time token technique runs:
+// the token is consumed only if it still holds the expected value, in one
+// atomic step on the Redis server.
+var getCompareDelete = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
+
+// tokenOwner is the value a token is issued with (the user it was issued
+// to); the script compares it.
+const tokenOwner = "user-1"
+
+func variants[TTx any](b backend[TTx], rdb *redis.Client, redisPrefix string, cfg Config) ([]*variant, error) {
+	store, err := dedupe.New(b.driver())
+	if err != nil {
+		return nil, err
+	}
+	inserter := unique.New(b.driver())
+	machine, err := statemachine.New(statemachine.Edge("created", "paid"), statemachine.Edge("paid", "shipped"))
+	if err != nil {
+		return nil, err
+	}
+
+	ledger := func(ctx context.Context, prefix string, reqs []*request) ([]int64, error) {
+		m, err := b.ledgerRows(ctx, prefix+"-")
+		if err != nil {
+			return nil, err
+		}
+		n := make([]int64, len(reqs))
+		for i, r := range reqs {
+			n[i] = m[r.key]
+		}
+		return n, nil
+	}
+	amounts := func(ctx context.Context, _ string, reqs []*request) ([]int64, error) {
+		m, err := b.orders(ctx, orderIDs(reqs))
+		if err != nil {
+			return nil, err
+		}
+		n := make([]int64, len(reqs))
+		for i, r := range reqs {
+			n[i] = m[r.order].amount / amount
+		}
+		return n, nil
+	}
+	orderCodes := func(ctx context.Context, prefix string, reqs []*request) ([]int64, error) {
+		m, err := b.orderCodes(ctx, prefix+"-")
+		if err != nil {
+			return nil, err
+		}
+		n := make([]int64, len(reqs))
+		for i, r := range reqs {
+			n[i] = m[r.key]
+		}
+		return n, nil
+	}
+	insertLedger := func(ctx context.Context, tx TTx, r *request) (outcome, error) {
+		return applied, b.biz(tx).ledgerInsert(ctx, r.key, amount)
+	}
+
+	vs := []*variant{
+		{
+			ID: "baseline", Name: "bare INSERT (baseline)", Kind: KindBaseline,
+			Write: "INSERT a ledger row, commit; no protection",
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				return inTx(ctx, b, h, func(tx TTx) (outcome, error) { return insertLedger(ctx, tx, r) })
+			},
+			effects: ledger,
+		},
+		{
+			ID: "bare-update", Name: "bare UPDATE order (reference)", Kind: KindReference,
+			Write: "UPDATE orders SET amount = amount + 100 WHERE id, commit; no protection", orders: true,
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				return inTx(ctx, b, h, func(tx TTx) (outcome, error) {
+					return applied, b.bareUpdate(ctx, tx, r.order, amount)
+				})
+			},
+			effects: amounts,
+		},
+		{
+			ID: "bare-order", Name: "bare INSERT order (reference)", Kind: KindReference,
+			Write: "INSERT an order with a unique code, commit; no protection",
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				out, err := inTx(ctx, b, h, func(tx TTx) (outcome, error) {
+					return applied, b.biz(tx).orderInsert(ctx, r.key, amount)
+				})
+				if uniqueViolation(err) {
+					// The unique code refuses the repeat: the client gets an
+					// error, not the first call's answer, and stops.
+					return duplicate, nil
+				}
+				return out, err
+			},
+			effects: orderCodes,
+		},
+		{
+			ID: "dedupe-do", Name: "sqlonce dedupe.Do", Kind: KindSqlonce,
+			Write: "claim key + INSERT ledger row in one transaction",
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				return inTx(ctx, b, h, func(tx TTx) (outcome, error) {
+					res, err := store.Do(ctx, tx, dedupe.Request{Scope: scope, Key: r.key}, func(ctx context.Context) error {
+						return b.biz(tx).ledgerInsert(ctx, r.key, amount)
+					})
+					return fromResult(res.FirstRun()), err
+				})
+			},
+			effects: ledger,
+		},
+		{
+			ID: "dedupe-response", Name: "sqlonce dedupe.DoResponse+fingerprint", Kind: KindSqlonce,
+			Write: "as dedupe.Do, plus a request fingerprint and a ~100-byte response recorded and replayed",
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				want := response(r.key)
+				req := dedupe.Request{Scope: scope, Key: r.key, Fingerprint: dedupe.Fingerprint([]byte("POST /payments"), []byte(r.key), []byte(`{"amount":100}`))}
+				return inTx(ctx, b, h, func(tx TTx) (outcome, error) {
+					res, err := store.DoResponse(ctx, tx, req, func(ctx context.Context) ([]byte, error) {
+						return want, b.biz(tx).ledgerInsert(ctx, r.key, amount)
+					})
+					if err == nil && res.AlreadyDone() && !bytes.Equal(res.Response, want) {
+						err = fmt.Errorf("replayed response %q, recorded %q", res.Response, want)
+					}
+					return fromResult(res.FirstRun()), err
+				})
+			},
+			effects: ledger,
+		},
+		{
+			ID: "unique-insert", Name: "sqlonce unique.Insert", Kind: KindSqlonce, bare: "bare-order",
+			Write: "INSERT an order with a unique code under a savepoint; duplicate = already done",
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				return inTx(ctx, b, h, func(tx TTx) (outcome, error) {
+					res, err := inserter.Insert(ctx, tx, "orders_code_key", func(ctx context.Context) error {
+						return b.biz(tx).orderInsert(ctx, r.key, amount)
+					})
+					return fromResult(res.FirstRun()), err
+				})
+			},
+			effects: orderCodes,
+		},
+		{
+			ID: "optimistic", Name: "sqlonce optimistic.Update", Kind: KindSqlonce, bare: "bare-update",
+			Write: "UPDATE orders SET amount = amount + 100, version = version + 1 WHERE id AND version", orders: true,
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				return inTx(ctx, b, h, func(tx TTx) (outcome, error) {
+					q := b.biz(tx)
+					const readVersion = 1
+					rows, err := q.orderAddAmount(ctx, r.order, readVersion, amount)
+					if err != nil {
+						return 0, err
+					}
+					res, err := optimistic.Update(ctx, rows, int64(readVersion), func(ctx context.Context) (int64, error) {
+						return q.orderGetVersion(ctx, r.order)
+					})
+					return fromResult(res.FirstRun()), err
+				})
+			},
+			effects: amounts,
+		},
+		{
+			ID: "statemachine", Name: "sqlonce statemachine.Transition", Kind: KindSqlonce, bare: "bare-update",
+			Write: "UPDATE orders SET status = 'paid' WHERE id AND status = 'created'", orders: true,
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				return inTx(ctx, b, h, func(tx TTx) (outcome, error) {
+					q := b.biz(tx)
+					res, err := machine.Transition(ctx, "created", "paid",
+						func(ctx context.Context) (int64, error) { return q.orderSetStatus(ctx, r.order, "created", "paid") },
+						func(ctx context.Context) (string, error) { return q.orderGetStatus(ctx, r.order) })
+					return fromResult(res.FirstRun()), err
+				})
+			},
+			effects: func(ctx context.Context, _ string, reqs []*request) ([]int64, error) {
+				m, err := b.orders(ctx, orderIDs(reqs))
+				if err != nil {
+					return nil, err
+				}
+				n := make([]int64, len(reqs))
+				for i, r := range reqs {
+					if s := m[r.order].status; s == "paid" || s == "shipped" {
+						n[i] = 1
+					}
+				}
+				return n, nil
+			},
+		},
+		{
+			ID: "dedupe-lease", Name: "sqlonce dedupe lease (Claim+CompleteTx)", Kind: KindSqlonce,
+			Write: "Claim commits a lease; then INSERT ledger row + CompleteTx in a second transaction",
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				l, res, err := store.Claim(ctx, dedupe.Request{Scope: scope, Key: r.key}, cfg.Lease)
+				if err != nil || !res.FirstRun() {
+					return duplicate, err
+				}
+				out, err := inTx(ctx, b, h, func(tx TTx) (outcome, error) {
+					if err := b.biz(tx).ledgerInsert(ctx, r.key, amount); err != nil {
+						return 0, err
+					}
+					return applied, store.CompleteTx(ctx, tx, l, response(r.key))
+				})
+				if err != nil && !errors.Is(err, errCrashed) {
+					// A live server gives the key back at once; a dead one
+					// leaves the lease to lapse.
+					_ = store.Release(ctx, l)
+				}
+				return out, err
+			},
+			effects: ledger,
+		},
+		{
+			ID: "select-insert", Name: "SELECT then INSERT", Kind: KindAlternative,
+			Write: "SELECT EXISTS(ledger row for the key); if absent INSERT it; commit",
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				return inTx(ctx, b, h, func(tx TTx) (outcome, error) {
+					done, err := b.biz(tx).ledgerExists(ctx, r.key)
+					if err != nil || done {
+						return duplicate, err
+					}
+					return insertLedger(ctx, tx, r)
+				})
+			},
+			effects: ledger,
+		},
+	}
+	if rdb == nil {
+		return vs, nil
+	}
+	vs = append(vs,
+		&variant{
+			ID: "redis-setnx", Name: "Redis SET NX PX, then DB tx", Kind: KindAlternative,
+			Write: "SET key 1 NX PX ttl in Redis; if set, INSERT ledger row and commit; DEL the key if the transaction fails",
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				k := redisPrefix + "marker:" + r.key
+				err := rdb.Do(ctx, "SET", k, "1", "NX", "PX", cfg.MarkerTTL.Milliseconds()).Err()
+				if errors.Is(err, redis.Nil) { // not set: the key exists
+					return duplicate, nil
+				}
+				if err != nil {
+					return 0, err
+				}
+				out, err := inTx(ctx, b, h, func(tx TTx) (outcome, error) { return insertLedger(ctx, tx, r) })
+				if err != nil && !errors.Is(err, errCrashed) {
+					// What the technique's advocates do in their catch block;
+					// a dead process never gets there.
+					rdb.Del(context.WithoutCancel(ctx), k)
+				}
+				return out, err
+			},
+			effects: ledger,
+		},
+		&variant{
+			ID: "redis-token", Name: "Redis token, Lua get-compare-del, then DB tx", Kind: KindAlternative,
+			Write: "fetch a token (SET PX) first; on submit, a Lua script consumes it; if consumed, INSERT ledger row and commit; the token is put back if the transaction fails",
+			before: func(ctx context.Context, r *request) error {
+				var t [16]byte
+				_, _ = rand.Read(t[:])
+				r.token = redisPrefix + "token:" + hex.EncodeToString(t[:])
+				return rdb.Set(ctx, r.token, tokenOwner, cfg.MarkerTTL).Err()
+			},
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				n, err := getCompareDelete.Run(ctx, rdb, []string{r.token}, tokenOwner).Int()
+				if err != nil || n == 0 {
+					return duplicate, err
+				}
+				out, err := inTx(ctx, b, h, func(tx TTx) (outcome, error) { return insertLedger(ctx, tx, r) })
+				if err != nil && !errors.Is(err, errCrashed) {
+					rdb.Set(context.WithoutCancel(ctx), r.token, tokenOwner, cfg.MarkerTTL)
+				}
+				return out, err
+			},
+			effects: ledger,
+		},
+	)
+	return vs, nil
+}
+
+func uniqueViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	var myErr *mysql.MySQLError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" ||
+		errors.As(err, &myErr) && myErr.Number == 1062
+}
+
+func orderIDs(reqs []*request) []int64 {
+	ids := make([]int64, len(reqs))
+	for i, r := range reqs {
+		ids[i] = r.order
+	}
+	return ids
+}
