@@ -38,10 +38,10 @@ func WriteTable(w io.Writer, rep *Report) error {
 		for _, r := range db.Results {
 			width = max(width, len(r.Name))
 		}
-		row := func(name, tps, p50, p99, x, xs, reqs, crashes, dups, lost, doubled string) {
-			p("%-*s %6s %6s %6s %8s %6s | %6s %7s %4s %4s %7s", width, name, tps, p50, p99, x, xs, reqs, crashes, dups, lost, doubled)
+		row := func(name, tps, p50, p99, x, xr, xs, reqs, crashes, dups, lost, doubled string) {
+			p("%-*s %6s %6s %6s %6s %-11s %6s | %6s %7s %4s %4s %7s", width, name, tps, p50, p99, x, xr, xs, reqs, crashes, dups, lost, doubled)
 		}
-		row("technique", "tx/s", "p50 ms", "p99 ms", "x base", "x same", "faults", "crashes", "dups", "lost", "doubled")
+		row("technique", "tx/s", "p50 ms", "p99 ms", "x base", "(rounds)", "x same", "faults", "crashes", "dups", "lost", "doubled")
 		for _, r := range db.Results {
 			cells := []string{"-", "-", "-", "-", "-"}
 			if f := r.Fault; f != nil {
@@ -52,12 +52,13 @@ func WriteTable(w io.Writer, rep *Report) error {
 				cells = []string{strconv.Itoa(f.Requests), strconv.Itoa(f.Crashes), strconv.Itoa(f.Duplicates), lost, strconv.Itoa(f.Doubled)}
 			}
 			row(r.Name, fmt.Sprintf("%.0f", r.TPS), fmt.Sprintf("%.2f", r.P50Ms), fmt.Sprintf("%.2f", r.P99Ms),
-				fmt.Sprintf("%.2f", r.TimeRatio), fmt.Sprintf("%.2f", r.SameWriteRatio),
+				fmt.Sprintf("%.2f", r.TimeRatio), fmt.Sprintf("(%.2f-%.2f)", r.TimeRatioMin, r.TimeRatioMax), fmt.Sprintf("%.2f", r.SameWriteRatio),
 				cells[0], cells[1], cells[2], cells[3], cells[4])
 		}
 	}
 	p("")
-	p("x base: time per request relative to the bare INSERT (baseline) in the same round (1.25 = 25%% more); median over rounds.")
+	p("x base: time per request relative to the bare INSERT (baseline) in the same round (1.25 = 25%% more); median over")
+	p("        rounds, then the lowest and highest round.")
 	p("x same: the same against the unprotected transaction doing the same business write (bare INSERT order for")
 	p("        unique.Insert, bare UPDATE order for optimistic and statemachine, the baseline for the others).")
 	p("faults: requests sent under fault injection; crashes: server died after the check and the write, before the commit;")
@@ -96,14 +97,14 @@ func WriteJSON(w io.Writer, rep *Report) error {
 func WriteCSV(w io.Writer, rep *Report) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"database", "server_version", "technique", "name", "kind", "clients", "rounds",
-		"tps", "p50_ms", "p99_ms", "mean_ms", "x_baseline", "throughput_vs_baseline", "same_write_as", "x_same_write", "ops", "retries",
+		"tps", "p50_ms", "p99_ms", "mean_ms", "x_baseline", "x_baseline_min", "x_baseline_max", "throughput_vs_baseline", "same_write_as", "x_same_write", "ops", "retries",
 		"fault_requests", "crashes", "duplicates", "lost", "doubled", "gave_up"})
 	f := func(x float64) string { return strconv.FormatFloat(x, 'f', 3, 64) }
 	for _, db := range rep.Databases {
 		for _, r := range db.Results {
 			row := []string{db.Database, db.Server.Version, r.ID, r.Name, r.Kind,
 				strconv.Itoa(rep.Settings.Clients), strconv.Itoa(rep.Settings.Rounds),
-				f(r.TPS), f(r.P50Ms), f(r.P99Ms), f(r.MeanMs), f(r.TimeRatio), f(r.ThroughputRatio), r.SameWriteAs, f(r.SameWriteRatio),
+				f(r.TPS), f(r.P50Ms), f(r.P99Ms), f(r.MeanMs), f(r.TimeRatio), f(r.TimeRatioMin), f(r.TimeRatioMax), f(r.ThroughputRatio), r.SameWriteAs, f(r.SameWriteRatio),
 				strconv.FormatInt(r.Ops, 10), strconv.FormatInt(r.Retries, 10)}
 			if fr := r.Fault; fr != nil {
 				for _, n := range []int{fr.Requests, fr.Crashes, fr.Duplicates, fr.Lost, fr.Doubled, fr.GaveUp} {

@@ -138,6 +138,10 @@ type Result struct {
 	TimeRatio float64 `json:"x_baseline"`
 	// ThroughputRatio is the median of the inverse: this technique's
 	// throughput as a fraction of the baseline's.
+	// TimeRatioMin and TimeRatioMax are the smallest and largest of the
+	// rounds' ratios: how far to trust the median.
+	TimeRatioMin    float64 `json:"x_baseline_min"`
+	TimeRatioMax    float64 `json:"x_baseline_max"`
 	ThroughputRatio float64 `json:"throughput_vs_baseline"`
 	// SameWriteAs names the unprotected technique that does the same
 	// business write, when it is not the baseline; SameWriteRatio is
@@ -369,6 +373,7 @@ func runOn[TTx any](ctx context.Context, cfg Config, b backend[TTx], rdb *redis.
 		res.RoundTPS = tps
 		res.TPS, res.P50Ms, res.P99Ms, res.MeanMs = median(tps), median(p50), median(p99), median(mean)
 		res.TimeRatio, res.ThroughputRatio = median(timeRatio), median(tputRatio)
+		res.TimeRatioMin, res.TimeRatioMax = slices.Min(timeRatio), slices.Max(timeRatio)
 		res.SameWriteRatio = res.TimeRatio
 		if v.bare != "" {
 			res.SameWriteRatio = median(sameRatio)
