@@ -6,7 +6,8 @@ SQLC := go tool -modfile=tools/go.mod sqlc
 
 # The one test command: the library's unit tests and examples, then the
 # conformance suite, checker and migration tests against PostgreSQL and
-# MySQL/MariaDB, all with the race detector. The tests module runs one
+# MySQL/MariaDB, and the inbox against NATS JetStream (tests/broker), all
+# with the race detector. The tests module runs one
 # package at a time (-p 1): the checker alone opens ~70 connections, and
 # PostgreSQL's default max_connections is 100.
 test:

@@ -23,4 +23,5 @@ func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("AntiPattern", func(t *testing.T) { runAntiPattern(t, f) })
 	t.Run("Token", func(t *testing.T) { runToken(t, f) })
 	t.Run("HTTPIdem", func(t *testing.T) { runHTTPIdem(t, f) })
+	t.Run("Inbox", func(t *testing.T) { runInbox(t, f) })
 }

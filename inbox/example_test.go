@@ -1,0 +1,111 @@
+package inbox_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlonce/sqlonce/inbox"
+	"github.com/sqlonce/sqlonce/internal/exampledb"
+	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/pgxdriver"
+)
+
+// delivery stands in for a broker's message: an id the producer gave it,
+// the same in every delivery, and the ack the consumer sends.
+type delivery struct {
+	id     string
+	amount int64
+}
+
+func (d delivery) Ack() { fmt.Println("ack", d.id) }
+func (d delivery) Nak() { fmt.Println("nak", d.id) }
+
+// A consumer writes each payment message to the ledger. The broker
+// delivers pay-1 twice (its first ack was lost) and pay-2 again after the
+// first attempt failed: the ledger gets each payment once.
+func Example() {
+	ctx := context.Background()
+	pool := exampledb.Postgres("inbox")
+	defer pool.Close()
+
+	in, err := inbox.New(pgxdriver.New(pool), "ledger-writer")
+	if err != nil {
+		panic(err)
+	}
+	failOnce := true
+	for _, msg := range []delivery{{"pay-1", 100}, {"pay-1", 100}, {"pay-2", 250}, {"pay-2", 250}} {
+		res, err := in.Handle(ctx, msg.id, func(ctx context.Context, tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, "INSERT INTO ledger (ref, amount) VALUES ($1, $2)", msg.id, msg.amount); err != nil {
+				return err
+			}
+			if msg.id == "pay-2" && failOnce {
+				failOnce = false
+				return errors.New("downstream check failed") // rolls the insert back
+			}
+			return nil
+		})
+		if err != nil {
+			msg.Nak()
+			continue
+		}
+		fmt.Print(res, ": ")
+		msg.Ack() // after the commit, never before
+	}
+
+	var n, sum int64
+	if err := pool.QueryRow(ctx, "SELECT count(*), sum(amount) FROM ledger").Scan(&n, &sum); err != nil {
+		panic(err)
+	}
+	fmt.Println("ledger rows:", n, "total:", sum)
+	// Output:
+	// first run: ack pay-1
+	// already done: ack pay-1
+	// nak pay-2
+	// first run: ack pay-2
+	// ledger rows: 2 total: 350
+}
+
+// A consumer that runs its own transactions uses HandleTx, commits, then
+// acks.
+func ExampleInbox_HandleTx() {
+	ctx := context.Background()
+	db := exampledb.MySQL("inbox")
+	defer db.Close()
+
+	in, err := inbox.New(mysqldriver.New(db), "order-projector")
+	if err != nil {
+		panic(err)
+	}
+	apply := func(msg delivery) error {
+		tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		if err != nil {
+			return err
+		}
+		defer tx.Rollback()
+		res, err := in.HandleTx(ctx, tx, msg.id, func(ctx context.Context) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO orders (code, amount) VALUES (?, ?)", msg.id, msg.amount)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		fmt.Print(res, ": ")
+		msg.Ack()
+		return nil
+	}
+	for _, msg := range []delivery{{"order-created-7", 4200}, {"order-created-7", 4200}} {
+		if err := apply(msg); err != nil {
+			panic(err)
+		}
+	}
+	// Output:
+	// first run: ack order-created-7
+	// already done: ack order-created-7
+}

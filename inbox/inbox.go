@@ -1,0 +1,125 @@
+package inbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/owntx"
+)
+
+// DefaultTTL is how long a message id is remembered unless WithTTL says
+// otherwise: 7 days, longer than brokers usually keep redelivering.
+const DefaultTTL = 7 * 24 * time.Hour
+
+// Inbox applies each message a consumer receives once: the message id is
+// claimed in the transaction that applies the message. It is safe for
+// concurrent use by any number of consumer goroutines and processes.
+type Inbox[TTx any] struct {
+	consumer string
+	store    *dedupe.Store[TTx]
+	engine   driver.Engine[TTx]
+}
+
+// Option configures an Inbox.
+type Option func(*options) error
+
+type options struct {
+	ttl time.Duration
+}
+
+// WithTTL sets how long a message id is remembered after its message was
+// applied (DefaultTTL otherwise). A message redelivered after that runs
+// again: choose it longer than the broker can redeliver a message (its
+// retention, its maximum redelivery delay).
+func WithTTL(ttl time.Duration) Option {
+	return func(o *options) error {
+		if ttl <= 0 {
+			return fmt.Errorf("%w: inbox TTL %v is not positive", sqlonce.ErrInvalidArgument, ttl)
+		}
+		o.ttl = ttl
+		return nil
+	}
+}
+
+// New returns an Inbox for the consumer named consumer: the scope of its
+// message ids, so that two consumers of one stream (an email sender and a
+// ledger writer) each apply every message once. It returns
+// sqlonce.ErrInvalidKey for an invalid name and sqlonce.ErrInvalidArgument
+// for a nil driver or an invalid option.
+func New[TTx any](d sqlonce.Driver[TTx], consumer string, opts ...Option) (*Inbox[TTx], error) {
+	if d == nil || d.Engine() == nil {
+		return nil, fmt.Errorf("%w: nil driver", sqlonce.ErrInvalidArgument)
+	}
+	if err := keys.Check("consumer", consumer); err != nil {
+		return nil, err
+	}
+	o := options{ttl: DefaultTTL}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	// No WithNoWait: a redelivery that arrives while the first delivery's
+	// transaction is still open waits for it, then finds the message
+	// applied (ack it) or applies it (the first rolled back).
+	store, err := dedupe.New(d, dedupe.WithTTL(o.ttl))
+	if err != nil {
+		return nil, err
+	}
+	return &Inbox[TTx]{consumer: consumer, store: store, engine: d.Engine()}, nil
+}
+
+// Handle applies the message with id msgID: in a transaction of its own on
+// the driver's database handle (sqlonce.ErrNoDB without one) it claims the
+// id and, if the claim is won, runs fn with the transaction; fn's writes
+// and the claim commit together. Ack the message when Handle returns nil,
+// after it returned, and never before:
+//   - FirstRun: this delivery applied the message;
+//   - AlreadyDone: an earlier delivery did (a redelivery after a lost ack,
+//     a consumer restart, a producer that published twice); fn did not run.
+//
+// When fn fails, or the commit does, nothing of the message was applied:
+// Handle returns the error and the message must be redelivered (do not
+// ack it; nak it, or let the broker's ack wait expire). After a deadlock
+// or a serialization failure Handle runs the transaction, and fn, again
+// itself, a few times.
+//
+// msgID is the message's own identity, the same in every delivery: the
+// producer's message id (a header, an event id in the payload), not a
+// delivery tag or a sequence number the broker gives each delivery.
+func (i *Inbox[TTx]) Handle(ctx context.Context, msgID string, fn func(ctx context.Context, tx TTx) error) (sqlonce.Result, error) {
+	if fn == nil {
+		return sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
+	}
+	if err := keys.Check("message id", msgID); err != nil {
+		return sqlonce.Result{}, err
+	}
+	var res sqlonce.Result
+	err := owntx.Run(ctx, i.engine, func(ctx context.Context, tx TTx) error {
+		var err error
+		res, err = i.HandleTx(ctx, tx, msgID, func(ctx context.Context) error { return fn(ctx, tx) })
+		return err
+	})
+	if err != nil {
+		return sqlonce.Result{}, err
+	}
+	return res, nil
+}
+
+// HandleTx is Handle in the caller's transaction, for consumers that run
+// their own: commit tx, then ack. On an error roll tx back and do not ack.
+func (i *Inbox[TTx]) HandleTx(ctx context.Context, tx TTx, msgID string, fn func(ctx context.Context) error) (sqlonce.Result, error) {
+	return i.store.Do(ctx, tx, dedupe.Request{Scope: i.consumer, Key: msgID}, fn)
+}
+
+// Purge deletes remembered message ids past their TTL, batch at a time
+// (dedupe.DefaultPurgeBatch for 0): run it from a periodic job. It purges
+// expired keys of every dedupe store on the same table alike.
+func (i *Inbox[TTx]) Purge(ctx context.Context, batch int) (int64, error) {
+	return i.store.Purge(ctx, batch)
+}
