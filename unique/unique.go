@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
@@ -70,7 +71,7 @@ func (u *Inserter[TTx]) Insert(ctx context.Context, tx TTx, constraint string, i
 		// Guard returns insert's error itself only when the rollback to the
 		// savepoint worked; a failed rollback is joined to it and tx is not
 		// usable, so that is never AlreadyDone.
-		if err == insertErr && u.engine.IsDuplicate(err, constraint) {
+		if unchanged(err, insertErr) && u.engine.IsDuplicate(err, constraint) {
 			return sqlonce.Result{Outcome: sqlonce.AlreadyDone}, nil
 		}
 		return sqlonce.Result{}, err
@@ -111,4 +112,12 @@ func InsertOrGet[T, TTx any](ctx context.Context, u *Inserter[TTx], tx TTx, cons
 		return zero, sqlonce.Result{}, fmt.Errorf("sqlonce/unique: read existing row: %w", err)
 	}
 	return v, res, nil
+}
+
+// unchanged reports whether Guard returned insert's error itself. Not with
+// a bare ==: comparing two interfaces that hold the same uncomparable type
+// (a slice of field errors, say) panics.
+func unchanged(err, insertErr error) bool {
+	t := reflect.TypeOf(err)
+	return t != nil && t == reflect.TypeOf(insertErr) && t.Comparable() && err == insertErr
 }

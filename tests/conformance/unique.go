@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,13 @@ import (
 )
 
 const codeKey = "orders_code_key"
+
+// fieldErrors is an error type of the kind applications write for
+// validation, and a slice: interface values holding it cannot be compared
+// with ==.
+type fieldErrors []string
+
+func (e fieldErrors) Error() string { return strings.Join(e, "; ") }
 
 // insertOrder is the insert unique.Insert guards: an order whose code is
 // the natural key, its customer the code too so that distinct codes never
@@ -138,6 +146,16 @@ func runUnique[TTx any](t *testing.T, f harness.Factory[TTx]) {
 					return err
 				}
 			}},
+			// An error type that == cannot compare (a slice): Insert must
+			// not panic on it.
+			{"uncomparable error", func(b harness.Biz) func(ctx context.Context) error {
+				return func(ctx context.Context) error {
+					if err := b.LedgerInsert(ctx, "boom", 1); err != nil {
+						return err
+					}
+					return fieldErrors{"code: too long", "amount: negative"}
+				}
+			}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				var insertErr, got error
@@ -153,7 +171,7 @@ func runUnique[TTx any](t *testing.T, f harness.Factory[TTx]) {
 					}
 					return nil
 				}))
-				if got == nil || got != insertErr {
+				if got == nil || !reflect.DeepEqual(got, insertErr) {
 					t.Fatalf("got %v, want the insert's own error %v", got, insertErr)
 				}
 				wantLedger(t, ctx, db, "boom", 0)
