@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,12 +25,16 @@ func ctxT(t testing.TB) context.Context {
 // retryTx runs fn in a transaction at iso, retrying from the start while
 // the error is one sqlonce.IsRetryable accepts, as a careful caller does.
 func retryTx[TTx any](ctx context.Context, db harness.DB[TTx], iso harness.Isolation, fn func(tx TTx) error) (retries int, err error) {
+	backoff := time.Millisecond
 	for attempt := 0; ; attempt++ {
 		err = harness.WithTx(ctx, db, iso, fn)
 		if err == nil || !sqlonce.IsRetryable(err) || attempt >= 200 {
 			return attempt, err
 		}
-		time.Sleep(time.Duration(attempt%5+1) * time.Millisecond)
+		// Jittered, growing backoff: a fixed pace lets racers that deadlock
+		// on MySQL gap locks meet again at the same moment, forever.
+		time.Sleep(backoff/2 + rand.N(backoff))
+		backoff = min(2*backoff, 50*time.Millisecond)
 	}
 }
 
