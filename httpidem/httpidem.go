@@ -236,8 +236,10 @@ func WithMaxResponseSize(n int) Option {
 // leaves the lease to lapse after d, and a retry then runs the handler
 // again: give the outside system the key or the lease's token (LeaseFrom)
 // so that a repeated call is harmless there, and choose d longer than the
-// handler's own time limit. It needs a driver built with a database
-// handle.
+// handler's own time limit. The handler's context ends when the client
+// goes away, and whatever the handler then answers is recorded like any
+// answer: detach work that must run to its end (context.WithoutCancel).
+// It needs a driver built with a database handle.
 func WithLease(d time.Duration) Option {
 	return func(c *config) error {
 		if d == 0 {
@@ -345,7 +347,7 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 		methods:     map[string]bool{http.MethodPost: true, http.MethodPatch: true},
 		required:    func(*http.Request) bool { return true },
 		route:       defaultRoute,
-		respHeaders: DefaultResponseHeaders,
+		respHeaders: canonical(DefaultResponseHeaders), // ETag is Etag to net/http
 		record:      RecordAll,
 		maxBody:     DefaultMaxBody,
 		ttl:         dedupe.DefaultTTL,

@@ -104,6 +104,7 @@ func (s *httpSrv[TTx]) order(w http.ResponseWriter, r *http.Request) {
 	_, _ = rand.Read(nonce)
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Location", fmt.Sprintf("/orders/%x", nonce[:4]))
+	w.Header().Set("ETag", fmt.Sprintf(`"%x"`, nonce[8:12]))
 	w.Header().Set("X-Trace", fmt.Sprintf("%x", nonce[4:8])) // not recorded
 	w.WriteHeader(status)
 	_, _ = w.Write(append(nonce, body...))
@@ -220,7 +221,7 @@ func sameAnswer(t testing.TB, what string, a, b reply) {
 	if b.status != a.status || !bytes.Equal(b.body, a.body) {
 		t.Fatalf("%s: repeat (%d, %x), want first (%d, %x)", what, b.status, b.body, a.status, a.body)
 	}
-	for _, h := range []string{"Content-Type", "Location", "Content-Length"} {
+	for _, h := range []string{"Content-Type", "Location", "Etag", "Content-Length"} {
 		if b.header.Get(h) != a.header.Get(h) {
 			t.Fatalf("%s: %s %q, want %q", what, h, b.header.Get(h), a.header.Get(h))
 		}
