@@ -67,7 +67,10 @@
 // request's context and so rolls the work back; its retry runs it again.
 // The handler may run more than once for one request when the database
 // asks for a retry (deadlock, serialization failure): keep effects
-// outside the database out of this mode.
+// outside the database out of this mode. On SQLite, which runs one writing
+// transaction at a time, a duplicate waits at BEGIN for the first
+// request's transaction and then gets the replay rather than 409; lease
+// mode answers 409 there too.
 //
 // # Lease mode
 //
