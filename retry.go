@@ -11,7 +11,9 @@ import (
 // MariaDB 1020 "Record has changed since last read", under
 // innodb_snapshot_isolation=ON, its default from 11.6), a deadlock
 // (PostgreSQL 40P01, MySQL 1213), a lock wait that gave up (PostgreSQL
-// 55P03, MySQL 1205) or ErrStaleRead.
+// 55P03, MySQL 1205), SQLite's SQLITE_BUSY (the write lock stayed taken
+// for busy_timeout, or a DEFERRED transaction wrote on a stale snapshot,
+// SQLITE_BUSY_SNAPSHOT) and SQLITE_LOCKED, or ErrStaleRead.
 //
 // It recognises errors from the caller's own queries as well as from
 // sqlonce. After such an error the transaction must not be committed: on

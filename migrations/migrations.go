@@ -7,6 +7,7 @@
 //
 //	goose -dir migrations/postgres -table sqlonce_goose_db_version postgres "$DSN" up
 //	goose -dir migrations/mysql    -table sqlonce_goose_db_version mysql    "$DSN" up
+//	goose -dir migrations/sqlite   -table sqlonce_goose_db_version sqlite3  ./app.db up
 //
 // sqlc reads the same files as its schema, so the generated queries always
 // match the tables.
@@ -23,7 +24,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 )
 
-//go:embed postgres/*.sql mysql/*.sql
+//go:embed postgres/*.sql mysql/*.sql sqlite/*.sql
 var files embed.FS
 
 // Dialect selects a migration folder.
@@ -34,6 +35,8 @@ const (
 	Postgres Dialect = "postgres"
 	// MySQL is MySQL 8 or MariaDB 10.5 or later.
 	MySQL Dialect = "mysql"
+	// SQLite is SQLite 3.42 or later (modernc.org/sqlite, see sqlitedriver).
+	SQLite Dialect = "sqlite"
 )
 
 // TableName is the goose version table sqlonce's migrations use.
@@ -47,7 +50,7 @@ const lockID int64 = 0x73716c6f6e6365 // "sqlonce"
 // FS returns the migration files of a dialect, for a goose of your own.
 func FS(d Dialect) (fs.FS, error) {
 	switch d {
-	case Postgres, MySQL:
+	case Postgres, MySQL, SQLite:
 		return fs.Sub(files, string(d))
 	}
 	return nil, fmt.Errorf("sqlonce/migrations: unknown dialect %q", d)
@@ -62,9 +65,14 @@ func NewProvider(d Dialect, db *sql.DB, opts ...goose.ProviderOption) (*goose.Pr
 	}
 	gd := goose.DialectPostgres
 	base := []goose.ProviderOption{goose.WithTableName(TableName), goose.WithDisableGlobalRegistry(true)}
-	if d == MySQL {
+	switch d {
+	case MySQL:
 		gd = goose.DialectMySQL
-	} else {
+	case SQLite:
+		// No session locker: goose has none for SQLite, whose write lock
+		// already lets one migration at a time commit.
+		gd = goose.DialectSQLite3
+	default:
 		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID))
 		if err != nil {
 			return nil, err

@@ -32,14 +32,17 @@ func New[TTx any](d sqlonce.Driver[TTx]) *Inserter[TTx] {
 //
 // constraint is the unique constraint's name on PostgreSQL
 // (pgconn.PgError.ConstraintName) and the unique index's name on
-// MySQL/MariaDB ("PRIMARY" for the primary key). A duplicate on any other
+// MySQL/MariaDB ("PRIMARY" for the primary key); on SQLite, the name of a
+// unique index created with CREATE UNIQUE INDEX, "PRIMARY", or the columns
+// as SQLite's error names them (see sqlitedriver). A duplicate on any other
 // constraint, and every other error, is returned unchanged (after the
 // rollback to the savepoint).
 //
 // A row can collide on several unique constraints at once, and the server
 // reports only the first it checks: PostgreSQL goes in the order the
 // indexes were created, MySQL the primary key first, then the order of
-// definition. Name the constraint a repeat hits first: if a repeat of the
+// definition, SQLite the primary key first, then the most recently created
+// index. Name the constraint a repeat hits first: if a repeat of the
 // request also repeats a client-generated primary key or another unique
 // column checked earlier, the duplicate is reported on that one and Insert
 // returns it as an error. On MariaDB the server names the key without its
@@ -71,12 +74,19 @@ func (u *Inserter[TTx]) Insert(ctx context.Context, tx TTx, constraint string, i
 		// Guard returns insert's error itself only when the rollback to the
 		// savepoint worked; a failed rollback is joined to it and tx is not
 		// usable, so that is never AlreadyDone.
-		if unchanged(err, insertErr) && u.engine.IsDuplicate(err, constraint) {
+		if unchanged(err, insertErr) && u.isDuplicate(ctx, tx, err, constraint) {
 			return sqlonce.Result{Outcome: sqlonce.AlreadyDone}, nil
 		}
 		return sqlonce.Result{}, err
 	}
 	return sqlonce.Result{Outcome: sqlonce.FirstRun}, nil
+}
+
+func (u *Inserter[TTx]) isDuplicate(ctx context.Context, tx TTx, err error, constraint string) bool {
+	if d, ok := u.engine.(driver.DuplicateInTx[TTx]); ok {
+		return d.IsDuplicateInTx(ctx, tx, err, constraint)
+	}
+	return u.engine.IsDuplicate(err, constraint)
 }
 
 // InsertOrGet is Insert for callers that need the row either way: on

@@ -1,6 +1,7 @@
-// Package dberr classifies database errors from pgx and go-sql-driver/mysql
-// by their typed fields (pgconn.PgError.Code, mysql.MySQLError.Number),
-// never by matching message text where a typed field exists.
+// Package dberr classifies database errors from pgx, go-sql-driver/mysql
+// and modernc.org/sqlite by their typed fields (pgconn.PgError.Code,
+// mysql.MySQLError.Number, the SQLite result code), never by matching
+// message text where a typed field exists.
 package dberr
 
 import (
@@ -23,7 +24,8 @@ const (
 
 // Retryable reports whether err means "roll back and run the whole
 // transaction again": a serialization failure, a deadlock or a lock wait
-// timeout, on PostgreSQL or MySQL/MariaDB.
+// timeout, on PostgreSQL or MySQL/MariaDB; SQLITE_BUSY or SQLITE_LOCKED on
+// SQLite.
 //
 // MariaDB with innodb_snapshot_isolation=ON (the default from 11.6) refuses
 // a write to a row that changed after the transaction's snapshot with 1020
@@ -46,6 +48,9 @@ func Retryable(err error) bool {
 		}
 		return false
 	}
+	if code, ok := sqliteCode(err); ok {
+		return sqliteRetryable(code)
+	}
 	return false
 }
 
@@ -56,19 +61,30 @@ func Retryable(err error) bool {
 // connection outside any transaction, in autocommit, so nothing but
 // ROLLBACK may be sent on it. (PostgreSQL keeps an aborted transaction open
 // and refuses further statements.)
+//
+// SQLite may roll the transaction back itself after SQLITE_FULL,
+// SQLITE_IOERR, SQLITE_NOMEM and an interrupted write (a cancelled
+// context), and then also runs the next statement in autocommit.
 func TxMayBeGone(err error) bool {
-	myErr, ok := errors.AsType[*mysql.MySQLError](err)
-	return ok && (myErr.Number == mysqlDeadlock || myErr.Number == mysqlLockWaitTimeout)
+	if myErr, ok := errors.AsType[*mysql.MySQLError](err); ok {
+		return myErr.Number == mysqlDeadlock || myErr.Number == mysqlLockWaitTimeout
+	}
+	code, ok := sqliteCode(err)
+	return ok && sqliteTxRolledBack(code)
 }
 
 // LockNotAvailable reports whether err is a lock wait that gave up: a
-// PostgreSQL lock_timeout/NOWAIT (55P03) or a MySQL lock wait timeout.
+// PostgreSQL lock_timeout/NOWAIT (55P03), a MySQL lock wait timeout, or
+// SQLite's busy handler giving up after busy_timeout (SQLITE_BUSY).
 func LockNotAvailable(err error) bool {
 	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
 		return pgErr.Code == pgerrcode.LockNotAvailable
 	}
 	if myErr, ok := errors.AsType[*mysql.MySQLError](err); ok {
 		return myErr.Number == mysqlLockWaitTimeout || myErr.Number == mysqlLockNowait
+	}
+	if code, ok := sqliteCode(err); ok {
+		return sqliteLockNotAvailable(code)
 	}
 	return false
 }

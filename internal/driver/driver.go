@@ -1,7 +1,7 @@
 // Package driver defines what a database driver does for the strategies.
-// Each driver (pgxdriver, mysqldriver) implements Engine for its transaction
-// type with its own sqlc-generated queries; sqlc types never leave the
-// driver.
+// Each driver (pgxdriver, mysqldriver, sqlitedriver) implements Engine for
+// its transaction type with its own sqlc-generated queries; sqlc types
+// never leave the driver.
 package driver
 
 import (
@@ -16,6 +16,7 @@ type Dialect string
 const (
 	Postgres Dialect = "postgres"
 	MySQL    Dialect = "mysql"
+	SQLite   Dialect = "sqlite"
 )
 
 // Key state values stored in sqlonce_keys.state.
@@ -59,6 +60,15 @@ type Engine[TTx any] interface {
 	InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
 
 	Tokens[TTx]
+}
+
+// DuplicateInTx is implemented by engines that need the transaction to
+// tell which constraint a duplicate-key error is on: SQLite names the
+// columns, not the constraint, so the name is looked up in the schema. It
+// is called after Guard has rolled the failed insert back, with tx usable.
+// Callers use it in place of IsDuplicate when the engine has it.
+type DuplicateInTx[TTx any] interface {
+	IsDuplicateInTx(ctx context.Context, tx TTx, err error, constraint string) bool
 }
 
 // ErrTxRolledBack is wrapped by a Claim error after which the server has

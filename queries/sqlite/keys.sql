@@ -1,0 +1,98 @@
+-- Every time is an integer count of microseconds since the Unix epoch, and
+-- every comparison uses the database clock:
+-- CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000 (SQLite's clock
+-- has millisecond resolution). sqlc.narg('now') lets the test suite pin
+-- "now" without sleeping; the library passes NULL.
+
+-- name: KeyClaim :one
+-- Inserts a new key, or takes over an expired key or a lapsed lease, and
+-- returns the claim's token. No row: the key exists and is live; the
+-- caller reads it with KeyGet in the same transaction. The INSERT took the
+-- database's write lock, so nothing changes the row in between.
+INSERT INTO sqlonce_keys (
+    scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
+) VALUES (
+    sqlc.arg('scope'),
+    sqlc.arg('idempotency_key'),
+    sqlc.arg('fingerprint'),
+    sqlc.arg('state'),
+    coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000),
+    coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.narg('lease_us') AS INTEGER),
+    coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000),
+    coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('ttl_us') AS INTEGER)
+)
+ON CONFLICT (scope, idempotency_key) DO UPDATE SET
+    fingerprint  = excluded.fingerprint,
+    response     = NULL,
+    state        = excluded.state,
+    token        = max(sqlonce_keys.token + 1, excluded.token),
+    locked_until = excluded.locked_until,
+    created_at   = excluded.created_at,
+    expires_at   = excluded.expires_at
+WHERE sqlonce_keys.expires_at <= excluded.created_at
+   OR (sqlonce_keys.state = 2 AND sqlonce_keys.locked_until <= excluded.created_at)
+RETURNING token;
+
+-- name: KeyGet :one
+-- Reads the live key a KeyClaim could not take. has_response tells an
+-- empty response from none: the driver reads a zero-length BLOB as nil.
+SELECT
+    fingerprint,
+    response,
+    CAST(response IS NOT NULL AS INTEGER) AS has_response,
+    CAST(state = 2 AND locked_until > coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) AS INTEGER) AS locked
+FROM sqlonce_keys
+WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key');
+
+-- name: KeySetResponse :execrows
+-- Records the first run's response in the claiming transaction. SQLite
+-- counts the rows an UPDATE matched, changed or not.
+UPDATE sqlonce_keys
+SET response = sqlc.arg('response')
+WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token');
+
+-- name: KeyDelete :execrows
+-- Undoes a claim whose work failed, so that a commit by mistake cannot leave
+-- a key marked done with nothing done.
+DELETE FROM sqlonce_keys
+WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token');
+
+-- name: KeyComplete :execrows
+-- Completes a lease: only the holder of the current token may.
+UPDATE sqlonce_keys
+SET state        = 1,
+    response     = sqlc.arg('response'),
+    locked_until = NULL,
+    expires_at   = coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('ttl_us') AS INTEGER)
+WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
+
+-- name: KeyRelease :execrows
+-- Gives a lease up so that the next claimer runs the work. The token moves
+-- on, so that the releaser can neither release again nor complete.
+UPDATE sqlonce_keys
+SET token        = token + 1,
+    locked_until = min(coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000), expires_at)
+WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
+
+-- name: KeyExtend :execrows
+-- Moves the deadline of a lease whose token is current, lapsed or not (a
+-- lapsed lease nobody took over is still the holder's). expires_at follows,
+-- so that locked_until <= expires_at holds and purge never deletes a held
+-- lease.
+UPDATE sqlonce_keys
+SET locked_until = coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('lease_us') AS INTEGER),
+    expires_at   = max(expires_at, coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('lease_us') AS INTEGER))
+WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
+
+-- name: KeyPurge :execrows
+-- Deletes up to max_rows expired keys, oldest first, walking the expiry
+-- index. SQLite has no DELETE ... LIMIT in its default build. A live lease
+-- is never expired: locked_until <= expires_at is a table constraint.
+DELETE FROM sqlonce_keys
+WHERE (scope, idempotency_key) IN (
+    SELECT p.scope, p.idempotency_key
+    FROM sqlonce_keys AS p
+    WHERE p.expires_at <= coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)
+    ORDER BY p.expires_at
+    LIMIT sqlc.arg('max_rows')
+);

@@ -1,0 +1,363 @@
+// Package sqlitedriver is the sqlonce driver for SQLite through
+// database/sql and modernc.org/sqlite, a SQLite in pure Go (no cgo).
+// Strategies built on it take the *sql.Tx the caller already has. It runs
+// every strategy as the PostgreSQL and MySQL drivers do, with the same
+// results, on a database file the application embeds.
+//
+// # Configuring the database
+//
+// SQLite runs one writing transaction at a time, on the whole database;
+// everything below follows from that. Open returns a *sql.DB set up as
+// sqlonce needs, and DSN the data source name it uses, for callers who
+// call sql.Open themselves. Either way:
+//
+//   - Writing transactions take the write lock at BEGIN (_txlock=immediate,
+//     BEGIN IMMEDIATE). A transaction begun DEFERRED, SQLite's default,
+//     takes it at its first write; if it read before, and another
+//     connection committed in between, that write fails at once with
+//     SQLITE_BUSY (SQLITE_BUSY_SNAPSHOT) and the whole transaction must be
+//     run again. Begun IMMEDIATE, it waits at BEGIN instead, and never has
+//     to start over. Read-only transactions (sql.TxOptions{ReadOnly: true})
+//     still begin DEFERRED and never wait.
+//   - busy_timeout (10 s in Open) bounds that wait. A BEGIN that waited
+//     longer fails with SQLITE_BUSY; sqlonce.IsRetryable reports true for
+//     every SQLITE_BUSY and SQLITE_LOCKED error.
+//   - journal_mode=WAL lets readers run while a writer writes, and the
+//     writer while readers read.
+//   - foreign_keys=ON: SQLite leaves foreign keys unenforced unless told.
+//   - The pool: every connection of the *sql.DB is a connection to the same
+//     file. Transactions queue for the write lock whatever the pool size;
+//     Open caps the pool at 16 connections, enough for readers, and lets
+//     database/sql queue the rest.
+//   - A file, never ":memory:": each pooled connection to ":memory:" is a
+//     database of its own.
+//
+// Run a transaction the usual way, retrying it while sqlonce.IsRetryable
+// says so. A duplicate of a key that another transaction holds waits for
+// that transaction at BEGIN, then finds the key done (it committed) or
+// takes it (it rolled back), as a duplicate waits on the key's row lock on
+// the server databases. dedupe.WithNoWait and WithLockWait bound the
+// claim's own wait for the write lock (busy_timeout is set for the claim
+// and restored): in an IMMEDIATE transaction the claim never waits, the
+// transaction holds the lock already.
+//
+// # Clock
+//
+// The database clock is SQLite's, which is the host's clock, read with
+// unixepoch('subsec') at millisecond resolution; times are stored as
+// microseconds since the Unix epoch. sqlonce needs SQLite 3.42 or later
+// (modernc.org/sqlite v1.23 or later).
+//
+// # Unique constraints
+//
+// SQLite keeps no name for a UNIQUE constraint written in CREATE TABLE, and
+// its duplicate-key error names the columns instead: "UNIQUE constraint
+// failed: orders.customer, orders.amount". For unique.Insert, name the
+// unique index (CREATE UNIQUE INDEX orders_ref_key ON orders (customer,
+// amount)) and pass that name: the driver looks the index's columns up in
+// the schema, in the caller's transaction, and compares them with the
+// error's. "PRIMARY" matches a primary key violation, and the columns
+// exactly as SQLite reports them ("orders.customer, orders.amount") match
+// too, without a lookup. A row that collides on several unique indexes is
+// reported on the first SQLite checks: the primary key, then the most
+// recently created index.
+package sqlitedriver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/dberr"
+	"github.com/sqlonce/sqlonce/internal/dbsqlc/sqlitedb"
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+// Driver is the SQLite driver. It is safe for concurrent use.
+type Driver struct {
+	e engine
+}
+
+var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
+
+// New returns a driver. db is used only by operations that run their own
+// short transactions (dedupe leases and purge); pass nil when every call
+// runs inside a transaction of yours. See the package documentation for
+// how db must be configured; Open returns one that is.
+func New(db *sql.DB) *Driver {
+	return &Driver{e: engine{db: db, q: sqlitedb.New()}}
+}
+
+// Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
+// that constructors can refuse one instead of panicking later.
+func (d *Driver) Engine() driver.Engine[*sql.Tx] {
+	if d == nil {
+		return nil
+	}
+	return d.e
+}
+
+type engine struct {
+	db *sql.DB
+	q  *sqlitedb.Queries
+}
+
+var _ driver.DuplicateInTx[*sql.Tx] = engine{}
+
+func (engine) Dialect() driver.Dialect { return driver.SQLite }
+
+// savepoints names savepoints uniquely, so that nested guards never
+// release or roll back to one another's.
+var savepoints atomic.Uint64
+
+func (e engine) Guard(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context) error) error {
+	// A failed statement rolls back alone on SQLite, but fn may have run
+	// several: the savepoint undoes all of them. ROLLBACK TO leaves the
+	// savepoint in place; RELEASE removes it.
+	name := fmt.Sprintf("sqlonce_sp_%d", savepoints.Add(1))
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
+		return err
+	}
+	if err := fn(ctx); err != nil {
+		if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+name); rbErr != nil {
+			return errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
+		}
+		if _, rbErr := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+name); rbErr != nil {
+			return errors.Join(err, fmt.Errorf("release savepoint: %w", rbErr))
+		}
+		return err
+	}
+	_, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+name)
+	return err
+}
+
+// IsDuplicate matches what needs no lookup: any duplicate for an empty
+// constraint, "PRIMARY" for a primary key violation, the columns as SQLite
+// reports them, and the name of an index on expressions (which SQLite
+// reports by name).
+func (engine) IsDuplicate(err error, constraint string) bool {
+	target, primary, ok := dberr.SQLiteUnique(err)
+	switch {
+	case !ok:
+		return false
+	case constraint == "":
+		return true
+	case strings.EqualFold(constraint, "PRIMARY"):
+		return primary
+	}
+	return target == constraint || strings.EqualFold(target, "index '"+constraint+"'")
+}
+
+// IsDuplicateInTx also matches a unique index by its name: it reads the
+// index's table and columns from the schema and compares them with the
+// columns the error names. Index names compare without regard to case, as
+// SQLite compares them.
+func (e engine) IsDuplicateInTx(ctx context.Context, tx *sql.Tx, err error, constraint string) bool {
+	if e.IsDuplicate(err, constraint) {
+		return true
+	}
+	target, _, ok := dberr.SQLiteUnique(err)
+	if !ok || target == "" {
+		return false
+	}
+	cols, lErr := indexColumns(ctx, tx, constraint)
+	return lErr == nil && cols != "" && cols == target
+}
+
+// Catalog reads, not queries on sqlonce's tables: sqlc's SQLite engine
+// knows neither sqlite_schema nor the pragma functions.
+const (
+	sqlIndexTable   = "SELECT tbl_name FROM sqlite_schema WHERE type = 'index' AND name = ? COLLATE NOCASE"
+	sqlIndexColumns = "SELECT name FROM pragma_index_info(?) ORDER BY seqno"
+)
+
+// indexColumns returns a unique index's columns as SQLite's duplicate-key
+// error names them: "table.col1, table.col2".
+func indexColumns(ctx context.Context, tx *sql.Tx, index string) (string, error) {
+	var table string
+	if err := tx.QueryRowContext(ctx, sqlIndexTable, index).Scan(&table); err != nil {
+		return "", err
+	}
+	rows, err := tx.QueryContext(ctx, sqlIndexColumns, index)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var cols []string
+	for rows.Next() {
+		var c sql.NullString // NULL for an expression
+		if err := rows.Scan(&c); err != nil {
+			return "", err
+		}
+		if !c.Valid {
+			return "", nil
+		}
+		cols = append(cols, table+"."+c.String)
+	}
+	return strings.Join(cols, ", "), rows.Err()
+}
+
+func liteNow(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMicro(), Valid: true}
+}
+
+func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (driver.Claim, error) {
+	if p.LockWait > 0 {
+		return e.claimBounded(ctx, tx, p)
+	}
+	return e.claim(ctx, tx, p)
+}
+
+// claimBounded sets the connection's busy_timeout for the claim and
+// restores it. It bounds the wait for the database's write lock, which is
+// the only wait a claim has on SQLite: a transaction that holds the write
+// lock (IMMEDIATE, or one that wrote already) never waits.
+//
+// The setting belongs to the connection: if tx's context is cancelled
+// between the claim and the restore, database/sql rolls tx back and returns
+// the connection to the pool still set.
+func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (c driver.Claim, err error) {
+	var prev int64
+	if err := tx.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&prev); err != nil {
+		return c, err
+	}
+	ms := max(p.LockWait.Milliseconds(), 1)
+	if _, err := tx.ExecContext(ctx, "PRAGMA busy_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
+		return c, err
+	}
+	defer func() {
+		if _, rErr := tx.ExecContext(context.WithoutCancel(ctx), "PRAGMA busy_timeout = "+strconv.FormatInt(prev, 10)); rErr != nil && err == nil {
+			err = rErr
+		}
+	}()
+	return e.claim(ctx, tx, p)
+}
+
+// claimAttempts bounds the loop for a key that vanishes between the claim
+// that found it and the read of it. The claim holds the write lock, so
+// that cannot happen; the bound keeps a broken invariant from looping.
+const claimAttempts = 3
+
+func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (driver.Claim, error) {
+	ins := sqlitedb.KeyClaimParams{
+		Scope:          p.Scope,
+		IdempotencyKey: p.Key.Key,
+		Fingerprint:    nonNil(p.Fingerprint),
+		State:          int64(driver.StateDone),
+		Now:            liteNow(p.Now),
+		TtlUs:          p.TTL.Microseconds(),
+	}
+	if p.Lease > 0 {
+		ins.State = int64(driver.StateLeased)
+		ins.LeaseUs = sql.NullInt64{Int64: p.Lease.Microseconds(), Valid: true}
+		ins.TtlUs = max(p.TTL, p.Lease).Microseconds() // keeps locked_until <= expires_at
+	}
+	for range claimAttempts {
+		token, err := e.q.KeyClaim(ctx, tx, ins)
+		if err == nil {
+			return driver.Claim{Won: true, Token: token}, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return driver.Claim{}, err
+		}
+		row, err := e.q.KeyGet(ctx, tx, sqlitedb.KeyGetParams{Now: ins.Now, Scope: p.Scope, IdempotencyKey: p.Key.Key})
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return driver.Claim{}, err
+		}
+		if row.HasResponse == 1 && row.Response == nil {
+			row.Response = []byte{}
+		}
+		return driver.Claim{Existing: driver.Existing{
+			Fingerprint: row.Fingerprint,
+			Response:    row.Response,
+			Leased:      row.Locked == 1,
+		}}, nil
+	}
+	return driver.Claim{}, fmt.Errorf("%w: key changed %d times while being claimed", sqlonce.ErrStaleRead, claimAttempts)
+}
+
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte) error {
+	n, err := e.q.KeySetResponse(ctx, tx, sqlitedb.KeySetResponseParams{
+		Response: nonNil(response), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: the claim to record a response on is gone", sqlonce.ErrLeaseLost)
+	}
+	return nil
+}
+
+func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, token int64) error {
+	_, err := e.q.KeyDelete(ctx, tx, sqlitedb.KeyDeleteParams{Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
+	return err
+}
+
+func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
+	n, err := e.q.KeyComplete(ctx, tx, sqlitedb.KeyCompleteParams{
+		Response: nonNil(response), Now: liteNow(now), TtlUs: ttl.Microseconds(),
+		Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	return n == 1, err
+}
+
+func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, now time.Time) (bool, error) {
+	n, err := e.q.KeyRelease(ctx, tx, sqlitedb.KeyReleaseParams{
+		Now: liteNow(now), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	return n == 1, err
+}
+
+func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, lease time.Duration, now time.Time) (bool, error) {
+	// SQLite counts matched rows: an Extend to the deadline the lease
+	// already has counts as held.
+	n, err := e.q.KeyExtend(ctx, tx, sqlitedb.KeyExtendParams{
+		Now: liteNow(now), LeaseUs: lease.Microseconds(), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	return n == 1, err
+}
+
+func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
+	return e.q.KeyPurge(ctx, tx, sqlitedb.KeyPurgeParams{Now: liteNow(now), MaxRows: int64(limit)})
+}
+
+func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	if e.db == nil {
+		return sqlonce.ErrNoDB
+	}
+	// Every transaction sqlonce runs itself writes: on a database opened as
+	// the package documentation says, it begins IMMEDIATE.
+	tx, err := e.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if err = fn(ctx, tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
