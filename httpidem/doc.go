@@ -13,6 +13,11 @@
 //	func pay(w http.ResponseWriter, r *http.Request) {
 //		tx, _ := httpidem.TxFrom[pgx.Tx](r.Context())
 //		// Writes through tx commit together with the key and the answer.
+//		if _, err := tx.Exec(r.Context(), "INSERT ..."); err != nil {
+//			httpidem.Fail(r.Context(), err) // roll back; run again if retryable
+//			http.Error(w, "payment failed", http.StatusInternalServerError)
+//			return
+//		}
 //		...
 //	}
 //
@@ -65,9 +70,12 @@
 // so the work is done exactly once, and the client never sees an answer
 // for work that rolled back. A client that disconnects cancels the
 // request's context and so rolls the work back; its retry runs it again.
-// The handler may run more than once for one request when the database
-// asks for a retry (deadlock, serialization failure): keep effects
-// outside the database out of this mode. On SQLite, which runs one writing
+// A handler that meets a database error reports it with [Fail] before
+// answering: the transaction then rolls back and nothing is recorded, and
+// when the database asks for a retry (deadlock, serialization failure)
+// the middleware runs the handler again in a new transaction. The handler
+// may thus run more than once for one request: keep effects outside the
+// database out of this mode. On SQLite, which runs one writing
 // transaction at a time, a duplicate waits at BEGIN for the first
 // request's transaction and then gets the replay rather than 409; lease
 // mode answers 409 there too.

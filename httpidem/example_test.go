@@ -63,6 +63,7 @@ func Example() {
 		var id int64
 		err := tx.QueryRow(r.Context(), "INSERT INTO ledger (ref, amount) VALUES ($1, 100) RETURNING id", string(body)).Scan(&id)
 		if err != nil {
+			httpidem.Fail(r.Context(), err) // rolled back, run again if the database asks
 			http.Error(w, "payment failed", http.StatusInternalServerError)
 			return
 		}

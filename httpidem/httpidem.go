@@ -39,7 +39,7 @@ const (
 
 	// txAttempts bounds the runs of one request in transactional mode when
 	// the database asks for a retry (deadlock, serialization failure).
-	txAttempts = 5
+	txAttempts = owntx.Attempts
 )
 
 // DefaultResponseHeaders are the response header fields recorded with a
@@ -400,6 +400,36 @@ type txKey[TTx any] struct{}
 
 type leaseKey struct{}
 
+type failKey struct{}
+
+// failure is where Fail leaves a handler's error for the attempt that
+// runs the handler.
+type failure struct{ err error }
+
+// Fail tells the middleware that the request failed with err, typically an
+// error from the handler's transaction: call it, then write the error
+// answer as usual. The middleware records nothing and rolls the
+// transaction back, whatever the status; when sqlonce.IsRetryable(err)
+// (a deadlock, a serialization failure: the database asks for the
+// transaction to run again) transactional mode runs the handler again in
+// a new transaction and drops this attempt's answer, otherwise the client
+// gets the handler's answer. Without Fail the middleware cannot see such
+// an error behind a 500, and a transaction the database has aborted fails
+// to record the answer instead: the client then gets a 500 problem and
+// nothing is recorded. In lease mode Fail releases the lease.
+func Fail(ctx context.Context, err error) {
+	if f, ok := ctx.Value(failKey{}).(*failure); ok && err != nil {
+		f.err = err
+	}
+}
+
+// failedError carries the error a handler reported with Fail out of the
+// transaction, so that the transaction rolls back.
+type failedError struct{ err error }
+
+func (e *failedError) Error() string { return "httpidem: the handler failed: " + e.err.Error() }
+func (e *failedError) Unwrap() error { return e.err }
+
 // TxFrom returns the transaction transactional mode runs the request's
 // handler in. Do the handler's database work in it: it commits together
 // with the key and the recorded response, or rolls back with them. ok is
@@ -569,8 +599,15 @@ func (m *Middleware[TTx]) serveTx(w http.ResponseWriter, r *http.Request, next h
 		err := m.runTx(ctx, func(ctx context.Context, tx TTx) error {
 			run := func(ctx context.Context) ([]byte, error) {
 				rec = newRecorder(m.maxResponse)
-				if panicked = serve(next, rec, withBody(context.WithValue(ctx, txKey[TTx]{}, tx), r, body)); panicked != nil {
+				fail := &failure{}
+				hctx := context.WithValue(context.WithValue(ctx, txKey[TTx]{}, tx), failKey{}, fail)
+				if panicked = serve(next, rec, withBody(hctx, r, body)); panicked != nil {
 					return nil, errPanicked
+				}
+				if fail.err != nil {
+					// Wrapped, so that dedupe sees a deadlock that took the
+					// claim with it and does not try to undo the claim.
+					return nil, &failedError{fail.err}
 				}
 				if rec.overrun {
 					return nil, fmt.Errorf("%w: the handler wrote more than %d bytes", sqlonce.ErrResponseTooLarge, m.maxResponse)
@@ -591,10 +628,13 @@ func (m *Middleware[TTx]) serveTx(w http.ResponseWriter, r *http.Request, next h
 		if panicked != nil {
 			panic(panicked) // after the rollback; net/http answers the client
 		}
+		var failed *failedError
 		switch {
 		case err == nil && req != nil && res.AlreadyDone():
 			m.replay(w, r, res.Response)
-		case err == nil || errors.Is(err, errNotRecorded):
+		case errors.As(err, &failed) && sqlonce.IsRetryable(failed.err) && attempt < txAttempts && owntx.Pause(ctx, attempt):
+			continue
+		case err == nil || errors.Is(err, errNotRecorded) || errors.As(err, &failed):
 			rec.writeTo(w)
 		case errors.Is(err, sqlonce.ErrInProgress):
 			m.inProgress(w)
@@ -643,11 +683,15 @@ func (m *Middleware[TTx]) serveLease(w http.ResponseWriter, r *http.Request, nex
 		}
 	}
 	rec := newRecorder(m.maxResponse)
-	if p := serve(next, rec, withBody(context.WithValue(ctx, leaseKey{}, lease), r, body)); p != nil {
+	fail := &failure{}
+	hctx := context.WithValue(context.WithValue(ctx, leaseKey{}, lease), failKey{}, fail)
+	if p := serve(next, rec, withBody(hctx, r, body)); p != nil {
 		release()
 		panic(p)
 	}
 	switch {
+	case fail.err != nil:
+		release()
 	case rec.overrun:
 		release()
 		m.internal(w, r, fmt.Errorf("%w: the handler wrote more than %d bytes", sqlonce.ErrResponseTooLarge, m.maxResponse), notRecords)

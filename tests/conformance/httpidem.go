@@ -235,6 +235,7 @@ func runHTTPIdem[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("Tx/RecordedWithTheBusinessWrite", func(t *testing.T) { httpTxAtomic(t, f) })
 	t.Run("Tx/NoKeyStillTransactional", func(t *testing.T) { httpTxNoKey(t, f) })
 	t.Run("Tx/TxFunc", func(t *testing.T) { httpTxFunc(t, f) })
+	t.Run("Tx/RetriesWhatTheDatabaseRefuses", func(t *testing.T) { httpTxRetry(t, f) })
 	t.Run("Lease/InProgressAndRelease", func(t *testing.T) { httpLease(t, f) })
 }
 
@@ -508,6 +509,34 @@ func runHTTPIdemMode[TTx any](t *testing.T, f harness.Factory[TTx], lease bool) 
 		ddLedger(t, db, "order", 1) // committed with the recorded error
 	})
 
+	t.Run("FailRecordsNothing", func(t *testing.T) {
+		db := f(t, 0)
+		var fail atomic.Bool
+		fail.Store(true)
+		s := startHTTP(t, db, func(w http.ResponseWriter, r *http.Request) int {
+			if fail.Swap(false) {
+				httpidem.Fail(r.Context(), errors.New("stock check failed"))
+				return http.StatusConflict
+			}
+			return 0
+		}, with()...) // RecordAll: only Fail keeps the 409 from being recorded
+		q := req{user: "alice", keys: quoted("k"), body: "x"}
+		r := s.mustSend(t, q)
+		if r.status != http.StatusConflict || r.replayed() || r.header.Get("Content-Type") != "application/octet-stream" {
+			t.Fatalf("failed attempt: %d %v, want the handler's own 409", r.status, r.header)
+		}
+		ok := s.mustSend(t, q)
+		if ok.status != http.StatusCreated || ok.replayed() {
+			t.Fatalf("retry: %d replayed=%v", ok.status, ok.replayed())
+		}
+		sameAnswer(t, "after success", ok, s.mustSend(t, q))
+		if s.lease {
+			ddLedger(t, db, "order", 2) // the failed run's outside effect stays
+		} else {
+			ddLedger(t, db, "order", 1) // the failed run rolled back
+		}
+	})
+
 	t.Run("BodyLimit413", func(t *testing.T) {
 		db := f(t, 0)
 		s := startHTTP(t, db, nil, with(httpidem.WithMaxBody(16))...)
@@ -742,4 +771,78 @@ func httpLease[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	if errs := s.middlewareErrors(); len(errs) != 0 {
 		t.Fatalf("middleware errors: %v", errs)
 	}
+}
+
+// httpTxRetry: requests whose transactions conflict (each reads the rows
+// the others insert, at SERIALIZABLE) are refused by the database with a
+// serialization failure or a deadlock; the middleware runs them again,
+// and every request gets its one answer with its one ledger row.
+func httpTxRetry[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	const clients = 4
+	db := f(t, 2*clients)
+	if db.Dialect() == "sqlite" {
+		t.Skip("SQLite runs writers one at a time: no conflict to retry; and a DEFERRED writer's no-wait claim meets the write lock, not the key (409)")
+	}
+	s := &httpSrv[TTx]{db: db}
+	var (
+		attempts atomic.Int64
+		arrived  atomic.Int64
+		first    sync.Map // keys whose first attempt has run
+	)
+	m, err := httpidem.New(db.Driver(), func(r *http.Request) string { return r.Header.Get("X-User") },
+		httpidem.WithErrorLog(func(r *http.Request, err error) {
+			s.mu.Lock()
+			s.errs = append(s.errs, err)
+			s.mu.Unlock()
+		}),
+		httpidem.WithTxFunc(func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+			attempts.Add(1)
+			return harness.WithTx(ctx, db, harness.Serializable, func(tx TTx) error { return fn(ctx, tx) })
+		}))
+	must(t, err)
+	// The handler reads the rows the others insert; the first attempts
+	// wait for each other in between, so that their transactions overlap.
+	srv := httptest.NewServer(m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := httpidem.TxFrom[TTx](r.Context())
+		b := db.Tx(tx)
+		n, err := b.LedgerCountByRef(r.Context(), "shared")
+		if err != nil {
+			httpidem.Fail(r.Context(), err)
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		if _, again := first.LoadOrStore(r.Header.Get(httpidem.Header), true); !again {
+			arrived.Add(1)
+			for deadline := time.Now().Add(2 * time.Second); arrived.Load() < clients && time.Now().Before(deadline); {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		if err := b.LedgerInsert(r.Context(), "shared", 1); err != nil {
+			httpidem.Fail(r.Context(), err)
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "saw %d", n)
+	})))
+	t.Cleanup(srv.Close)
+	s.url = srv.URL
+
+	replies := make([]reply, clients)
+	noErrors(t, race(clients, func(i int) error {
+		var err error
+		replies[i], err = s.send(ctxT(t), nil, req{user: "alice", keys: quoted(fmt.Sprint("conflict-", i)), body: "x"})
+		return err
+	}))
+	for i, r := range replies {
+		if r.status != http.StatusCreated || r.replayed() {
+			t.Fatalf("client %d: %d %q (middleware errors %v)", i, r.status, r.body, s.middlewareErrors())
+		}
+	}
+	ddLedger(t, db, "shared", clients)
+	ddKeys(t, db, clients)
+	if attempts.Load() <= clients {
+		t.Fatalf("%d transactions for %d requests: no conflict happened, so the retry went untested", attempts.Load(), clients)
+	}
+	t.Logf("%d transactions for %d requests", attempts.Load(), clients)
 }
