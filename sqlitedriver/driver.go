@@ -36,10 +36,15 @@
 // says so. A duplicate of a key that another transaction holds waits for
 // that transaction at BEGIN, then finds the key done (it committed) or
 // takes it (it rolled back), as a duplicate waits on the key's row lock on
-// the server databases. dedupe.WithNoWait and WithLockWait bound the
-// claim's own wait for the write lock (busy_timeout is set for the claim
-// and restored): in an IMMEDIATE transaction the claim never waits, the
-// transaction holds the lock already.
+// the server databases.
+//
+// dedupe.WithNoWait and WithLockWait change nothing on SQLite: a claim
+// cannot tell a transaction that holds its key from one that holds any
+// other, since both hold the one write lock, and answering
+// sqlonce.ErrInProgress to every request that meets another writer would
+// refuse work nobody is doing. A duplicate waits instead, then gets
+// AlreadyDone with the first run's response. A key held by a lease, which
+// is committed, is in progress on SQLite as everywhere.
 //
 // # Clock
 //
@@ -68,7 +73,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -210,35 +214,8 @@ func liteNow(t time.Time) sql.NullInt64 {
 	return sql.NullInt64{Int64: t.UnixMicro(), Valid: true}
 }
 
+// Claim ignores p.LockWait: see the package documentation.
 func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (driver.Claim, error) {
-	if p.LockWait > 0 {
-		return e.claimBounded(ctx, tx, p)
-	}
-	return e.claim(ctx, tx, p)
-}
-
-// claimBounded sets the connection's busy_timeout for the claim and
-// restores it. It bounds the wait for the database's write lock, which is
-// the only wait a claim has on SQLite: a transaction that holds the write
-// lock (IMMEDIATE, or one that wrote already) never waits.
-//
-// The setting belongs to the connection: if tx's context is cancelled
-// between the claim and the restore, database/sql rolls tx back and returns
-// the connection to the pool still set.
-func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (c driver.Claim, err error) {
-	var prev int64
-	if err := tx.QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&prev); err != nil {
-		return c, err
-	}
-	ms := max(p.LockWait.Milliseconds(), 1)
-	if _, err := tx.ExecContext(ctx, "PRAGMA busy_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
-		return c, err
-	}
-	defer func() {
-		if _, rErr := tx.ExecContext(context.WithoutCancel(ctx), "PRAGMA busy_timeout = "+strconv.FormatInt(prev, 10)); rErr != nil && err == nil {
-			err = rErr
-		}
-	}()
 	return e.claim(ctx, tx, p)
 }
 
