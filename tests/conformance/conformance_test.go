@@ -9,3 +9,5 @@ import (
 func TestPostgres(t *testing.T) { Run(t, harness.Postgres) }
 
 func TestMySQL(t *testing.T) { Run(t, harness.MySQL) }
+
+func TestSQLite(t *testing.T) { Run(t, harness.SQLite) }

@@ -147,6 +147,7 @@ func runDedupe[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("RepeatsDoNotWaitForEachOther", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 4)
+		skipOnSQLite(t, db, sqliteTwoWriters)
 		store, err := dedupe.New(db.Driver())
 		must(t, err)
 		k1 := dedupe.Request{Scope: "consumer", Key: "msg-1"}
@@ -228,6 +229,7 @@ func runDedupe[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("WaitingDuplicateCancelled", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 4)
+		skipOnSQLite(t, db, sqliteTwoWriters)
 		store, err := dedupe.New(db.Driver())
 		must(t, err)
 		req := dedupe.Request{Scope: "s", Key: "k"}
@@ -650,6 +652,7 @@ func ddIsolation[TTx any](t *testing.T, f harness.Factory[TTx], iso harness.Isol
 func ddDeadlockInFn[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	ctx := ctxT(t)
 	db := f(t, 6)
+	skipOnSQLite(t, db, sqliteNoRowLocks)
 	store, err := dedupe.New(db.Driver())
 	must(t, err)
 	id1, err := db.Pool().OrderInsert(ctx, "D-1", "dora", 1)

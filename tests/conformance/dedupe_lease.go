@@ -15,6 +15,7 @@ import (
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 )
 
@@ -28,6 +29,8 @@ func handleless[TTx any](t testing.TB, d sqlonce.Driver[TTx]) map[string]sqlonce
 		nd = map[string]any{"nil": pgxdriver.New(nil), "nil *pgxpool.Pool": pgxdriver.New((*pgxpool.Pool)(nil))}
 	case *mysqldriver.Driver:
 		nd = map[string]any{"nil": mysqldriver.New(nil)}
+	case *sqlitedriver.Driver:
+		nd = map[string]any{"nil": sqlitedriver.New(nil)}
 	default:
 		t.Fatalf("unknown driver %T", d)
 	}
@@ -428,6 +431,7 @@ func runDedupeLease[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		// larger, although the transaction is older than that claim.
 		ctx := ctxT(t)
 		db := f(t, 4)
+		skipOnSQLite(t, db, sqliteTwoWriters)
 		s := newStore(t, db, dedupe.WithTTL(time.Minute))
 		req := dedupe.Request{Scope: "lease", Key: "old-tx"}
 		long, err := db.Begin(ctx, harness.Default)

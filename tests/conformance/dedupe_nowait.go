@@ -73,6 +73,7 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			t.Run(string(iso), func(t *testing.T) {
 				ctx := ctxT(t)
 				db := f(t, 6)
+				skipOnSQLite(t, db, sqliteNoKeyWait)
 				s, err := dedupe.New(db.Driver(), dedupe.WithNoWait())
 				must(t, err)
 				req := dedupe.Request{Scope: "nowait", Key: "k"}
@@ -147,6 +148,7 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		// claim waits on that row's lock, not on the unique index.
 		ctx := ctxT(t)
 		db := f(t, 4)
+		skipOnSQLite(t, db, sqliteNoKeyWait)
 		s, err := dedupe.New(db.Driver(), dedupe.WithNoWait(), dedupe.WithTTL(time.Minute))
 		must(t, err)
 		t0 := clockBase()
@@ -175,6 +177,7 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("LockWaitThenFirstRun", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 4)
+		skipOnSQLite(t, db, sqliteNoKeyWait)
 		s, err := dedupe.New(db.Driver(), dedupe.WithLockWait(5*time.Second))
 		must(t, err)
 		req := dedupe.Request{Scope: "lockwait", Key: "k"}
@@ -228,6 +231,7 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("LockWaitGivesUp", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 4)
+		skipOnSQLite(t, db, sqliteNoKeyWait)
 		s, err := dedupe.New(db.Driver(), dedupe.WithLockWait(time.Second))
 		must(t, err)
 		req := dedupe.Request{Scope: "lockwait", Key: "k"}
@@ -255,6 +259,7 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("LeaseClaimNoWait", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 4)
+		skipOnSQLite(t, db, sqliteNoKeyWait)
 		s, err := dedupe.New(db.Driver(), dedupe.WithNoWait())
 		must(t, err)
 		req := dedupe.Request{Scope: "nowait-lease", Key: "k"}

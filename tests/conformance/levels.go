@@ -66,6 +66,10 @@ func strictSnapshot[TTx any](t *testing.T, db harness.DB[TTx], maxConns int) har
 func warm[TTx any](t *testing.T, db harness.DB[TTx], n int) {
 	t.Helper()
 	ctx := ctxT(t)
+	if w, ok := db.(harness.Warmer); ok {
+		must(t, w.Warm(ctx, n))
+		return
+	}
 	var all sync.WaitGroup
 	all.Add(n)
 	errs := race(n, func(int) error {

@@ -1,6 +1,7 @@
 // Package bizdb holds the example business tables (orders, ledger) that the
 // tests and docs run the strategies against, and their sqlc-generated
-// queries (pgbiz, mysqlbiz). They stand for an application's own tables.
+// queries (pgbiz, mysqlbiz, sqlitebiz). They stand for an application's
+// own tables.
 package bizdb
 
 import (
@@ -24,8 +25,11 @@ func Migrate(ctx context.Context, db *sql.DB, dialect string) error {
 		return err
 	}
 	gd := goose.DialectPostgres
-	if dialect == "mysql" {
+	switch dialect {
+	case "mysql":
 		gd = goose.DialectMySQL
+	case "sqlite":
+		gd = goose.DialectSQLite3
 	}
 	p, err := goose.NewProvider(gd, db, sub, goose.WithTableName("business_goose_db_version"), goose.WithDisableGlobalRegistry(true))
 	if err != nil {

@@ -78,7 +78,7 @@ type KeyRow struct {
 // DB is one isolated database (a PostgreSQL schema or a MySQL database)
 // with sqlonce's tables and the business tables, for the driver of TTx.
 type DB[TTx any] interface {
-	// Dialect is "postgres" or "mysql".
+	// Dialect is "postgres", "mysql" or "sqlite".
 	Dialect() string
 	// Driver is the driver under test, built with the database handle.
 	Driver() sqlonce.Driver[TTx]
@@ -105,6 +105,13 @@ type DB[TTx any] interface {
 	Kill(ctx context.Context, connID int64) error
 	// DSN connects to this database (search_path set on PostgreSQL).
 	DSN() string
+}
+
+// Warmer is implemented by a DB whose pool must be warmed without holding
+// a transaction per connection (SQLite: transactions that take the write
+// lock at BEGIN cannot be open at once).
+type Warmer interface {
+	Warm(ctx context.Context, n int) error
 }
 
 // Factory creates an isolated DB for t, dropped when t ends. maxConns

@@ -11,11 +11,12 @@ import (
 
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 )
 
 // Settings are connection settings for Reopen, per dialect; the other
-// dialect's are ignored.
+// dialect's are ignored. SQLite has none: Reopen gives it a second pool.
 type Settings struct {
 	// MySQL are DSN parameters as go-sql-driver/mysql takes them: its own
 	// options (clientFoundRows=true) and session system variables it sets
@@ -80,6 +81,19 @@ func Reopen[TTx any](t testing.TB, db DB[TTx], maxConns int, s Settings) (DB[TTx
 			return nil, err
 		}
 		out = &myDB{db: &testdb.MySQL{DB: sqlDB, Name: d.db.Name, DSN: dsn}, driver: mysqldriver.New(sqlDB)}
+	case *liteDB:
+		// SQLite takes no settings: a second pool on the same file.
+		sqlDB, err := sql.Open(sqlitedriver.DriverName, d.db.DSN)
+		if err != nil {
+			return nil, err
+		}
+		sqlDB.SetMaxOpenConns(maxConns)
+		sqlDB.SetMaxIdleConns(maxConns)
+		t.Cleanup(func() { sqlDB.Close() })
+		if err := sqlDB.PingContext(ctx); err != nil {
+			return nil, err
+		}
+		out = newLiteDB(t, &testdb.SQLite{DB: sqlDB, Path: d.db.Path, DSN: d.db.DSN}, maxConns)
 	default:
 		return nil, fmt.Errorf("harness: Reopen: unknown DB %T", db)
 	}
