@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/pressly/goose/v3"
+
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/migrations"
+	"github.com/sqlonce/sqlonce/token"
+)
+
+// withDB opens dsn and runs fn on the backend of its dialect.
+func withDB(ctx context.Context, dsn string, create bool, pg func(*backend[pgx.Tx]) error, std func(*backend[*sql.Tx]) error) error {
+	o, err := open(ctx, dsn, create)
+	if err != nil {
+		return err
+	}
+	switch b := o.(type) {
+	case *backend[pgx.Tx]:
+		defer b.close()
+		return pg(b)
+	case *backend[*sql.Tx]:
+		defer b.close()
+		return std(b)
+	}
+	panic("unreachable")
+}
+
+func migrateCmd(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
+	dsn := dbFlag(fs)
+	pos, err := flags(fs, args)
+	if err != nil {
+		return err
+	}
+	action := "up"
+	switch len(pos) {
+	case 0:
+	case 1:
+		action = pos[0]
+	default:
+		return usagef("migrate takes one of up, down, status")
+	}
+	if action != "up" && action != "down" && action != "status" {
+		return usagef("migrate %q: want up, down or status", action)
+	}
+	if err := needDB("migrate", *dsn); err != nil {
+		return err
+	}
+	return withDB(ctx, *dsn, action == "up",
+		func(b *backend[pgx.Tx]) error { return migrate(ctx, b, action, stdout) },
+		func(b *backend[*sql.Tx]) error { return migrate(ctx, b, action, stdout) })
+}
+
+func migrate[TTx any](ctx context.Context, b *backend[TTx], action string, out io.Writer) error {
+	p, err := migrations.NewProvider(b.dialect, b.db)
+	if err != nil {
+		return err
+	}
+	switch action {
+	case "up":
+		res, err := p.Up(ctx)
+		for _, r := range res {
+			fmt.Fprintf(out, "applied %s (%v)\n", r.Source.Path, r.Duration.Round(time.Millisecond))
+		}
+		if err != nil {
+			return fmt.Errorf("migrate up: %v", rootCause(err))
+		}
+		if len(res) == 0 {
+			fmt.Fprintf(out, "%s: sqlonce's tables are up to date\n", b.label)
+		}
+		return nil
+	case "down":
+		r, err := p.Down(ctx)
+		if errors.Is(err, goose.ErrNoNextVersion) {
+			fmt.Fprintf(out, "%s: no sqlonce migration is applied\n", b.label)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("migrate down: %v", rootCause(err))
+		}
+		fmt.Fprintf(out, "rolled back %s\n", r.Source.Path)
+		return nil
+	}
+	st, err := p.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate status: %v", rootCause(err))
+	}
+	fmt.Fprintf(out, "%s\n", b.label)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "version\tmigration\tstate\tapplied at")
+	for _, s := range st {
+		at := ""
+		if s.State == goose.StateApplied {
+			at = s.AppliedAt.UTC().Format(time.DateTime)
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", s.Source.Version, s.Source.Path, s.State, at)
+	}
+	return w.Flush()
+}
+
+// needSchema fails with a clear message when sqlonce's migrations are not
+// all applied.
+func needSchema[TTx any](ctx context.Context, b *backend[TTx]) error {
+	p, err := migrations.NewProvider(b.dialect, b.db)
+	if err != nil {
+		return err
+	}
+	pending, err := p.HasPending(ctx)
+	if err != nil {
+		return fmt.Errorf("reading sqlonce's migration state: %v", rootCause(err))
+	}
+	if pending {
+		return fmt.Errorf("%s: sqlonce's migrations are not applied: run 'sqlonce migrate up --db DSN' first", b.label)
+	}
+	return nil
+}
+
+func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("purge", flag.ContinueOnError)
+	dsn := dbFlag(fs)
+	batch := fs.Int("batch", dedupe.DefaultPurgeBatch, "rows deleted per transaction (1..100000)")
+	pos, err := flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("purge takes no arguments, got %q", pos)
+	}
+	if *batch < 1 || *batch > 100000 {
+		return usagef("--batch %d is outside 1..100000", *batch)
+	}
+	if err := needDB("purge", *dsn); err != nil {
+		return err
+	}
+	return withDB(ctx, *dsn, false,
+		func(b *backend[pgx.Tx]) error { return purge(ctx, b, *batch, stdout, stderr) },
+		func(b *backend[*sql.Tx]) error { return purge(ctx, b, *batch, stdout, stderr) })
+}
+
+// purge deletes expired keys, then expired tokens, one batch per short
+// transaction, reporting each batch.
+func purge[TTx any](ctx context.Context, b *backend[TTx], batch int, out, progress io.Writer) error {
+	if err := needSchema(ctx, b); err != nil {
+		return err
+	}
+	keys, err := dedupe.New(b.driver)
+	if err != nil {
+		return err
+	}
+	tokens, err := token.New(b.driver)
+	if err != nil {
+		return err
+	}
+	for _, t := range []struct {
+		what string
+		tx   func(ctx context.Context, tx TTx, limit int) (int64, error)
+	}{
+		{"expired keys", keys.PurgeTx},
+		{"expired tokens", tokens.PurgeTx},
+	} {
+		var total int64
+		for {
+			var n int64
+			err := b.inTx(ctx, func(tx TTx) error {
+				var err error
+				n, err = t.tx(ctx, tx, batch)
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("purge %s after %d: %v", t.what, total, err)
+			}
+			total += n
+			if n > 0 {
+				fmt.Fprintf(progress, "purging %s: %d so far\n", t.what, total)
+			}
+			if n < int64(batch) {
+				break
+			}
+		}
+		fmt.Fprintf(out, "%s: purged %d %s\n", b.label, total, t.what)
+	}
+	return nil
+}
+
+func statsCmd(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
+	dsn := dbFlag(fs)
+	pos, err := flags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(pos) > 0 {
+		return usagef("stats takes no arguments, got %q", pos)
+	}
+	if err := needDB("stats", *dsn); err != nil {
+		return err
+	}
+	return withDB(ctx, *dsn, false,
+		func(b *backend[pgx.Tx]) error { return stats(ctx, b, stdout) },
+		func(b *backend[*sql.Tx]) error { return stats(ctx, b, stdout) })
+}
+
+// statsQuery lists, per scope: keys, leases still held, expired keys, and
+// the oldest key's creation time in microseconds since the Unix epoch, all
+// by the database's clock.
+var statsQuery = map[migrations.Dialect]string{
+	migrations.Postgres: `
+		SELECT scope, count(*),
+		       count(*) FILTER (WHERE state = 2 AND locked_until > now()),
+		       count(*) FILTER (WHERE expires_at <= now()),
+		       (extract(epoch FROM min(created_at)) * 1000000)::bigint
+		FROM sqlonce_keys GROUP BY scope ORDER BY count(*) DESC, scope`,
+	migrations.MySQL: `
+		SELECT CAST(scope AS CHAR), count(*),
+		       CAST(COALESCE(SUM(state = 2 AND locked_until > UTC_TIMESTAMP(6)), 0) AS SIGNED),
+		       CAST(COALESCE(SUM(expires_at <= UTC_TIMESTAMP(6)), 0) AS SIGNED),
+		       CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', MIN(created_at)) AS SIGNED)
+		FROM sqlonce_keys GROUP BY scope ORDER BY count(*) DESC, scope`,
+	migrations.SQLite: `
+		SELECT scope, count(*),
+		       coalesce(sum(state = 2 AND locked_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000), 0),
+		       coalesce(sum(expires_at <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000), 0),
+		       min(created_at)
+		FROM sqlonce_keys GROUP BY scope ORDER BY count(*) DESC, scope`,
+}
+
+// statsTokens counts tokens: all, consumed, expired.
+var statsTokens = map[migrations.Dialect]string{
+	migrations.Postgres: `SELECT count(*), count(consumed_at), count(*) FILTER (WHERE expires_at <= now()) FROM sqlonce_tokens`,
+	migrations.MySQL:    `SELECT count(*), count(consumed_at), CAST(COALESCE(SUM(expires_at <= UTC_TIMESTAMP(6)), 0) AS SIGNED) FROM sqlonce_tokens`,
+	migrations.SQLite:   `SELECT count(*), count(consumed_at), coalesce(sum(expires_at <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000), 0) FROM sqlonce_tokens`,
+}
+
+func stats[TTx any](ctx context.Context, b *backend[TTx], out io.Writer) error {
+	if err := needSchema(ctx, b); err != nil {
+		return err
+	}
+	rows, err := b.db.QueryContext(ctx, statsQuery[b.dialect])
+	if err != nil {
+		return fmt.Errorf("stats: %v", err)
+	}
+	defer rows.Close()
+	fmt.Fprintf(out, "%s\n", b.label)
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "scope\tkeys\tleased\texpired\toldest (UTC)\t")
+	var total, leased, expired int64
+	var oldest time.Time
+	scopes := 0
+	for rows.Next() {
+		var scope string
+		var n, l, e int64
+		var first sql.NullInt64
+		if err := rows.Scan(&scope, &n, &l, &e, &first); err != nil {
+			return fmt.Errorf("stats: %v", err)
+		}
+		at := time.UnixMicro(first.Int64).UTC()
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%s\t\n", scope, n, l, e, at.Format(time.DateTime))
+		total, leased, expired = total+n, leased+l, expired+e
+		if scopes == 0 || at.Before(oldest) {
+			oldest = at
+		}
+		scopes++
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("stats: %v", err)
+	}
+	if scopes == 0 {
+		fmt.Fprintln(w, "(no keys)\t\t\t\t\t")
+	} else {
+		fmt.Fprintf(w, "all %d scopes\t%d\t%d\t%d\t%s\t\n", scopes, total, leased, expired, oldest.Format(time.DateTime))
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	var tn, tc, te int64
+	if err := b.db.QueryRowContext(ctx, statsTokens[b.dialect]).Scan(&tn, &tc, &te); err != nil {
+		return fmt.Errorf("stats: tokens: %v", err)
+	}
+	fmt.Fprintf(out, "tokens: %d issued and kept, %d consumed, %d expired\n", tn, tc, te)
+	if expired+te > 0 {
+		fmt.Fprintln(out, "expired keys and tokens count as absent; 'sqlonce purge' deletes them")
+	}
+	return nil
+}

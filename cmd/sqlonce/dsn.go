@@ -1,0 +1,272 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/migrations"
+	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver"
+)
+
+// connectTimeout bounds how long a server that does not answer is waited for.
+const connectTimeout = 5 * time.Second
+
+// scanner is a row: pgx.Row and *sql.Row.
+type scanner interface{ Scan(dest ...any) error }
+
+// backend is one database seen through the driver of TTx, with the few
+// operations the commands need written once for every dialect.
+type backend[TTx any] struct {
+	dialect migrations.Dialect
+	// label names the database for people: "SQLite file /tmp/x.db".
+	label string
+	// db serves migrations and the reads outside transactions.
+	db     *sql.DB
+	driver sqlonce.Driver[TTx]
+
+	begin    func(ctx context.Context) (TTx, error)
+	commit   func(ctx context.Context, tx TTx) error
+	rollback func(ctx context.Context, tx TTx) error
+	// exec and queryRow take "?" placeholders on every dialect.
+	exec     func(ctx context.Context, tx TTx, query string, args ...any) (int64, error)
+	queryRow func(ctx context.Context, tx TTx, query string, args ...any) scanner
+
+	close func()
+}
+
+// inTx runs fn in a transaction and commits it, running it again while
+// the error is one sqlonce.IsRetryable accepts, as every caller should.
+func (b *backend[TTx]) inTx(ctx context.Context, fn func(tx TTx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := b.tryTx(ctx, fn)
+		if err == nil || !sqlonce.IsRetryable(err) || attempt == 50 || ctx.Err() != nil {
+			return err
+		}
+		time.Sleep(time.Duration(attempt) * time.Millisecond)
+	}
+}
+
+func (b *backend[TTx]) tryTx(ctx context.Context, fn func(tx TTx) error) error {
+	tx, err := b.begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = b.rollback(ctx, tx)
+		return err
+	}
+	return b.commit(ctx, tx)
+}
+
+// count runs a query returning one integer outside any transaction.
+func (b *backend[TTx]) count(ctx context.Context, query string, args ...any) (int64, error) {
+	var n int64
+	err := b.db.QueryRowContext(ctx, b.rebind(query), args...).Scan(&n)
+	return n, err
+}
+
+// rebind turns "?" placeholders into PostgreSQL's $1, $2, ...
+func (b *backend[TTx]) rebind(query string) string {
+	if b.dialect != migrations.Postgres {
+		return query
+	}
+	var sb strings.Builder
+	n := 0
+	for _, r := range query {
+		if r == '?' {
+			n++
+			sb.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		sb.WriteRune(r)
+	}
+	return sb.String()
+}
+
+// opened is a *backend[pgx.Tx] or a *backend[*sql.Tx].
+type opened any
+
+// open connects to dsn and checks that the server answers. create says
+// whether a missing SQLite file may be created.
+func open(ctx context.Context, dsn string, create bool) (opened, error) {
+	scheme, rest, ok := strings.Cut(dsn, "://")
+	if !ok {
+		return nil, fmt.Errorf("%q is not a DSN: want postgres://..., mysql://... or sqlite://path", redact(dsn))
+	}
+	switch strings.ToLower(scheme) {
+	case "postgres", "postgresql":
+		return openPostgres(ctx, dsn)
+	case "mysql":
+		return openMySQL(ctx, rest)
+	case "sqlite", "sqlite3", "file":
+		return openSQLite(rest, create)
+	}
+	return nil, fmt.Errorf("unknown DSN scheme %q: want postgres://, mysql:// or sqlite://", scheme)
+}
+
+func openPostgres(ctx context.Context, dsn string) (opened, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("bad PostgreSQL DSN: %v", errors.Unwrap(err))
+	}
+	cfg.MaxConns = 16
+	cfg.ConnConfig.ConnectTimeout = connectTimeout
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := pool.Ping(pctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s:%d: %v", cfg.ConnConfig.Host, cfg.ConnConfig.Port, connCause(err))
+	}
+	db := stdlib.OpenDBFromPool(pool)
+	return &backend[pgx.Tx]{
+		dialect: migrations.Postgres,
+		label:   fmt.Sprintf("PostgreSQL at %s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database),
+		db:      db,
+		driver:  pgxdriver.New(pool),
+		begin: func(ctx context.Context) (pgx.Tx, error) {
+			return pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+		},
+		commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
+		rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
+		exec: func(ctx context.Context, tx pgx.Tx, query string, args ...any) (int64, error) {
+			tag, err := tx.Exec(ctx, rebindPG(query), args...)
+			return tag.RowsAffected(), err
+		},
+		queryRow: func(ctx context.Context, tx pgx.Tx, query string, args ...any) scanner {
+			return tx.QueryRow(ctx, rebindPG(query), args...)
+		},
+		close: func() { db.Close(); pool.Close() },
+	}, nil
+}
+
+func rebindPG(query string) string {
+	return (&backend[pgx.Tx]{dialect: migrations.Postgres}).rebind(query)
+}
+
+func openMySQL(ctx context.Context, dsn string) (opened, error) {
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("bad MySQL DSN (want mysql://user:pass@tcp(host:3306)/db): %v", err)
+	}
+	cfg.ParseTime = true
+	cfg.Loc = time.UTC
+	if cfg.Timeout == 0 {
+		cfg.Timeout = connectTimeout
+	}
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(16)
+	db.SetMaxIdleConns(16)
+	pctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("cannot reach MySQL at %s: %v", cfg.Addr, connCause(err))
+	}
+	if cfg.DBName == "" {
+		db.Close()
+		return nil, errors.New("the MySQL DSN names no database: mysql://user@tcp(host:3306)/db")
+	}
+	return sqlBackend(migrations.MySQL, fmt.Sprintf("MySQL/MariaDB at %s/%s", cfg.Addr, cfg.DBName), db, mysqldriver.New(db),
+		&sql.TxOptions{Isolation: sql.LevelReadCommitted}), nil
+}
+
+func openSQLite(path string, create bool) (opened, error) {
+	if path == "" {
+		return nil, errors.New("sqlite:// names no file: sqlite://path/to/file.db")
+	}
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && !create {
+		return nil, fmt.Errorf("no SQLite database at %s", path)
+	}
+	db, err := sqlitedriver.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	return sqlBackend(migrations.SQLite, "SQLite file "+path, db, sqlitedriver.New(db), nil), nil
+}
+
+// sqlBackend serves MySQL and SQLite, both through database/sql.
+func sqlBackend(d migrations.Dialect, label string, db *sql.DB, drv sqlonce.Driver[*sql.Tx], opts *sql.TxOptions) *backend[*sql.Tx] {
+	return &backend[*sql.Tx]{
+		dialect:  d,
+		label:    label,
+		db:       db,
+		driver:   drv,
+		begin:    func(ctx context.Context) (*sql.Tx, error) { return db.BeginTx(ctx, opts) },
+		commit:   func(_ context.Context, tx *sql.Tx) error { return tx.Commit() },
+		rollback: func(_ context.Context, tx *sql.Tx) error { return tx.Rollback() },
+		exec: func(ctx context.Context, tx *sql.Tx, query string, args ...any) (int64, error) {
+			res, err := tx.ExecContext(ctx, query, args...)
+			if err != nil {
+				return 0, err
+			}
+			return res.RowsAffected()
+		},
+		queryRow: func(ctx context.Context, tx *sql.Tx, query string, args ...any) scanner {
+			return tx.QueryRowContext(ctx, query, args...)
+		},
+		close: func() { db.Close() },
+	}
+}
+
+// rootCause drops the wrapping layers a driver adds, keeping the last
+// message: "dial tcp 127.0.0.1:5999: connect: connection refused".
+func rootCause(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
+}
+
+// connCause says why a connection failed in one short phrase: the network
+// error ("dial tcp 127.0.0.1:5999: connect: connection refused") or the
+// server's own answer. pgx joins one error per address it tried.
+func connCause(err error) error {
+	if opErr, ok := errors.AsType[*net.OpError](err); ok {
+		return opErr
+	}
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok {
+		return pgErr
+	}
+	if myErr, ok := errors.AsType[*mysql.MySQLError](err); ok {
+		return myErr
+	}
+	return rootCause(err)
+}
+
+// redact hides a password in a DSN shown back to the user.
+func redact(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.User != nil {
+		if _, ok := u.User.Password(); ok {
+			u.User = url.UserPassword(u.User.Username(), "xxx")
+			return u.String()
+		}
+	}
+	return dsn
+}
