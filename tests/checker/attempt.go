@@ -251,10 +251,10 @@ func (w *worker[TTx]) classifyCommit(err error) CommitState {
 		return RolledBack
 	case serverRefused(err):
 		return RolledBack
-	case w.r.db.Dialect() == "mysql" && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+	case w.r.db.Dialect() != "postgres" && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// database/sql checks the context before COMMIT and returns its
 		// error without sending it; go-sql-driver's COMMIT itself does not
-		// watch the context.
+		// watch the context, nor does modernc.org/sqlite's.
 		return RolledBack
 	}
 	return Unknown

@@ -41,10 +41,7 @@ const (
 // snapshot reads the tables through a connection of its own (the DSN the
 // harness gives), with plain SQL that both dialects accept.
 func snapshot[TTx any](ctx context.Context, db harness.DB[TTx]) (*dbState, error) {
-	name := "pgx"
-	if db.Dialect() == "mysql" {
-		name = "mysql"
-	}
+	name := map[string]string{"postgres": "pgx", "mysql": "mysql", "sqlite": "sqlite"}[db.Dialect()]
 	sdb, err := sql.Open(name, db.DSN())
 	if err != nil {
 		return nil, err
@@ -99,9 +96,17 @@ func snapshot[TTx any](ctx context.Context, db harness.DB[TTx]) (*dbState, error
 	for rows.Next() {
 		var scope, key []byte
 		var k keyRow
-		if err := rows.Scan(&scope, &key, &k.response, &k.state, &k.token, &k.lockedUntil); err != nil {
+		var lockedUntil any = &k.lockedUntil
+		var lockedUS sql.NullInt64 // SQLite stores microseconds since the epoch
+		if db.Dialect() == "sqlite" {
+			lockedUntil = &lockedUS
+		}
+		if err := rows.Scan(&scope, &key, &k.response, &k.state, &k.token, lockedUntil); err != nil {
 			rows.Close()
 			return nil, err
+		}
+		if lockedUS.Valid {
+			k.lockedUntil = sql.NullTime{Time: time.UnixMicro(lockedUS.Int64), Valid: true}
 		}
 		s.keys[string(scope)+":"+string(key)] = k
 	}
