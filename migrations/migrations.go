@@ -69,8 +69,9 @@ func NewProvider(d Dialect, db *sql.DB, opts ...goose.ProviderOption) (*goose.Pr
 	case MySQL:
 		gd = goose.DialectMySQL
 	case SQLite:
-		// No session locker: goose has none for SQLite, whose write lock
-		// already lets one migration at a time commit.
+		// No session locker, as for MySQL: goose has none. Instances that
+		// run Up at once on a fresh file race to create the tables, and
+		// all but one fail; run migrations from one instance.
 		gd = goose.DialectSQLite3
 	default:
 		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID))

@@ -19,6 +19,7 @@ import (
 	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 )
 
@@ -89,30 +90,48 @@ func targets() []target {
 				return conn{db: db}
 			},
 			works: func(t *testing.T, c conn) []sqlonce.Outcome {
-				db := c.db
-				store, err := dedupe.New(mysqldriver.New(db))
+				return sqlWorks(t, c.db, mysqldriver.New(c.db))
+			},
+		},
+		{
+			dialect: migrations.SQLite,
+			open: func(t *testing.T) conn {
+				db, err := sqlitedriver.Open(testdb.EmptySQLite(t))
 				if err != nil {
 					t.Fatal(err)
 				}
-				var out []sqlonce.Outcome
-				for range 2 {
-					tx, err := db.Begin()
-					if err != nil {
-						t.Fatal(err)
-					}
-					res, err := store.Do(context.Background(), tx, dedupe.Request{Scope: "m", Key: "k"}, func(context.Context) error { return nil })
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := tx.Commit(); err != nil {
-						t.Fatal(err)
-					}
-					out = append(out, res.Outcome)
-				}
-				return out
+				t.Cleanup(func() { db.Close() })
+				return conn{db: db}
+			},
+			works: func(t *testing.T, c conn) []sqlonce.Outcome {
+				return sqlWorks(t, c.db, sqlitedriver.New(c.db))
 			},
 		},
 	}
+}
+
+// sqlWorks is works for the drivers on database/sql.
+func sqlWorks(t *testing.T, db *sql.DB, d sqlonce.Driver[*sql.Tx]) []sqlonce.Outcome {
+	store, err := dedupe.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []sqlonce.Outcome
+	for range 2 {
+		tx, err := db.Begin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := store.Do(context.Background(), tx, dedupe.Request{Scope: "m", Key: "k"}, func(context.Context) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, res.Outcome)
+	}
+	return out
 }
 
 func wantOnce(t *testing.T, got []sqlonce.Outcome) {
@@ -125,8 +144,11 @@ func wantOnce(t *testing.T, got []sqlonce.Outcome) {
 func tableExists(t *testing.T, db *sql.DB, d migrations.Dialect, table string) bool {
 	t.Helper()
 	q := "SELECT count(*) FROM information_schema.tables WHERE table_schema = current_schema() AND table_name = $1"
-	if d == migrations.MySQL {
+	switch d {
+	case migrations.MySQL:
 		q = "SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = ?"
+	case migrations.SQLite:
+		q = "SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?"
 	}
 	var n int
 	if err := db.QueryRow(q, table).Scan(&n); err != nil {
@@ -195,10 +217,10 @@ func TestEmbeddedConcurrentUp(t *testing.T) {
 		t.Run(string(tg.dialect), func(t *testing.T) {
 			c := tg.open(t)
 			db := c.db
-			if tg.dialect == migrations.MySQL {
-				// goose has no session lock for MySQL: concurrent first runs
-				// race on creating the version table. Document, not test.
-				t.Skip("goose provides no MySQL session locker; run migrations from one instance")
+			if tg.dialect == migrations.MySQL || tg.dialect == migrations.SQLite {
+				// goose has no session lock for MySQL or SQLite: concurrent
+				// first runs race on creating the tables. Document, not test.
+				t.Skipf("goose provides no %s session locker; run migrations from one instance", tg.dialect)
 			}
 			errs := make(chan error, 4)
 			for range 4 {
