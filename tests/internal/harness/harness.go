@@ -12,7 +12,8 @@ import (
 )
 
 // Isolation is a transaction isolation level; "" is the server's default
-// (READ COMMITTED on PostgreSQL, REPEATABLE READ on MySQL/MariaDB).
+// (READ COMMITTED on PostgreSQL, REPEATABLE READ on MySQL/MariaDB). SQLite
+// has one level; see SQLite for how Begin maps these.
 type Isolation string
 
 const (
