@@ -34,6 +34,10 @@ func WriteTable(w io.Writer, rep *Report) error {
 	for _, db := range rep.Databases {
 		p("")
 		p("%s %s (%s)", db.Server.Name, db.Server.Version, settings(db.Server.Settings))
+		if c := db.CPU; c != (CPUUse{}) {
+			p("CPU time during the timed rounds, of all %d CPUs: benchmark clients %.0f%%, database and Redis servers %.0f%%, interrupts %.0f%%, other processes %.0f%%, stolen by the hypervisor %.0f%%",
+				m.CPUs, 100*c.Bench, 100*c.Servers, 100*c.Interrupts, 100*c.Other, 100*c.Steal)
+		}
 		width := len("technique")
 		for _, r := range db.Results {
 			width = max(width, len(r.Name))

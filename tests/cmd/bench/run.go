@@ -116,9 +116,11 @@ type Server struct {
 
 // DBReport is one database's results.
 type DBReport struct {
-	Database string   `json:"database"`
-	Server   Server   `json:"server"`
-	Results  []Result `json:"results"`
+	Database string `json:"database"`
+	Server   Server `json:"server"`
+	// CPU is how the machine's CPU time went during the timed rounds.
+	CPU     CPUUse   `json:"cpu_during_rounds"`
+	Results []Result `json:"results"`
 }
 
 // Result is one technique on one database.
@@ -340,6 +342,7 @@ func runOn[TTx any](ctx context.Context, cfg Config, b backend[TTx], rdb *redis.
 		}
 	}
 	rounds := make([][]roundResult, len(vs))
+	cpuBefore := sampleCPU()
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0))
 	for r := range cfg.Rounds {
 		order := rng.Perm(len(vs))
@@ -352,6 +355,7 @@ func runOn[TTx any](ctx context.Context, cfg Config, b backend[TTx], rdb *redis.
 			rounds[i] = append(rounds[i], rr)
 		}
 	}
+	dr.CPU = cpuUse(cpuBefore, sampleCPU())
 	for i, v := range vs {
 		res := Result{ID: v.ID, Name: v.Name, Kind: v.Kind, Write: v.Write, SameWriteAs: v.bare}
 		same := index[v.bare] // used only when v.bare is set
