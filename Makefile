@@ -2,7 +2,7 @@
 # requirements never reach the library's go.mod.
 SQLC := go tool -modfile=tools/go.mod sqlc
 
-.PHONY: test lint generate check-generate ci
+.PHONY: test lint generate check-generate ci bench
 
 # The one test command: the library's unit tests and examples, then the
 # conformance suite, checker and migration tests against PostgreSQL and
@@ -28,3 +28,9 @@ check-generate:
 	$(SQLC) diff
 
 ci: lint check-generate test
+
+# The side-by-side benchmark against the bare transaction, SELECT then
+# INSERT and Redis markers (docs/benchmarks.md). BENCHFLAGS passes flags:
+# make bench BENCHFLAGS='-rounds 9 -duration 2s'
+bench:
+	cd tests && go run ./cmd/bench $(BENCHFLAGS)
