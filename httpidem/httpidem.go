@@ -354,7 +354,10 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 		maxResponse: dedupe.DefaultMaxResponseSize,
 		onError:     logError,
 	}
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", sqlonce.ErrInvalidArgument, i)
+		}
 		if err := opt(&c); err != nil {
 			return nil, err
 		}

@@ -59,7 +59,10 @@ func New[TTx any](d sqlonce.Driver[TTx], consumer string, opts ...Option) (*Inbo
 		return nil, err
 	}
 	o := options{ttl: DefaultTTL}
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", sqlonce.ErrInvalidArgument, i)
+		}
 		if err := opt(&o); err != nil {
 			return nil, err
 		}

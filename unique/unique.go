@@ -18,7 +18,13 @@ type Inserter[TTx any] struct {
 }
 
 // New returns an Inserter on the given driver.
+//
+// A nil driver is a programming error: New panics, as net/http's Handle
+// does for a nil handler, rather than fail on the first insert.
 func New[TTx any](d sqlonce.Driver[TTx]) *Inserter[TTx] {
+	if d == nil || d.Engine() == nil {
+		panic("sqlonce/unique: New with a nil driver")
+	}
 	return &Inserter[TTx]{engine: d.Engine()}
 }
 
