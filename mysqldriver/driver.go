@@ -34,7 +34,11 @@ var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 // short transactions (dedupe leases and purge); pass nil when every call
 // runs inside a transaction of yours.
 func New(db *sql.DB) *Driver {
-	return &Driver{e: engine{db: db, q: mysqldb.New()}}
+	e := engine{db: db, q: mysqldb.New()}
+	if db != nil {
+		e.stmts = &stmtCache{db: db}
+	}
+	return &Driver{e: e}
 }
 
 // Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
@@ -47,8 +51,9 @@ func (d *Driver) Engine() driver.Engine[*sql.Tx] {
 }
 
 type engine struct {
-	db *sql.DB
-	q  *mysqldb.Queries
+	db    *sql.DB
+	q     *mysqldb.Queries
+	stmts *stmtCache // nil without db: statements run unprepared
 }
 
 func (engine) Dialect() driver.Dialect { return driver.MySQL }
@@ -113,7 +118,7 @@ func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 // the connection to the pool still set. Cancelled during the claim itself,
 // the driver closes the connection instead.
 func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (c driver.Claim, err error) {
-	prev, err := e.q.LockWaitTimeoutGet(ctx, tx)
+	prev, err := e.q.LockWaitTimeoutGet(ctx, e.on(tx))
 	if err != nil {
 		return c, err
 	}
@@ -155,7 +160,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 		if p.Lease <= 0 {
 			nonce = sql.NullInt64{Int64: 1 + rand.Int64N(1<<40), Valid: true}
 		}
-		err := e.q.KeyInsert(ctx, tx, mysqldb.KeyInsertParams{
+		err := e.q.KeyInsert(ctx, e.on(tx), mysqldb.KeyInsertParams{
 			Scope: scope, IdempotencyKey: key, Fingerprint: fp, State: state, Token: nonce,
 			Now: now, LeaseUs: lease, TtlUs: ttl.Microseconds(),
 		})
@@ -166,7 +171,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 			var token int64
 			if p.Lease > 0 {
 				// No RETURNING on MySQL; the row is this transaction's own.
-				token, err = e.q.KeyGetToken(ctx, tx, mysqldb.KeyGetTokenParams{Scope: scope, IdempotencyKey: key})
+				token, err = e.q.KeyGetToken(ctx, e.on(tx), mysqldb.KeyGetTokenParams{Scope: scope, IdempotencyKey: key})
 				if err != nil {
 					return driver.Claim{}, err
 				}
@@ -178,7 +183,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 		}
 		// The failed INSERT left a shared lock on the existing row; a locking
 		// read sees it even where the snapshot (REPEATABLE READ) does not.
-		row, err := e.q.KeyGetLocked(ctx, tx, mysqldb.KeyGetLockedParams{Now: now, Scope: scope, IdempotencyKey: key})
+		row, err := e.q.KeyGetLocked(ctx, e.on(tx), mysqldb.KeyGetLockedParams{Now: now, Scope: scope, IdempotencyKey: key})
 		if errors.Is(err, sql.ErrNoRows) {
 			continue // purged since the insert saw it: claim again
 		}
@@ -186,7 +191,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 			return driver.Claim{}, err
 		}
 		if row.Available == 1 {
-			n, err := e.q.KeyTakeover(ctx, tx, mysqldb.KeyTakeoverParams{
+			n, err := e.q.KeyTakeover(ctx, e.on(tx), mysqldb.KeyTakeoverParams{
 				Fingerprint: fp, State: state, NextToken: row.NextToken, Now: now,
 				LeaseUs: lease, TtlUs: ttl.Microseconds(),
 				Scope: scope, IdempotencyKey: key, Token: row.Token,
@@ -227,7 +232,7 @@ func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token
 	// The token check keeps a transaction that a deadlock rolled back (its
 	// next statement runs in autocommit) off another transaction's row.
 	scope, key := []byte(k.Scope), []byte(k.Key)
-	n, err := e.q.KeySetResponse(ctx, tx, mysqldb.KeySetResponseParams{
+	n, err := e.q.KeySetResponse(ctx, e.on(tx), mysqldb.KeySetResponseParams{
 		Response: nonNil(response[:min(len(response), responsePiece)]), Scope: scope, IdempotencyKey: key, Token: token,
 	})
 	if err != nil {
@@ -249,7 +254,7 @@ func (e engine) appendRest(ctx context.Context, tx *sql.Tx, scope, key []byte, t
 	}
 	tooLarge := fmt.Errorf("%w: %d bytes do not fit the server's max_allowed_packet", sqlonce.ErrResponseTooLarge, len(response))
 	for at := responsePiece; at < len(response); at += responsePiece {
-		n, err := e.q.KeyAppendResponse(ctx, tx, mysqldb.KeyAppendResponseParams{
+		n, err := e.q.KeyAppendResponse(ctx, e.on(tx), mysqldb.KeyAppendResponseParams{
 			Piece: response[at:min(at+responsePiece, len(response))], Scope: scope, IdempotencyKey: key, Token: token, PrefixLen: int64(at),
 		})
 		if err != nil {
@@ -259,7 +264,7 @@ func (e engine) appendRest(ctx context.Context, tx *sql.Tx, scope, key []byte, t
 			return tooLarge
 		}
 	}
-	stored, err := e.q.KeyResponseLength(ctx, tx, mysqldb.KeyResponseLengthParams{Scope: scope, IdempotencyKey: key})
+	stored, err := e.q.KeyResponseLength(ctx, e.on(tx), mysqldb.KeyResponseLengthParams{Scope: scope, IdempotencyKey: key})
 	if err != nil {
 		return err
 	}
@@ -270,13 +275,13 @@ func (e engine) appendRest(ctx context.Context, tx *sql.Tx, scope, key []byte, t
 }
 
 func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, token int64) error {
-	_, err := e.q.KeyDelete(ctx, tx, mysqldb.KeyDeleteParams{Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token})
+	_, err := e.q.KeyDelete(ctx, e.on(tx), mysqldb.KeyDeleteParams{Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token})
 	return err
 }
 
 func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
 	scope, key := []byte(k.Scope), []byte(k.Key)
-	n, err := e.q.KeyComplete(ctx, tx, mysqldb.KeyCompleteParams{
+	n, err := e.q.KeyComplete(ctx, e.on(tx), mysqldb.KeyCompleteParams{
 		Response: nonNil(response[:min(len(response), responsePiece)]), Now: myNow(now), TtlUs: ttl.Microseconds(),
 		Scope: scope, IdempotencyKey: key, Token: token,
 	})
@@ -289,7 +294,7 @@ func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token in
 }
 
 func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, now time.Time) (bool, error) {
-	n, err := e.q.KeyRelease(ctx, tx, mysqldb.KeyReleaseParams{
+	n, err := e.q.KeyRelease(ctx, e.on(tx), mysqldb.KeyReleaseParams{
 		Now: myNow(now), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token,
 	})
 	return n == 1, err
@@ -297,7 +302,7 @@ func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int
 
 func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, lease time.Duration, now time.Time) (bool, error) {
 	scope, key := []byte(k.Scope), []byte(k.Key)
-	n, err := e.q.KeyExtend(ctx, tx, mysqldb.KeyExtendParams{
+	n, err := e.q.KeyExtend(ctx, e.on(tx), mysqldb.KeyExtendParams{
 		Now: myNow(now), LeaseUs: lease.Microseconds(),
 		Scope: scope, IdempotencyKey: key, Token: token,
 	})
@@ -305,12 +310,12 @@ func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int6
 		return n == 1, err
 	}
 	// No row changed: lost, or held with the deadline already where asked.
-	held, err := e.q.KeyLeaseHeld(ctx, tx, mysqldb.KeyLeaseHeldParams{Scope: scope, IdempotencyKey: key, Token: token})
+	held, err := e.q.KeyLeaseHeld(ctx, e.on(tx), mysqldb.KeyLeaseHeldParams{Scope: scope, IdempotencyKey: key, Token: token})
 	return held == 1, err
 }
 
 func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
-	return e.q.KeyPurge(ctx, tx, mysqldb.KeyPurgeParams{Now: myNow(now), Limit: int32(limit)})
+	return e.q.KeyPurge(ctx, e.on(tx), mysqldb.KeyPurgeParams{Now: myNow(now), Limit: int32(limit)})
 }
 
 func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {

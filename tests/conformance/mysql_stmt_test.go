@@ -1,0 +1,62 @@
+package conformance
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/tests/internal/harness"
+)
+
+// The MySQL driver runs its statements prepared on its own *sql.DB. A
+// transaction from that handle, from another handle to the same database,
+// or a driver with no handle at all must give the same results.
+func TestMySQLDriverHandles(t *testing.T) {
+	db := harness.MySQL(t, 8)
+	other, err := sql.Open("mysql", db.DSN())
+	must(t, err)
+	t.Cleanup(func() { other.Close() })
+	for name, drv := range map[string]*mysqldriver.Driver{
+		"same handle":    db.Driver().(*mysqldriver.Driver),
+		"another handle": mysqldriver.New(other),
+		"no handle":      mysqldriver.New(nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxT(t)
+			store, err := dedupe.New(drv)
+			must(t, err)
+			req := dedupe.Request{Scope: name, Key: "k", Fingerprint: []byte("fp")}
+			for i, want := range []sqlonce.Outcome{sqlonce.FirstRun, sqlonce.AlreadyDone, sqlonce.AlreadyDone} {
+				var res sqlonce.Result
+				must(t, harness.WithTx(ctx, db, harness.Default, func(tx *sql.Tx) error {
+					var err error
+					res, err = store.DoResponse(ctx, tx, req, func(ctx context.Context) ([]byte, error) {
+						return []byte("answer"), db.Tx(tx).LedgerInsert(ctx, name, 1)
+					})
+					return err
+				}))
+				if res.Outcome != want || string(res.Response) != "answer" {
+					t.Fatalf("call %d: %v %q, want %v %q", i, res, res.Response, want, "answer")
+				}
+			}
+			other := req
+			other.Fingerprint = []byte("other")
+			err = harness.WithTx(ctx, db, harness.Default, func(tx *sql.Tx) error {
+				_, err := store.Do(ctx, tx, other, func(context.Context) error { return nil })
+				return err
+			})
+			if !errors.Is(err, sqlonce.ErrKeyReuse) {
+				t.Fatalf("other fingerprint: %v, want ErrKeyReuse", err)
+			}
+			n, err := db.Pool().LedgerCountByRef(ctx, name)
+			must(t, err)
+			if n != 1 {
+				t.Fatalf("ledger rows: %d, want 1", n)
+			}
+		})
+	}
+}
