@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"sync"
+	"time"
 
 	"github.com/sqlonce/sqlonce/internal/dbsqlc/mysqldb"
 )
@@ -18,23 +19,52 @@ type stmtCache struct {
 	db *sql.DB
 	mu sync.Mutex
 	m  map[string]*sql.Stmt
+	// preparing and retryAt keep callers from queueing for a connection:
+	// while one goroutine prepares a statement, or for a while after a
+	// prepare gave up, callers run it unprepared.
+	preparing map[string]bool
+	retryAt   map[string]time.Time
 }
 
-func (c *stmtCache) get(ctx context.Context, query string) (*sql.Stmt, error) {
+// prepareWait bounds the wait for a pool connection to prepare on. A pool
+// whose every connection sits in a transaction that is itself about to
+// run the statement has none to give: waiting would deadlock them all.
+const (
+	prepareWait  = 50 * time.Millisecond
+	prepareRetry = time.Second
+)
+
+// get returns the statement prepared on the driver's handle, or nil: then
+// the caller runs the query unprepared.
+func (c *stmtCache) get(ctx context.Context, query string) *sql.Stmt {
+	c.mu.Lock()
+	if st, ok := c.m[query]; ok {
+		c.mu.Unlock()
+		return st
+	}
+	if c.preparing[query] || time.Now().Before(c.retryAt[query]) {
+		c.mu.Unlock()
+		return nil
+	}
+	if c.preparing == nil {
+		c.m, c.preparing, c.retryAt = map[string]*sql.Stmt{}, map[string]bool{}, map[string]time.Time{}
+	}
+	c.preparing[query] = true
+	c.mu.Unlock()
+
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), prepareWait)
+	st, err := c.db.PrepareContext(pctx, query)
+	cancel()
+
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if st, ok := c.m[query]; ok {
-		return st, nil
-	}
-	st, err := c.db.PrepareContext(ctx, query)
+	delete(c.preparing, query)
 	if err != nil {
-		return nil, err
-	}
-	if c.m == nil {
-		c.m = map[string]*sql.Stmt{}
+		c.retryAt[query] = time.Now().Add(prepareRetry)
+		return nil
 	}
 	c.m[query] = st
-	return st, nil
+	return st
 }
 
 // on returns what the generated queries run on for tx.
@@ -54,8 +84,8 @@ type prepared struct {
 }
 
 func (p prepared) stmt(ctx context.Context, query string) *sql.Stmt {
-	st, err := p.c.get(ctx, query)
-	if err != nil {
+	st := p.c.get(ctx, query)
+	if st == nil {
 		return nil
 	}
 	return p.tx.StmtContext(ctx, st)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
@@ -58,5 +60,45 @@ func TestMySQLDriverHandles(t *testing.T) {
 				t.Fatalf("ledger rows: %d, want 1", n)
 			}
 		})
+	}
+}
+
+// Every connection of the pool sits in a transaction that is about to run
+// sqlonce's first statement: none is left to prepare it on. The driver must
+// run it unprepared rather than wait for a connection that never comes.
+func TestMySQLPreparePoolSaturated(t *testing.T) {
+	db := harness.MySQL(t, 8)
+	const conns = 4
+	pool, err := sql.Open("mysql", db.DSN())
+	must(t, err)
+	t.Cleanup(func() { pool.Close() })
+	pool.SetMaxOpenConns(conns)
+	store, err := dedupe.New(mysqldriver.New(pool))
+	must(t, err)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	txs := make([]*sql.Tx, conns)
+	for i := range txs {
+		txs[i], err = pool.BeginTx(ctx, nil)
+		must(t, err)
+	}
+	errs := race(conns, func(i int) error {
+		tx := txs[i]
+		key := fmt.Sprintf("saturated-%d", i)
+		if _, err := store.Do(ctx, tx, dedupe.Request{Scope: "pool", Key: key}, func(ctx context.Context) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO ledger (ref, amount) VALUES (?, 1)", key)
+			return err
+		}); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	})
+	noErrors(t, errs)
+	n, err := db.KeyCount(ctx)
+	must(t, err)
+	if n != conns {
+		t.Fatalf("%d keys recorded, want %d", n, conns)
 	}
 }
