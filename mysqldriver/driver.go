@@ -6,6 +6,13 @@
 // reads no DATETIME column into Go. sqlonce judges UPDATEs by rows the
 // server reports as changed, and every UPDATE it runs changes a column, so
 // clientFoundRows does not change its results.
+//
+// A driver built with the *sql.DB its transactions come from prepares
+// sqlonce's statements on it once, and database/sql reuses them on every
+// connection: one round trip per statement, where go-sql-driver/mysql
+// otherwise spends two (prepare and execute) unless the DSN sets
+// interpolateParams=true. A transaction from another handle, or a driver
+// built with nil, runs the same statements unprepared.
 package mysqldriver
 
 import (
