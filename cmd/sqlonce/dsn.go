@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/owntx"
 	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
@@ -56,10 +57,9 @@ type backend[TTx any] struct {
 func (b *backend[TTx]) inTx(ctx context.Context, fn func(tx TTx) error) error {
 	for attempt := 1; ; attempt++ {
 		err := b.tryTx(ctx, fn)
-		if err == nil || !sqlonce.IsRetryable(err) || attempt == 50 || ctx.Err() != nil {
+		if err == nil || !sqlonce.IsRetryable(err) || attempt == 50 || !owntx.Pause(ctx, attempt) {
 			return err
 		}
-		time.Sleep(time.Duration(attempt) * time.Millisecond)
 	}
 }
 
@@ -75,18 +75,15 @@ func (b *backend[TTx]) tryTx(ctx context.Context, fn func(tx TTx) error) error {
 	return b.commit(ctx, tx)
 }
 
-// count runs a query returning one integer outside any transaction.
-func (b *backend[TTx]) count(ctx context.Context, query string, args ...any) (int64, error) {
-	var n int64
-	err := b.db.QueryRowContext(ctx, b.rebind(query), args...).Scan(&n)
-	return n, err
-}
-
 // rebind turns "?" placeholders into PostgreSQL's $1, $2, ...
 func (b *backend[TTx]) rebind(query string) string {
 	if b.dialect != migrations.Postgres {
 		return query
 	}
+	return rebindPG(query)
+}
+
+func rebindPG(query string) string {
 	var sb strings.Builder
 	n := 0
 	for _, r := range query {
@@ -158,10 +155,6 @@ func openPostgres(ctx context.Context, dsn string) (opened, error) {
 		},
 		close: func() { db.Close(); pool.Close() },
 	}, nil
-}
-
-func rebindPG(query string) string {
-	return (&backend[pgx.Tx]{dialect: migrations.Postgres}).rebind(query)
 }
 
 func openMySQL(ctx context.Context, dsn string) (opened, error) {
