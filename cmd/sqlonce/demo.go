@@ -320,6 +320,36 @@ func (d *demo[TTx]) countRows(ctx context.Context, table string) (rows, distinct
 	return rows, distinct, err
 }
 
+// onePer counts this run's rows in table, the effects of l, and checks
+// that n subjects got one each, from n first runs.
+func (d *demo[TTx]) onePer(ctx context.Context, l *line, table, effect string, n int64) (rows int64, err error) {
+	rows, distinct, err := d.countRows(ctx, table)
+	if err != nil {
+		return 0, err
+	}
+	l.effects = fmt.Sprintf("%d %s", rows, effect)
+	l.ok = rows == n && distinct == n && l.first.Load() == n
+	return rows, nil
+}
+
+// twice sends one request twice at once, each in a transaction of its
+// own, and counts the outcomes on l.
+func (d *demo[TTx]) twice(ctx context.Context, l *line, fn func(tx TTx) (sqlonce.Result, error)) error {
+	return together(2, func(int) error {
+		var res sqlonce.Result
+		err := d.tx(ctx, func(tx TTx) error {
+			var err error
+			res, err = fn(tx)
+			return err
+		})
+		if err == nil {
+			l.count(res)
+			d.prog.tick()
+		}
+		return err
+	})
+}
+
 // checkout is the service's checkout handler: in one transaction it
 // claims the Idempotency-Key, writes the order and its payment, and records
 // the receipt that every repeat gets back. fail makes the handler fail
@@ -578,13 +608,11 @@ func (d *demo[TTx]) redelivery(ctx context.Context) (*line, error) {
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	rows, distinct, err := d.countRows(ctx, "sqlonce_demo_receipts")
+	events := int64(len(all))
+	rows, err := d.onePer(ctx, l, "sqlonce_demo_receipts", "receipts", events)
 	if err != nil {
 		return nil, err
 	}
-	events := int64(len(all))
-	l.effects = fmt.Sprintf("%d receipts", rows)
-	l.ok = rows == events && distinct == events && l.first.Load() == events
 	l.proof = fmt.Sprintf("%d events delivered %d times (%d failed half-way and came again): %d receipts, one per event",
 		events, l.requests.Load(), failed.Load(), rows)
 	return l, nil
@@ -632,13 +660,11 @@ func (d *demo[TTx]) shipping(ctx context.Context) (*line, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, distinct, err := d.countRows(ctx, "sqlonce_demo_shipments")
+	n := int64(len(all))
+	rows, err := d.onePer(ctx, l, "sqlonce_demo_shipments", "shipments", n)
 	if err != nil {
 		return nil, err
 	}
-	n := int64(len(all))
-	l.effects = fmt.Sprintf("%d shipments", rows)
-	l.ok = rows == n && distinct == n && l.first.Load() == n
 	l.proof = fmt.Sprintf("%d orders moved paid -> shipped by 2 instances: %d shipments, one per order", n, rows)
 	return l, nil
 }
@@ -652,33 +678,21 @@ func (d *demo[TTx]) coupons(ctx context.Context) (*line, error) {
 	d.prog.expect(2 * d.n)
 	err := each(ctx, d.n, func(i int) error {
 		customer := d.clicked[i].customer
-		return together(2, func(int) error {
-			var res sqlonce.Result
-			err := d.tx(ctx, func(tx TTx) error {
-				var err error
-				res, err = ins.Insert(ctx, tx, "sqlonce_demo_coupon_once", func(ctx context.Context) error {
-					_, err := d.b.exec(ctx, tx, "INSERT INTO sqlonce_demo_coupons (run, customer, coupon) VALUES (?, ?, ?)", d.run, customer, "WELCOME10")
-					return err
-				})
+		return d.twice(ctx, l, func(tx TTx) (sqlonce.Result, error) {
+			return ins.Insert(ctx, tx, "sqlonce_demo_coupon_once", func(ctx context.Context) error {
+				_, err := d.b.exec(ctx, tx, "INSERT INTO sqlonce_demo_coupons (run, customer, coupon) VALUES (?, ?, ?)", d.run, customer, "WELCOME10")
 				return err
 			})
-			if err == nil {
-				l.count(res)
-				d.prog.tick()
-			}
-			return err
 		})
 	})
 	if err != nil {
 		return nil, err
 	}
-	rows, distinct, err := d.countRows(ctx, "sqlonce_demo_coupons")
+	n := int64(d.n)
+	rows, err := d.onePer(ctx, l, "sqlonce_demo_coupons", "coupon uses", n)
 	if err != nil {
 		return nil, err
 	}
-	n := int64(d.n)
-	l.effects = fmt.Sprintf("%d coupon uses", rows)
-	l.ok = rows == n && distinct == n && l.first.Load() == n
 	l.proof = fmt.Sprintf("%d customers applied WELCOME10 twice: %d uses, one per customer", n, rows)
 	return l, nil
 }
@@ -693,44 +707,32 @@ func (d *demo[TTx]) giftWrap(ctx context.Context) (*line, error) {
 	err := each(ctx, d.n, func(i int) error {
 		o := d.clicked[i]
 		const seen = 1 // the version both tabs rendered
-		return together(2, func(int) error {
-			var res sqlonce.Result
-			err := d.tx(ctx, func(tx TTx) error {
-				rows, err := d.b.exec(ctx, tx, "UPDATE sqlonce_demo_orders SET total = total + ?, version = version + 1 WHERE id = ? AND version = ?", wrap, o.id, seen)
-				if err != nil {
-					return err
-				}
-				res, err = optimistic.Update(ctx, rows, int64(seen), func(ctx context.Context) (int64, error) {
-					var v int64
-					err := d.b.queryRow(ctx, tx, "SELECT version FROM sqlonce_demo_orders WHERE id = ?", o.id).Scan(&v)
-					return v, err
-				})
-				return err
-			})
-			if err == nil {
-				l.count(res)
-				d.prog.tick()
+		return d.twice(ctx, l, func(tx TTx) (sqlonce.Result, error) {
+			rows, err := d.b.exec(ctx, tx, "UPDATE sqlonce_demo_orders SET total = total + ?, version = version + 1 WHERE id = ? AND version = ?", wrap, o.id, seen)
+			if err != nil {
+				return sqlonce.Result{}, err
 			}
-			return err
+			return optimistic.Update(ctx, rows, int64(seen), func(ctx context.Context) (int64, error) {
+				var v int64
+				err := d.b.queryRow(ctx, tx, "SELECT version FROM sqlonce_demo_orders WHERE id = ?", o.id).Scan(&v)
+				return v, err
+			})
 		})
 	})
 	if err != nil {
 		return nil, err
 	}
-	var wrapped, twice int64
+	var wrapped, twice, sum, want int64
 	var ids []string
 	for _, o := range d.clicked {
 		ids = append(ids, fmt.Sprint(o.id))
 	}
 	err = d.b.db.QueryRowContext(ctx, d.b.rebind(`SELECT
 		    count(CASE WHEN version = 2 THEN 1 END),
-		    count(CASE WHEN version > 2 THEN 1 END)
-		FROM sqlonce_demo_orders WHERE run = ? AND id IN (`+strings.Join(ids, ",")+`)`), d.run).Scan(&wrapped, &twice)
+		    count(CASE WHEN version > 2 THEN 1 END),
+		    coalesce(sum(total), 0)
+		FROM sqlonce_demo_orders WHERE run = ? AND id IN (`+strings.Join(ids, ",")+`)`), d.run).Scan(&wrapped, &twice, &sum)
 	if err != nil {
-		return nil, err
-	}
-	var sum, want int64
-	if err := d.b.db.QueryRowContext(ctx, d.b.rebind(`SELECT coalesce(sum(total), 0) FROM sqlonce_demo_orders WHERE run = ? AND id IN (`+strings.Join(ids, ",")+`)`), d.run).Scan(&sum); err != nil {
 		return nil, err
 	}
 	for _, o := range d.clicked {
@@ -857,34 +859,23 @@ func (d *demo[TTx]) refunds(ctx context.Context) (*line, error) {
 			return err
 		}
 		d.txs.Add(1)
-		return together(2, func(int) error {
-			var res sqlonce.Result
-			err := d.tx(ctx, func(tx TTx) error {
-				var err error
-				res, err = tokens.Consume(ctx, tx, scope, tok)
-				if err != nil || !res.FirstRun() {
-					return err
-				}
-				_, err = d.b.exec(ctx, tx, "INSERT INTO sqlonce_demo_refunds (run, order_id, amount) VALUES (?, ?, ?)", d.run, o.id, -o.total)
-				return err
-			})
-			if err == nil {
-				l.count(res)
-				d.prog.tick()
+		return d.twice(ctx, l, func(tx TTx) (sqlonce.Result, error) {
+			res, err := tokens.Consume(ctx, tx, scope, tok)
+			if err != nil || !res.FirstRun() {
+				return res, err
 			}
-			return err
+			_, err = d.b.exec(ctx, tx, "INSERT INTO sqlonce_demo_refunds (run, order_id, amount) VALUES (?, ?, ?)", d.run, o.id, -o.total)
+			return res, err
 		})
 	})
 	if err != nil {
 		return nil, err
 	}
-	rows, distinct, err := d.countRows(ctx, "sqlonce_demo_refunds")
+	n := int64(d.n)
+	rows, err := d.onePer(ctx, l, "sqlonce_demo_refunds", "refunds", n)
 	if err != nil {
 		return nil, err
 	}
-	n := int64(d.n)
-	l.effects = fmt.Sprintf("%d refunds", rows)
-	l.ok = rows == n && distinct == n && l.first.Load() == n
 	l.proof = fmt.Sprintf("%d refund forms submitted twice: %d refunds, one per form", n, rows)
 	return l, nil
 }
