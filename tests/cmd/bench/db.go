@@ -173,34 +173,36 @@ func (b *pgBackend) createOrders(ctx context.Context, prefix string, n int) ([]i
 	if err != nil {
 		return nil, err
 	}
-	return collectOrderIDs(prefix, n, func(yield func(int64, string) error) error {
-		defer rows.Close()
-		for rows.Next() {
-			var id int64
-			var code string
-			if err := rows.Scan(&id, &code); err != nil {
-				return err
-			}
-			if err := yield(id, code); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	})
+	defer rows.Close()
+	return collectOrderIDs(prefix, n, rows)
 }
 
-func collectOrderIDs(prefix string, n int, each func(yield func(int64, string) error) error) ([]int64, error) {
+// resultRows is what pgx.Rows and *sql.Rows share; the caller closes them.
+type resultRows interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// collectOrderIDs reads (id, code) rows of the orders createOrders made
+// and returns their ids in code order.
+func collectOrderIDs(prefix string, n int, rows resultRows) ([]int64, error) {
 	ids := make([]int64, n)
 	seen := 0
-	err := each(func(id int64, code string) error {
+	for rows.Next() {
+		var id int64
+		var code string
+		if err := rows.Scan(&id, &code); err != nil {
+			return ids, err
+		}
 		var i int
 		if _, err := fmt.Sscanf(strings.TrimPrefix(code, prefix+"-"), "%d", &i); err != nil || i < 0 || i >= n {
-			return fmt.Errorf("unexpected order code %q", code)
+			return ids, fmt.Errorf("unexpected order code %q", code)
 		}
 		ids[i] = id
 		seen++
-		return nil
-	})
+	}
+	err := rows.Err()
 	if err == nil && seen != n {
 		err = fmt.Errorf("created %d orders, want %d", seen, n)
 	}
@@ -212,6 +214,7 @@ func (b *pgBackend) ledgerRows(ctx context.Context, prefix string) (map[string]i
 	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	return collectCounts(rows)
 }
 
@@ -220,11 +223,12 @@ func (b *pgBackend) orderCodes(ctx context.Context, prefix string) (map[string]i
 	if err != nil {
 		return nil, err
 	}
+	defer rows.Close()
 	return collectCounts(rows)
 }
 
-func collectCounts(rows pgx.Rows) (map[string]int64, error) {
-	defer rows.Close()
+// collectCounts reads (key, count) rows.
+func collectCounts(rows resultRows) (map[string]int64, error) {
 	m := map[string]int64{}
 	for rows.Next() {
 		var k string
@@ -243,6 +247,11 @@ func (b *pgBackend) orders(ctx context.Context, ids []int64) (map[int64]orderRow
 		return nil, err
 	}
 	defer rows.Close()
+	return collectOrders(rows)
+}
+
+// collectOrders reads (id, amount, status) rows.
+func collectOrders(rows resultRows) (map[int64]orderRow, error) {
 	m := map[int64]orderRow{}
 	for rows.Next() {
 		var id int64
@@ -401,20 +410,8 @@ func (b *myBackend) createOrders(ctx context.Context, prefix string, n int) ([]i
 	if err != nil {
 		return nil, err
 	}
-	return collectOrderIDs(prefix, n, func(yield func(int64, string) error) error {
-		defer rows.Close()
-		for rows.Next() {
-			var id int64
-			var code string
-			if err := rows.Scan(&id, &code); err != nil {
-				return err
-			}
-			if err := yield(id, code); err != nil {
-				return err
-			}
-		}
-		return rows.Err()
-	})
+	defer rows.Close()
+	return collectOrderIDs(prefix, n, rows)
 }
 
 func (b *myBackend) counts(ctx context.Context, query, prefix string) (map[string]int64, error) {
@@ -423,16 +420,7 @@ func (b *myBackend) counts(ctx context.Context, query, prefix string) (map[strin
 		return nil, err
 	}
 	defer rows.Close()
-	m := map[string]int64{}
-	for rows.Next() {
-		var k string
-		var n int64
-		if err := rows.Scan(&k, &n); err != nil {
-			return nil, err
-		}
-		m[k] = n
-	}
-	return m, rows.Err()
+	return collectCounts(rows)
 }
 
 // Prefixes hold no LIKE wildcards: they are built from digits, letters
@@ -460,15 +448,7 @@ func (b *myBackend) orders(ctx context.Context, ids []int64) (map[int64]orderRow
 		return nil, err
 	}
 	defer rows.Close()
-	for rows.Next() {
-		var id int64
-		var r orderRow
-		if err := rows.Scan(&id, &r.amount, &r.status); err != nil {
-			return nil, err
-		}
-		m[id] = r
-	}
-	return m, rows.Err()
+	return collectOrders(rows)
 }
 
 func (b *myBackend) server(ctx context.Context) (Server, error) {
