@@ -13,11 +13,11 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/dberr"
+	"github.com/sqlonce/sqlonce/internal/keys"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 )
 
@@ -555,12 +555,12 @@ func (m *Middleware[TTx]) fingerprint(r *http.Request, body []byte) []byte {
 // scope is a key's namespace: the caller, the method and the route. The
 // principal is length-prefixed so that no choice of principal and route
 // spells another pair's scope; kind keeps client keys and derived submit
-// keys apart. A scope too long for the table, or not valid UTF-8, is
-// replaced by its hash, which no readable scope can equal (those start
-// with kind and a digit).
+// keys apart. A scope the store would refuse (too long for the table, not
+// valid UTF-8, a NUL byte) is replaced by its hash, which no readable scope
+// can equal (those start with kind and a digit).
 func scope(kind byte, principal, method, route string) string {
 	s := string(kind) + strconv.Itoa(len(principal)) + ":" + principal + " " + method + " " + route
-	if len(s) <= sqlonce.MaxKeyLen && utf8.ValidString(s) && !strings.ContainsRune(s, 0) {
+	if keys.Check("scope", s) == nil {
 		return s
 	}
 	sum := sha256.Sum256([]byte(s))
