@@ -12,6 +12,7 @@ import (
 	"github.com/sqlonce/sqlonce/internal/dberr"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/owntx"
 	"github.com/sqlonce/sqlonce/internal/testclock"
 )
 
@@ -363,7 +364,7 @@ func (s *Store[TTx]) Purge(ctx context.Context, batch int) (int64, error) {
 	var total int64
 	for {
 		var n int64
-		err := s.inOwnTx(ctx, func(ctx context.Context, tx TTx) error {
+		err := owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
 			var err error
 			n, err = s.PurgeTx(ctx, tx, batch)
 			return err

@@ -3,12 +3,11 @@ package dedupe
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/sqlonce/sqlonce"
-	"github.com/sqlonce/sqlonce/internal/dberr"
 	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/owntx"
 	"github.com/sqlonce/sqlonce/internal/testclock"
 )
 
@@ -94,7 +93,7 @@ func (s *Store[TTx]) Claim(ctx context.Context, req Request, d time.Duration) (*
 		l   *Lease
 		res sqlonce.Result
 	)
-	err := s.inOwnTx(ctx, func(ctx context.Context, tx TTx) error {
+	err := owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
 		var err error
 		l, res, err = s.ClaimTx(ctx, tx, req, d)
 		return err
@@ -190,7 +189,7 @@ func (s *Store[TTx]) Complete(ctx context.Context, l *Lease, response []byte) er
 	if err := s.checkComplete(l, response); err != nil {
 		return err
 	}
-	return s.inOwnTx(ctx, func(ctx context.Context, tx TTx) error {
+	return owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
 		return s.CompleteTx(ctx, tx, l, response)
 	})
 }
@@ -217,7 +216,7 @@ func (s *Store[TTx]) Release(ctx context.Context, l *Lease) error {
 	if err := checkLease(l); err != nil {
 		return err
 	}
-	return s.inOwnTx(ctx, func(ctx context.Context, tx TTx) error {
+	return owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
 		return s.ReleaseTx(ctx, tx, l)
 	})
 }
@@ -245,7 +244,7 @@ func (s *Store[TTx]) Extend(ctx context.Context, l *Lease, d time.Duration) erro
 	if err := checkDuration(d); err != nil {
 		return err
 	}
-	return s.inOwnTx(ctx, func(ctx context.Context, tx TTx) error {
+	return owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
 		return s.ExtendTx(ctx, tx, l, d)
 	})
 }
@@ -270,31 +269,4 @@ func leaseResult(op string, l *Lease, ok bool, err error) error {
 		return fmt.Errorf("%w: %s: key %q in scope %q, token %d", sqlonce.ErrLeaseLost, op, l.Key, l.Scope, l.Token)
 	}
 	return nil
-}
-
-// ownTxAttempts bounds the runs of a transaction sqlonce starts itself.
-const ownTxAttempts = 10
-
-// inOwnTx runs fn in a transaction of its own on the driver's handle. The
-// transaction is sqlonce's, so after a deadlock or a serialization failure
-// (several claimers taking over one lapsed lease deadlock on MySQL) it is
-// run again here rather than handed back to a caller who could only call
-// again. A lock wait that timed out is not run again: it has waited
-// already.
-func (s *Store[TTx]) inOwnTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
-	for attempt := 1; ; attempt++ {
-		err := s.engine.InTx(ctx, fn)
-		if err == nil || attempt == ownTxAttempts || !sqlonce.IsRetryable(err) || dberr.LockNotAvailable(err) {
-			return err
-		}
-		// Jitter, so that the transactions that collided do not meet again.
-		pause := time.Millisecond + rand.N(time.Duration(attempt)*2*time.Millisecond)
-		t := time.NewTimer(pause)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return err
-		case <-t.C:
-		}
-	}
 }
