@@ -211,8 +211,8 @@ func hash(token string) ([]byte, error) {
 // reports how many. limit must be 1..100000 (sqlonce.ErrInvalidArgument
 // otherwise, before any SQL runs).
 func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (int64, error) {
-	if limit < 1 || limit > 100000 {
-		return 0, fmt.Errorf("%w: purge limit %d is outside 1..100000", sqlonce.ErrInvalidArgument, limit)
+	if err := checkPurge("limit", limit); err != nil {
+		return 0, err
 	}
 	n, err := s.engine.TokenPurge(ctx, tx, limit, testclock.Now(ctx))
 	if err != nil {
@@ -229,8 +229,8 @@ func (s *Store[TTx]) Purge(ctx context.Context, batch int) (int64, error) {
 	if batch == 0 {
 		batch = DefaultPurgeBatch
 	}
-	if batch < 1 || batch > 100000 {
-		return 0, fmt.Errorf("%w: purge batch %d is outside 1..100000", sqlonce.ErrInvalidArgument, batch)
+	if err := checkPurge("batch", batch); err != nil {
+		return 0, err
 	}
 	var total int64
 	for {
@@ -251,4 +251,11 @@ func (s *Store[TTx]) Purge(ctx context.Context, batch int) (int64, error) {
 			return total, err
 		}
 	}
+}
+
+func checkPurge(what string, n int) error {
+	if n < 1 || n > 100000 {
+		return fmt.Errorf("%w: purge %s %d is outside 1..100000", sqlonce.ErrInvalidArgument, what, n)
+	}
+	return nil
 }
