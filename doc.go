@@ -17,7 +17,13 @@
 //   - [github.com/sqlonce/sqlonce/statemachine]: status transitions, with
 //     "already past" read from the declared transitions;
 //   - [github.com/sqlonce/sqlonce/unique]: inserts whose duplicate key on a
-//     named constraint means "already done".
+//     named constraint means "already done";
+//   - [github.com/sqlonce/sqlonce/token]: one-time tokens, issued before the
+//     operation and consumed once in its transaction;
+//   - [github.com/sqlonce/sqlonce/inbox]: message consumers that apply each
+//     message once, built on dedupe;
+//   - [github.com/sqlonce/sqlonce/httpidem]: net/http middleware for the
+//     Idempotency-Key header, built on dedupe.
 //
 // Each answers with a [Result]: [FirstRun] (this call did the work) or
 // [AlreadyDone] (an earlier call did), plus the recorded response where
@@ -27,11 +33,12 @@
 //
 // # Drivers
 //
-// The strategies that run SQL of their own (dedupe, unique) take a [Driver]
-// for the caller's database library, generic over its transaction type:
-// [github.com/sqlonce/sqlonce/pgxdriver] for pgx.Tx (PostgreSQL) and
-// [github.com/sqlonce/sqlonce/mysqldriver] for *sql.Tx (MySQL and
-// MariaDB). The dialect follows from the driver; it is never probed at run
+// The strategies that run SQL of their own (dedupe, unique, token, inbox,
+// httpidem) take a [Driver] for the caller's database library, generic over
+// its transaction type: [github.com/sqlonce/sqlonce/pgxdriver] for pgx.Tx
+// (PostgreSQL), [github.com/sqlonce/sqlonce/mysqldriver] for *sql.Tx (MySQL
+// and MariaDB) and [github.com/sqlonce/sqlonce/sqlitedriver] for *sql.Tx
+// (SQLite). The dialect follows from the driver; it is never probed at run
 // time. sqlonce never commits or rolls back the caller's transaction.
 //
 // # Schema

@@ -4,7 +4,8 @@ import "github.com/sqlonce/sqlonce/internal/driver"
 
 // Driver connects the strategies to one database library. It is generic
 // over the transaction type the caller already has: pgxdriver.New returns a
-// Driver[pgx.Tx], mysqldriver.New a Driver[*sql.Tx]. The dialect is fixed
+// Driver[pgx.Tx], mysqldriver.New and sqlitedriver.New a Driver[*sql.Tx].
+// The dialect is fixed
 // by the driver chosen, never probed at run time.
 //
 // Only the drivers in this module implement Driver.

@@ -25,8 +25,8 @@ var (
 	ErrKeyReuse = errors.New("sqlonce: idempotency key reused with a different request")
 
 	// ErrInProgress is returned by dedupe when another caller holds the key
-	// and this call was told not to wait for it (no-wait mode, or a lease
-	// that has not lapsed).
+	// and this call was told not to wait for it (WithNoWait, WithLockWait
+	// after its wait, or a lease that has not lapsed).
 	ErrInProgress = errors.New("sqlonce: operation in progress")
 
 	// ErrNotFound is returned when the row an operation targets does not
@@ -57,7 +57,8 @@ var (
 	ErrStaleRead = errors.New("sqlonce: read did not see the row the statement saw")
 
 	// ErrNoDB is returned by operations that run their own transactions
-	// (leases, purge) on a driver built without a database handle.
+	// (dedupe leases, purges, token.Store.Issue, inbox.Inbox.Handle) on a
+	// driver built without a database handle.
 	ErrNoDB = errors.New("sqlonce: driver has no database handle")
 )
 
