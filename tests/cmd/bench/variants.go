@@ -8,11 +8,10 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/internal/dberr"
 	"github.com/sqlonce/sqlonce/optimistic"
 	"github.com/sqlonce/sqlonce/statemachine"
 	"github.com/sqlonce/sqlonce/unique"
@@ -404,10 +403,7 @@ func variants[TTx any](b backend[TTx], rdb *redis.Client, redisPrefix string, cf
 }
 
 func uniqueViolation(err error) bool {
-	var pgErr *pgconn.PgError
-	var myErr *mysql.MySQLError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505" ||
-		errors.As(err, &myErr) && myErr.Number == 1062
+	return dberr.PgUniqueViolation(err, "") || dberr.MySQLDuplicate(err, "")
 }
 
 func orderIDs(reqs []*request) []int64 {
