@@ -63,8 +63,6 @@ type engine struct {
 	stmts *stmtCache // nil without db: statements run unprepared
 }
 
-func (engine) Dialect() driver.Dialect { return driver.MySQL }
-
 // savepoints names savepoints uniquely: MySQL silently replaces an older
 // savepoint of the same name, which would break nested guards.
 var savepoints atomic.Uint64

@@ -55,8 +55,6 @@ type engine struct {
 	q  *pgdb.Queries
 }
 
-func (engine) Dialect() driver.Dialect { return driver.Postgres }
-
 func (e engine) Guard(ctx context.Context, tx pgx.Tx, fn func(ctx context.Context) error) error {
 	// pgx runs a nested Begin as SAVEPOINT and its Rollback as ROLLBACK TO
 	// SAVEPOINT, which is what keeps tx usable after fn fails.

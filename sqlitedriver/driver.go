@@ -114,8 +114,6 @@ type engine struct {
 
 var _ driver.DuplicateInTx[*sql.Tx] = engine{}
 
-func (engine) Dialect() driver.Dialect { return driver.SQLite }
-
 // savepoints names savepoints uniquely, so that nested guards never
 // release or roll back to one another's.
 var savepoints atomic.Uint64

@@ -10,15 +10,6 @@ import (
 	"time"
 )
 
-// Dialect names the SQL dialect a driver speaks.
-type Dialect string
-
-const (
-	Postgres Dialect = "postgres"
-	MySQL    Dialect = "mysql"
-	SQLite   Dialect = "sqlite"
-)
-
 // Key state values stored in sqlonce_keys.state.
 const (
 	StateDone   int16 = 1
@@ -27,8 +18,6 @@ const (
 
 // Engine is implemented by every driver.
 type Engine[TTx any] interface {
-	Dialect() Dialect
-
 	// Guard runs fn so that an error from fn leaves tx usable: under a
 	// savepoint on PostgreSQL (where any error aborts the transaction),
 	// directly on MySQL (where a failed statement rolls back alone).
