@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"sync/atomic"
 	"time"
 
 	"github.com/sqlonce/sqlonce"
@@ -63,13 +62,8 @@ type engine struct {
 	stmts *stmtCache // nil without db: statements run unprepared
 }
 
-// savepoints names savepoints uniquely: MySQL silently replaces an older
-// savepoint of the same name, which would break nested guards.
-var savepoints atomic.Uint64
-
-// Transaction control, not queries on sqlonce's tables: sqlc's MySQL engine
-// parses neither SAVEPOINT nor SET, and a savepoint name cannot be a
-// parameter.
+// Transaction control, not a query on sqlonce's tables: sqlc's MySQL engine
+// parses no SET.
 const (
 	sqlSetLockWait = "SET SESSION innodb_lock_wait_timeout = ?"
 )
@@ -77,18 +71,7 @@ const (
 func (e engine) Guard(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context) error) error {
 	// A failed statement rolls back alone on MySQL, but fn may have run
 	// several: the savepoint undoes all of them.
-	name := fmt.Sprintf("sqlonce_sp_%d", savepoints.Add(1))
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
-		return err
-	}
-	if err := fn(ctx); err != nil {
-		if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+name); rbErr != nil {
-			return errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
-		}
-		return err
-	}
-	_, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+name)
-	return err
+	return driver.SQLSavepoint(ctx, tx, false, fn)
 }
 
 func (engine) IsDuplicate(err error, constraint string) bool {
@@ -156,7 +139,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 		lease = p.Lease.Microseconds()
 		ttl = max(ttl, p.Lease) // keeps locked_until <= expires_at
 	}
-	fp := nonNil(p.Fingerprint)
+	fp := driver.NonNil(p.Fingerprint)
 	for range claimAttempts {
 		// An in-transaction claim names its row with a nonce below any
 		// clock-based token, so that Unclaim and SetResponse can never touch
@@ -218,13 +201,6 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 	return driver.Claim{}, fmt.Errorf("%w: key changed %d times while being claimed", sqlonce.ErrStaleRead, claimAttempts)
 }
 
-func nonNil(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return b
-}
-
 // responsePiece is the most of a response SetResponse sends in one
 // statement. go-sql-driver sizes its packets by its own maxAllowedPacket
 // (64 MiB unless the DSN says otherwise), not the server's: a statement
@@ -238,7 +214,7 @@ func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token
 	// next statement runs in autocommit) off another transaction's row.
 	scope, key := []byte(k.Scope), []byte(k.Key)
 	n, err := e.q.KeySetResponse(ctx, e.on(tx), mysqldb.KeySetResponseParams{
-		Response: nonNil(response[:min(len(response), responsePiece)]), Scope: scope, IdempotencyKey: key, Token: token,
+		Response: driver.NonNil(response[:min(len(response), responsePiece)]), Scope: scope, IdempotencyKey: key, Token: token,
 	})
 	if err != nil {
 		return err
@@ -287,7 +263,7 @@ func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, token int
 func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
 	scope, key := []byte(k.Scope), []byte(k.Key)
 	n, err := e.q.KeyComplete(ctx, e.on(tx), mysqldb.KeyCompleteParams{
-		Response: nonNil(response[:min(len(response), responsePiece)]), Now: myNow(now), TtlUs: ttl.Microseconds(),
+		Response: driver.NonNil(response[:min(len(response), responsePiece)]), Now: myNow(now), TtlUs: ttl.Microseconds(),
 		Scope: scope, IdempotencyKey: key, Token: token,
 	})
 	if err != nil || n != 1 {
@@ -323,7 +299,7 @@ func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time)
 	return e.q.KeyPurge(ctx, e.on(tx), mysqldb.KeyPurgeParams{Now: myNow(now), Limit: int32(limit)})
 }
 
-func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if e.db == nil {
 		return sqlonce.ErrNoDB
 	}
@@ -331,17 +307,5 @@ func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	// sqlonce's own statements need no snapshot: with binlog_format=STATEMENT
 	// the server refuses writes at READ COMMITTED (error 1665). The deadlocks
 	// REPEATABLE READ's gap locks bring are retried by the caller (dedupe).
-	tx, err := e.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	if err = fn(ctx, tx); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return driver.SQLInTx(ctx, e.db, fn)
 }

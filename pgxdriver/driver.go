@@ -118,7 +118,7 @@ func (e engine) claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (dri
 	ins := pgdb.KeyClaimParams{
 		Scope:          p.Scope,
 		IdempotencyKey: p.Key.Key,
-		Fingerprint:    nonNil(p.Fingerprint),
+		Fingerprint:    driver.NonNil(p.Fingerprint),
 		State:          driver.StateDone,
 		Now:            pgNow(p.Now),
 		TtlUs:          p.TTL.Microseconds(),
@@ -177,13 +177,6 @@ func (e engine) afterWait(ctx context.Context, tx pgx.Tx, ins pgdb.KeyClaimParam
 	return nil
 }
 
-func nonNil(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return b
-}
-
 func (e engine) SetResponse(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, response []byte) error {
 	n, err := e.q.KeySetResponse(ctx, tx, pgdb.KeySetResponseParams{
 		Response: response, Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
@@ -204,7 +197,7 @@ func (e engine) Unclaim(ctx context.Context, tx pgx.Tx, k driver.Key, token int6
 
 func (e engine) Complete(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
 	n, err := e.q.KeyComplete(ctx, tx, pgdb.KeyCompleteParams{
-		Response: nonNil(response), Now: pgNow(now), TtlUs: ttl.Microseconds(),
+		Response: driver.NonNil(response), Now: pgNow(now), TtlUs: ttl.Microseconds(),
 		Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err

@@ -74,7 +74,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/sqlonce/sqlonce"
@@ -114,29 +113,10 @@ type engine struct {
 
 var _ driver.DuplicateInTx[*sql.Tx] = engine{}
 
-// savepoints names savepoints uniquely, so that nested guards never
-// release or roll back to one another's.
-var savepoints atomic.Uint64
-
 func (e engine) Guard(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context) error) error {
 	// A failed statement rolls back alone on SQLite, but fn may have run
-	// several: the savepoint undoes all of them. ROLLBACK TO leaves the
-	// savepoint in place; RELEASE removes it.
-	name := fmt.Sprintf("sqlonce_sp_%d", savepoints.Add(1))
-	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
-		return err
-	}
-	if err := fn(ctx); err != nil {
-		if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+name); rbErr != nil {
-			return errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
-		}
-		if _, rbErr := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+name); rbErr != nil {
-			return errors.Join(err, fmt.Errorf("release savepoint: %w", rbErr))
-		}
-		return err
-	}
-	_, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+name)
-	return err
+	// several: the savepoint undoes all of them.
+	return driver.SQLSavepoint(ctx, tx, true, fn)
 }
 
 // IsDuplicate matches what needs no lookup: any duplicate for an empty
@@ -226,7 +206,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 	ins := sqlitedb.KeyClaimParams{
 		Scope:          p.Scope,
 		IdempotencyKey: p.Key.Key,
-		Fingerprint:    nonNil(p.Fingerprint),
+		Fingerprint:    driver.NonNil(p.Fingerprint),
 		State:          int64(driver.StateDone),
 		Now:            liteNow(p.Now),
 		TtlUs:          p.TTL.Microseconds(),
@@ -263,16 +243,9 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 	return driver.Claim{}, fmt.Errorf("%w: key changed %d times while being claimed", sqlonce.ErrStaleRead, claimAttempts)
 }
 
-func nonNil(b []byte) []byte {
-	if b == nil {
-		return []byte{}
-	}
-	return b
-}
-
 func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte) error {
 	n, err := e.q.KeySetResponse(ctx, tx, sqlitedb.KeySetResponseParams{
-		Response: nonNil(response), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+		Response: driver.NonNil(response), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	if err != nil {
 		return err
@@ -290,7 +263,7 @@ func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, token int
 
 func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
 	n, err := e.q.KeyComplete(ctx, tx, sqlitedb.KeyCompleteParams{
-		Response: nonNil(response), Now: liteNow(now), TtlUs: ttl.Microseconds(),
+		Response: driver.NonNil(response), Now: liteNow(now), TtlUs: ttl.Microseconds(),
 		Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
@@ -316,23 +289,11 @@ func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time)
 	return e.q.KeyPurge(ctx, tx, sqlitedb.KeyPurgeParams{Now: liteNow(now), MaxRows: int64(limit)})
 }
 
-func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if e.db == nil {
 		return sqlonce.ErrNoDB
 	}
 	// Every transaction sqlonce runs itself writes: on a database opened as
 	// the package documentation says, it begins IMMEDIATE.
-	tx, err := e.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback()
-		}
-	}()
-	if err = fn(ctx, tx); err != nil {
-		return err
-	}
-	return tx.Commit()
+	return driver.SQLInTx(ctx, e.db, fn)
 }

@@ -1,0 +1,67 @@
+package driver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
+
+// The helpers below serve the drivers built on database/sql (MySQL and
+// SQLite), whose transactions and savepoints work alike.
+
+// SQLInTx runs fn in a transaction begun on db with the server's default
+// options, and commits it if fn succeeds. db must not be nil.
+func SQLInTx(ctx context.Context, db *sql.DB, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if err = fn(ctx, tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// savepoints names savepoints uniquely: MySQL silently replaces an older
+// savepoint of the same name, and nested guards must never release or roll
+// back to one another's.
+var savepoints atomic.Uint64
+
+// SQLSavepoint runs fn under a savepoint of tx and rolls back to it if fn
+// fails. ROLLBACK TO leaves the savepoint in place; releaseOnError also
+// releases it then. The statements are not sqlc queries: sqlc parses no
+// SAVEPOINT, and a savepoint name cannot be a parameter.
+func SQLSavepoint(ctx context.Context, tx *sql.Tx, releaseOnError bool, fn func(ctx context.Context) error) error {
+	name := fmt.Sprintf("sqlonce_sp_%d", savepoints.Add(1))
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
+		return err
+	}
+	if err := fn(ctx); err != nil {
+		if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+name); rbErr != nil {
+			return errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
+		}
+		if releaseOnError {
+			if _, rbErr := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+name); rbErr != nil {
+				return errors.Join(err, fmt.Errorf("release savepoint: %w", rbErr))
+			}
+		}
+		return err
+	}
+	_, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+name)
+	return err
+}
+
+// NonNil returns b, or an empty slice for nil, which would bind as NULL.
+func NonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
