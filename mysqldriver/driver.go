@@ -156,13 +156,10 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 			return driver.Claim{Won: true, Token: nonce.Int64}, nil
 		}
 		if err == nil {
-			var token int64
-			if p.Lease > 0 {
-				// No RETURNING on MySQL; the row is this transaction's own.
-				token, err = e.q.KeyGetToken(ctx, e.on(tx), mysqldb.KeyGetTokenParams{Scope: scope, IdempotencyKey: key})
-				if err != nil {
-					return driver.Claim{}, err
-				}
+			// A lease: no RETURNING on MySQL; the row is this transaction's own.
+			token, err := e.q.KeyGetToken(ctx, e.on(tx), mysqldb.KeyGetTokenParams{Scope: scope, IdempotencyKey: key})
+			if err != nil {
+				return driver.Claim{}, err
 			}
 			return driver.Claim{Won: true, Token: token}, nil
 		}
