@@ -12,13 +12,19 @@ import (
 // SQLite), whose transactions and savepoints work alike.
 
 // SQLInTx runs fn in a transaction begun on db with the server's default
-// options, and commits it if fn succeeds. db must not be nil.
+// options, and commits it if fn succeeds. db must not be nil. A panic in
+// fn rolls the transaction back, giving its connection back to the pool,
+// and goes on.
 func SQLInTx(ctx context.Context, db *sql.DB, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback()
+			panic(p)
+		}
 		if err != nil {
 			_ = tx.Rollback()
 		}

@@ -22,12 +22,19 @@ const Attempts = 10
 // again: it has waited already. Without a handle it returns an error
 // matching sqlonce.ErrNoDB.
 func Run[TTx any](ctx context.Context, e driver.Engine[TTx], fn func(ctx context.Context, tx TTx) error) error {
-	for attempt := 1; ; attempt++ {
-		err := e.InTx(ctx, fn)
-		if err == nil || attempt == Attempts || !sqlonce.IsRetryable(err) || dberr.LockNotAvailable(err) {
+	return Retry(ctx, func() error { return e.InTx(ctx, fn) })
+}
+
+// Retry calls attempt, which runs a transaction of sqlonce's own, until it
+// succeeds or fails in a way that running it again cannot mend, at most
+// Attempts times, pausing between attempts.
+func Retry(ctx context.Context, attempt func() error) error {
+	for n := 1; ; n++ {
+		err := attempt()
+		if err == nil || n == Attempts || !sqlonce.IsRetryable(err) || dberr.LockNotAvailable(err) {
 			return err
 		}
-		if !Pause(ctx, attempt) {
+		if !Pause(ctx, n) {
 			return err
 		}
 	}
