@@ -169,12 +169,12 @@ func (e engine) claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (dri
 
 // afterWait reads the key into c with a statement of its own.
 func (e engine) afterWait(ctx context.Context, tx pgx.Tx, ins pgdb.KeyClaimParams, c *pgdb.KeyClaimRow) error {
-	row, err := e.q.KeyGet(ctx, tx, pgdb.KeyGetParams{Now: ins.Now, Scope: ins.Scope, IdempotencyKey: ins.IdempotencyKey})
-	if err != nil {
-		return err
-	}
-	*c = pgdb.KeyClaimRow{Token: row.Token, Fingerprint: row.Fingerprint, Response: row.Response, Locked: row.Locked, Available: row.Available}
-	return nil
+	var err error
+	e.q.KeyGet(ctx, tx, []pgdb.KeyGetParams{{Now: ins.Now, Scope: ins.Scope, IdempotencyKey: ins.IdempotencyKey}}).QueryRow(func(_ int, row pgdb.KeyGetRow, rowErr error) {
+		err = rowErr
+		*c = pgdb.KeyClaimRow{Token: row.Token, Fingerprint: row.Fingerprint, Response: row.Response, Locked: row.Locked, Available: row.Available}
+	})
+	return err
 }
 
 func (e engine) SetResponse(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, response []byte) error {
@@ -191,7 +191,8 @@ func (e engine) SetResponse(ctx context.Context, tx pgx.Tx, k driver.Key, token 
 }
 
 func (e engine) Unclaim(ctx context.Context, tx pgx.Tx, k driver.Key, token int64) error {
-	_, err := e.q.KeyDelete(ctx, tx, pgdb.KeyDeleteParams{Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
+	var err error
+	e.q.KeyDelete(ctx, tx, []pgdb.KeyDeleteParams{{Scope: k.Scope, IdempotencyKey: k.Key, Token: token}}).Exec(func(_ int, execErr error) { err = execErr })
 	return err
 }
 

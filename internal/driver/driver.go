@@ -98,6 +98,47 @@ type Claim struct {
 	Existing Existing
 }
 
+// Runner is implemented by engines that run dedupe.Store.Run, the
+// operation in a transaction of sqlonce's own, in fewer round trips than
+// a claim and a response write inside a caller's transaction take.
+type Runner[TTx any] interface {
+	// Run makes one attempt: it begins a transaction on the driver's
+	// handle, looks the key up, and either ends that transaction and
+	// reports the live key it found (Won false), or runs fn in it and
+	// commits fn's work together with the key, done, holding fn's
+	// response (Won true). fn's error, and any other, rolls the
+	// transaction back and is returned.
+	//
+	// An error matching sqlonce.ErrStaleRead means that another
+	// transaction recorded the key while fn ran; one matching
+	// sqlonce.ErrInProgress that the key is held and p.LockWait ran
+	// out. ErrNoRun asks the caller to run the operation another way.
+	Run(ctx context.Context, p RunParams, fn func(ctx context.Context, tx TTx) ([]byte, error)) (RunResult, error)
+}
+
+// ErrTxEnded is returned by Runner.Run when fn committed or rolled back the
+// transaction it was given.
+// Store.Run wraps it in sqlonce.ErrInvalidArgument.
+var ErrTxEnded = errors.New("fn ended the transaction Run gave it (Run commits it; return an error to roll it back)")
+
+// ErrNoRun is returned by Runner.Run for parameters it leaves to the
+// generic path (a claim inside a transaction of sqlonce's own).
+var ErrNoRun = errors.New("driver: run another way")
+
+// RunParams describes a Runner.Run: the key, recorded done with
+// ClaimParams' Fingerprint and TTL. Lease must be zero.
+type RunParams = ClaimParams
+
+// RunResult is the outcome of a Runner.Run.
+type RunResult struct {
+	// Won is true when fn ran and its work committed with the key.
+	Won bool
+	// Response is fn's response (Won only).
+	Response []byte
+	// Existing describes the live key found (not Won).
+	Existing Existing
+}
+
 // Existing is what a claim found when it lost.
 type Existing struct {
 	Fingerprint []byte

@@ -41,9 +41,11 @@ FROM sqlonce_keys AS k
 WHERE k.scope = sqlc.arg('scope') AND k.idempotency_key = sqlc.arg('idempotency_key')
   AND NOT EXISTS (SELECT 1 FROM ins);
 
--- name: KeyGet :one
--- Reads a key that KeyClaim found but could not see. available: expired, or a lapsed lease,
--- so KeyTakeover may claim it.
+-- name: KeyGet :batchone
+-- Reads a key that KeyClaim found but could not see, or that Store.Run
+-- looks up under KeyLock. available: expired, or a lapsed lease, so
+-- KeyTakeover may claim it. A batch, so that Store.Run sends it in the
+-- round trip that begins its transaction.
 SELECT
     fingerprint,
     response,
@@ -78,11 +80,52 @@ UPDATE sqlonce_keys
 SET response = sqlc.arg('response')
 WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token');
 
--- name: KeyDelete :execrows
+-- name: KeyDelete :batchexec
 -- Undoes a claim whose work failed, so that a commit by mistake cannot leave
--- a key marked done with nothing done.
+-- a key marked done with nothing done; and deletes the expired key, or the
+-- lapsed lease, that Store.Run takes over, in the round trip of its commit.
 DELETE FROM sqlonce_keys
 WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token');
+
+-- name: KeyTryLock :batchone
+-- Takes the advisory lock that Store.Run holds on a key from its lookup to
+-- its commit, if no other transaction holds it. The lock only makes
+-- concurrent runs of one key wait for each other instead of all doing the
+-- work: KeyRunInsert, a plain INSERT, is what refuses a second record. It
+-- lives in the two-int4 key space, class 1936289646 ('sqon'), apart from
+-- the bigint advisory locks applications take; two keys whose 32-bit hashes
+-- collide only wait for each other.
+SELECT pg_try_advisory_xact_lock(
+    1936289646,
+    hashtext(octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)
+)::boolean AS locked;
+
+-- name: KeyLock :batchexec
+-- KeyTryLock, waiting for the lock.
+SELECT pg_advisory_xact_lock(
+    1936289646,
+    hashtext(octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)
+);
+
+-- name: KeyRunInsert :batchexec
+-- Records a key done, with its fingerprint and response, at the end of
+-- Store.Run's transaction, in the round trip of its COMMIT. A plain INSERT,
+-- not ON CONFLICT: on a key that another transaction recorded meanwhile it
+-- fails, and the COMMIT queued behind it never runs. min_token keeps the
+-- token of a taken-over key growing.
+INSERT INTO sqlonce_keys (
+    scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
+) VALUES (
+    sqlc.arg('scope'),
+    sqlc.arg('idempotency_key'),
+    sqlc.arg('fingerprint'),
+    sqlc.arg('response'),
+    1,
+    greatest((extract(epoch FROM coalesce(sqlc.narg('now')::timestamptz, clock_timestamp())) * 1000000)::bigint, sqlc.arg('min_token')::bigint),
+    NULL,
+    coalesce(sqlc.narg('now')::timestamptz, now()),
+    coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('ttl_us')::bigint * interval '1 microsecond'
+);
 
 -- name: KeyComplete :execrows
 -- Completes a lease: only the holder of the current token may.

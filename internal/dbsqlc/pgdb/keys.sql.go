@@ -130,27 +130,6 @@ func (q *Queries) KeyComplete(ctx context.Context, db DBTX, arg KeyCompleteParam
 	return result.RowsAffected(), nil
 }
 
-const keyDelete = `-- name: KeyDelete :execrows
-DELETE FROM sqlonce_keys
-WHERE scope = $1 AND idempotency_key = $2 AND token = $3
-`
-
-type KeyDeleteParams struct {
-	Scope          string
-	IdempotencyKey string
-	Token          int64
-}
-
-// Undoes a claim whose work failed, so that a commit by mistake cannot leave
-// a key marked done with nothing done.
-func (q *Queries) KeyDelete(ctx context.Context, db DBTX, arg KeyDeleteParams) (int64, error) {
-	result, err := db.Exec(ctx, keyDelete, arg.Scope, arg.IdempotencyKey, arg.Token)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
-}
-
 const keyExtend = `-- name: KeyExtend :execrows
 UPDATE sqlonce_keys
 SET locked_until = coalesce($1::timestamptz, now()) + $2::bigint * interval '1 microsecond',
@@ -182,50 +161,6 @@ func (q *Queries) KeyExtend(ctx context.Context, db DBTX, arg KeyExtendParams) (
 		return 0, err
 	}
 	return result.RowsAffected(), nil
-}
-
-const keyGet = `-- name: KeyGet :one
-SELECT
-    fingerprint,
-    response,
-    state,
-    token,
-    (state = 2 AND locked_until > coalesce($1::timestamptz, now()))::boolean AS locked,
-    (expires_at <= coalesce($1::timestamptz, now())
-     OR (state = 2 AND locked_until <= coalesce($1::timestamptz, now())))::boolean AS available
-FROM sqlonce_keys
-WHERE scope = $2 AND idempotency_key = $3
-`
-
-type KeyGetParams struct {
-	Now            pgtype.Timestamptz
-	Scope          string
-	IdempotencyKey string
-}
-
-type KeyGetRow struct {
-	Fingerprint []byte
-	Response    []byte
-	State       int16
-	Token       int64
-	Locked      bool
-	Available   bool
-}
-
-// Reads a key that KeyClaim found but could not see. available: expired, or a lapsed lease,
-// so KeyTakeover may claim it.
-func (q *Queries) KeyGet(ctx context.Context, db DBTX, arg KeyGetParams) (KeyGetRow, error) {
-	row := db.QueryRow(ctx, keyGet, arg.Now, arg.Scope, arg.IdempotencyKey)
-	var i KeyGetRow
-	err := row.Scan(
-		&i.Fingerprint,
-		&i.Response,
-		&i.State,
-		&i.Token,
-		&i.Locked,
-		&i.Available,
-	)
-	return i, err
 }
 
 const keyPurge = `-- name: KeyPurge :execrows

@@ -1,0 +1,300 @@
+package pgxdriver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/dberr"
+	"github.com/sqlonce/sqlonce/internal/dbsqlc/pgdb"
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+var _ driver.Runner[pgx.Tx] = engine{}
+
+// runTxOptions begin Store.Run's transaction: READ COMMITTED, as every
+// transaction sqlonce runs itself (see InTx).
+var runTxOptions = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
+
+// Run is dedupe.Store.Run on PostgreSQL, in the round trips of a bare
+// transaction: BEGIN travels with the key's advisory lock and lookup (pgx's
+// Batch.BeginTx), and the key's record with COMMIT; fn gets pgx's own Tx. The
+// advisory lock makes a concurrent run of the key wait; the record is a
+// plain INSERT, so that a key recorded meanwhile by anyone (Do, a lease, a
+// run that lost its lock to a collision) fails it, and the COMMIT behind it
+// with it. It needs a *pgxpool.Pool or a *pgx.Conn to pipeline on; with any
+// other Beginner it returns driver.ErrNoRun.
+func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (driver.RunResult, error) {
+	if e.db == nil || isNilPointer(e.db) {
+		return driver.RunResult{}, sqlonce.ErrNoDB
+	}
+	switch db := e.db.(type) {
+	case *pgxpool.Pool:
+		c, err := db.Acquire(ctx)
+		if err != nil {
+			return driver.RunResult{}, err
+		}
+		// A connection still in a transaction (an error before rollback
+		// could run) is closed by Release, not reused.
+		defer c.Release()
+		return e.run(ctx, c.Conn(), p, fn)
+	case *pgx.Conn:
+		return e.run(ctx, db, p, fn)
+	default:
+		return driver.RunResult{}, driver.ErrNoRun
+	}
+}
+
+func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (res driver.RunResult, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			rollback(ctx, conn)
+			panic(p)
+		}
+		if err != nil {
+			rollback(ctx, conn)
+		}
+	}()
+	key := pgdb.KeyLockParams{Scope: p.Scope, IdempotencyKey: p.Key.Key}
+	get := pgdb.KeyGetParams{Now: pgNow(p.Now), Scope: p.Scope, IdempotencyKey: p.Key.Key}
+
+	// Round trip 1: BEGIN, the lock if free, the key.
+	var (
+		locked bool
+		row    pgdb.KeyGetRow
+		found  bool
+	)
+	var pl pipeline
+	pl.begin(runTxOptions)
+	tryLock := e.q.KeyTryLock(ctx, &pl, []pgdb.KeyTryLockParams{{Scope: key.Scope, IdempotencyKey: key.IdempotencyKey}})
+	pl.then(func() (err error) {
+		tryLock.QueryRow(func(_ int, l bool, e error) { locked, err = l, e })
+		return err
+	})
+	pl.then(e.lookup(ctx, &pl, get, &row, &found))
+	if err := pl.send(ctx, conn); err != nil {
+		return res, err
+	}
+	if !locked {
+		// Another run of the key holds the lock: wait for it to end, then
+		// look again (a new statement, so a new READ COMMITTED snapshot).
+		if err := e.waitLock(ctx, conn, p.LockWait, key); err != nil {
+			return res, err
+		}
+		pl = pipeline{}
+		pl.then(e.lookup(ctx, &pl, get, &row, &found))
+		if err := pl.send(ctx, conn); err != nil {
+			return res, err
+		}
+	}
+	if found && !row.Available {
+		rollback(ctx, conn)
+		return driver.RunResult{Existing: driver.Existing{Fingerprint: row.Fingerprint, Response: row.Response, Leased: row.Locked}}, nil
+	}
+
+	// The Tx is pgx's; the COMMIT below goes round it, on the connection,
+	// and the Tx is dropped.
+	resp, err := fn(ctx, pl.tx)
+	if err != nil {
+		return res, err
+	}
+	if conn.PgConn().TxStatus() == 'I' {
+		return res, driver.ErrTxEnded
+	}
+
+	// Round trip 3: the key, done, with the response; COMMIT.
+	pl = pipeline{}
+	var minToken int64
+	if found {
+		// Expired, or a lapsed lease: delete the row seen. If it changed
+		// since, the row that replaced it fails the INSERT.
+		del := e.q.KeyDelete(ctx, &pl, []pgdb.KeyDeleteParams{{Scope: p.Scope, IdempotencyKey: p.Key.Key, Token: row.Token}})
+		pl.then(func() (err error) {
+			del.Exec(func(_ int, e error) { err = e })
+			return err
+		})
+		minToken = row.Token + 1
+	}
+	ins := e.q.KeyRunInsert(ctx, &pl, []pgdb.KeyRunInsertParams{{
+		Scope: p.Scope, IdempotencyKey: p.Key.Key,
+		Fingerprint: driver.NonNil(p.Fingerprint), Response: driver.NonNil(resp),
+		Now: get.Now, MinToken: minToken, TtlUs: p.TTL.Microseconds(),
+	}})
+	pl.then(func() (err error) {
+		ins.Exec(func(_ int, e error) { err = e })
+		return err
+	})
+	pl.commit()
+	if err := pl.send(ctx, conn); err != nil {
+		if dberr.PgUniqueViolation(err, "sqlonce_keys_pkey") {
+			return res, fmt.Errorf("%w: key %q in scope %q was recorded by another transaction: %w", sqlonce.ErrStaleRead, p.Key.Key, p.Scope, err)
+		}
+		return res, err
+	}
+	return driver.RunResult{Won: true, Response: resp}, nil
+}
+
+// lookup queues the key's KeyGet on pl and returns its reader.
+func (e engine) lookup(ctx context.Context, pl *pipeline, get pgdb.KeyGetParams, row *pgdb.KeyGetRow, found *bool) func() error {
+	r := e.q.KeyGet(ctx, pl, []pgdb.KeyGetParams{get})
+	return func() (err error) {
+		r.QueryRow(func(_ int, got pgdb.KeyGetRow, e error) {
+			switch {
+			case e == nil:
+				*row, *found = got, true
+			case errors.Is(e, pgx.ErrNoRows):
+				*found = false
+			default:
+				err = e
+			}
+		})
+		return err
+	}
+}
+
+// waitLock takes the key's advisory lock, waiting at most lockWait when it
+// is positive. Giving up is sqlonce.ErrInProgress.
+func (e engine) waitLock(ctx context.Context, conn *pgx.Conn, lockWait time.Duration, key pgdb.KeyLockParams) error {
+	held := func(cause error) error {
+		if cause == nil {
+			return fmt.Errorf("%w: key %q in scope %q is held by another transaction", sqlonce.ErrInProgress, key.IdempotencyKey, key.Scope)
+		}
+		return fmt.Errorf("%w: key %q in scope %q is held by another transaction (%v)", sqlonce.ErrInProgress, key.IdempotencyKey, key.Scope, cause)
+	}
+	if lockWait > 0 && lockWait <= time.Millisecond {
+		return held(nil) // WithNoWait: the try above was the one attempt
+	}
+	var prev pgdb.LockTimeoutSetRow
+	if lockWait > 0 {
+		var err error
+		prev, err = e.q.LockTimeoutSet(ctx, conn, fmt.Sprintf("%dms", lockWait.Milliseconds()))
+		if err != nil {
+			return err
+		}
+	}
+	var pl pipeline
+	lock := e.q.KeyLock(ctx, &pl, []pgdb.KeyLockParams{key})
+	pl.then(func() (err error) {
+		lock.Exec(func(_ int, e error) { err = e })
+		return err
+	})
+	if err := pl.send(ctx, conn); err != nil {
+		if lockWait > 0 && dberr.LockNotAvailable(err) {
+			return held(err)
+		}
+		return err
+	}
+	if lockWait > 0 {
+		if _, err := e.q.LockTimeoutSet(ctx, conn, prev.Previous); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// rollback ends conn's transaction, if one is open. If that fails, the
+// connection is closed: a pool discards it on Release.
+func rollback(ctx context.Context, conn *pgx.Conn) {
+	if conn.PgConn().TxStatus() == 'I' {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := conn.Exec(ctx, "rollback"); err != nil {
+		_ = conn.Close(ctx)
+	}
+}
+
+// pipeline is a pgdb.DBTX that collects the statements of sqlc's batch
+// queries, and raw BEGIN and COMMIT, into one pgx.Batch: one round trip.
+// Each queued statement has a reader, run in order once the batch is sent.
+type pipeline struct {
+	b     pgx.Batch
+	br    pgx.BatchResults
+	reads []func() error
+	tx    pgx.Tx // begun by begin, once sent
+}
+
+var _ pgdb.DBTX = (*pipeline)(nil)
+
+var errNotBatch = errors.New("pgxdriver: only batch queries run in a pipeline")
+
+// begin queues BEGIN, first.
+func (p *pipeline) begin(opts pgx.TxOptions) {
+	p.b.BeginTx(opts)
+	p.then(func() error {
+		_, err := p.br.Exec()
+		return err
+	})
+}
+
+// commit queues COMMIT. A transaction that an error had aborted answers it
+// with ROLLBACK, which is an error here.
+func (p *pipeline) commit() {
+	p.b.Queue("commit")
+	p.then(func() error {
+		tag, err := p.br.Exec()
+		if err == nil && tag.String() == "ROLLBACK" {
+			return pgx.ErrTxCommitRollback
+		}
+		return err
+	})
+}
+
+// then adds the reader of the statements queued last through SendBatch.
+func (p *pipeline) then(read func() error) { p.reads = append(p.reads, read) }
+
+// send sends the batch on conn, runs the readers and returns the first
+// error. After an error the server skips the rest of the batch, so the
+// later readers fail too.
+func (p *pipeline) send(ctx context.Context, conn *pgx.Conn) error {
+	p.br = conn.SendBatch(ctx, &p.b)
+	p.tx = p.br.Tx()
+	var first error
+	for _, read := range p.reads {
+		if err := read(); err != nil && first == nil {
+			first = err
+		}
+	}
+	if err := p.br.Close(); err != nil && first == nil {
+		first = err
+	}
+	return first
+}
+
+func (p *pipeline) SendBatch(_ context.Context, b *pgx.Batch) pgx.BatchResults {
+	for _, q := range b.QueuedQueries {
+		p.b.Queue(q.SQL, q.Arguments...)
+	}
+	return pipelineResults{p}
+}
+
+func (p *pipeline) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errNotBatch
+}
+
+func (p *pipeline) Query(context.Context, string, ...any) (pgx.Rows, error) {
+	return nil, errNotBatch
+}
+
+func (p *pipeline) QueryRow(context.Context, string, ...any) pgx.Row { return errRow{} }
+
+type errRow struct{}
+
+func (errRow) Scan(...any) error { return errNotBatch }
+
+// pipelineResults reads a sqlc batch's results from the pipeline's, in
+// order. Closing it leaves the pipeline's open: send closes that.
+type pipelineResults struct{ p *pipeline }
+
+func (r pipelineResults) Exec() (pgconn.CommandTag, error) { return r.p.br.Exec() }
+func (r pipelineResults) Query() (pgx.Rows, error)         { return r.p.br.Query() }
+func (r pipelineResults) QueryRow() pgx.Row                { return r.p.br.QueryRow() }
+func (r pipelineResults) Close() error                     { return nil }
+func (r pipelineResults) Tx() pgx.Tx                       { return nil }
