@@ -139,3 +139,38 @@ var canceled = func() context.Context {
 func (p prepared) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
 	return p.tx.PrepareContext(ctx, query)
 }
+
+// onDB returns what the generated queries run on outside a transaction:
+// the driver's handle, with its prepared statements. e.db must not be nil.
+func (e engine) onDB() mysqldb.DBTX { return preparedDB{db: e.db, c: e.stmts} }
+
+// preparedDB is prepared for statements run on the handle itself.
+type preparedDB struct {
+	db *sql.DB
+	c  *stmtCache
+}
+
+func (p preparedDB) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st := p.c.get(ctx, query); st != nil {
+		return st.ExecContext(ctx, args...)
+	}
+	return p.db.ExecContext(ctx, query, args...)
+}
+
+func (p preparedDB) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := p.c.get(ctx, query); st != nil {
+		return st.QueryContext(ctx, args...)
+	}
+	return p.db.QueryContext(ctx, query, args...)
+}
+
+func (p preparedDB) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := p.c.get(ctx, query); st != nil {
+		return st.QueryRowContext(ctx, args...)
+	}
+	return p.db.QueryRowContext(ctx, query, args...)
+}
+
+func (p preparedDB) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+	return p.db.PrepareContext(ctx, query)
+}

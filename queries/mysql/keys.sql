@@ -8,13 +8,15 @@
 -- token: the caller's nonce for an in-transaction claim (MySQL has no
 -- RETURNING, and Unclaim/SetResponse must name the row they created), or
 -- NULL for a lease, whose token starts at the database clock in
--- microseconds so that it grows across purges.
+-- microseconds so that it grows across purges. response: NULL for a claim;
+-- Store.Run records the key with its response in one statement.
 INSERT INTO sqlonce_keys (
-    scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
+    scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
 ) VALUES (
     sqlc.arg(scope),
     sqlc.arg(idempotency_key),
     sqlc.arg(fingerprint),
+    sqlc.narg(response),
     sqlc.arg(state),
     COALESCE(CAST(sqlc.narg(token) AS SIGNED),
              TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))),
@@ -38,6 +40,19 @@ SELECT
 FROM sqlonce_keys
 WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key)
 LOCK IN SHARE MODE;
+
+-- name: KeyLookup :one
+-- Store.Run's read of a key before its transaction: in autocommit, a
+-- consistent read of the committed row, without locks.
+SELECT
+    fingerprint,
+    response,
+    token,
+    CAST((expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+          OR (state = 2 AND locked_until <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))) AS SIGNED) AS available,
+    CAST((state = 2 AND locked_until > COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)) AS SIGNED) AS locked
+FROM sqlonce_keys
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
 
 -- name: KeyGetToken :one
 SELECT token

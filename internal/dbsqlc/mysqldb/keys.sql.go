@@ -206,8 +206,9 @@ func (q *Queries) KeyGetToken(ctx context.Context, db DBTX, arg KeyGetTokenParam
 const keyInsert = `-- name: KeyInsert :exec
 
 INSERT INTO sqlonce_keys (
-    scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
+    scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
 ) VALUES (
+    ?,
     ?,
     ?,
     ?,
@@ -224,6 +225,7 @@ type KeyInsertParams struct {
 	Scope          []byte
 	IdempotencyKey []byte
 	Fingerprint    []byte
+	Response       []byte
 	State          int16
 	Token          sql.NullInt64
 	Now            sql.NullTime
@@ -239,12 +241,14 @@ type KeyInsertParams struct {
 // token: the caller's nonce for an in-transaction claim (MySQL has no
 // RETURNING, and Unclaim/SetResponse must name the row they created), or
 // NULL for a lease, whose token starts at the database clock in
-// microseconds so that it grows across purges.
+// microseconds so that it grows across purges. response: NULL for a claim;
+// Store.Run records the key with its response in one statement.
 func (q *Queries) KeyInsert(ctx context.Context, db DBTX, arg KeyInsertParams) error {
 	_, err := db.ExecContext(ctx, keyInsert,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Fingerprint,
+		arg.Response,
 		arg.State,
 		arg.Token,
 		arg.Now,
@@ -278,6 +282,53 @@ func (q *Queries) KeyLeaseHeld(ctx context.Context, db DBTX, arg KeyLeaseHeldPar
 	var held int64
 	err := row.Scan(&held)
 	return held, err
+}
+
+const keyLookup = `-- name: KeyLookup :one
+SELECT
+    fingerprint,
+    response,
+    token,
+    CAST((expires_at <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+          OR (state = 2 AND locked_until <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))) AS SIGNED) AS available,
+    CAST((state = 2 AND locked_until > COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)) AS SIGNED) AS locked
+FROM sqlonce_keys
+WHERE scope = ? AND idempotency_key = ?
+`
+
+type KeyLookupParams struct {
+	Now            sql.NullTime
+	Scope          []byte
+	IdempotencyKey []byte
+}
+
+type KeyLookupRow struct {
+	Fingerprint []byte
+	Response    []byte
+	Token       int64
+	Available   int64
+	Locked      int64
+}
+
+// Store.Run's read of a key before its transaction: in autocommit, a
+// consistent read of the committed row, without locks.
+func (q *Queries) KeyLookup(ctx context.Context, db DBTX, arg KeyLookupParams) (KeyLookupRow, error) {
+	row := db.QueryRowContext(ctx, keyLookup,
+		arg.Now,
+		arg.Now,
+		arg.Now,
+		arg.Scope,
+		arg.IdempotencyKey,
+	)
+	var i KeyLookupRow
+	err := row.Scan(
+		&i.Fingerprint,
+		&i.Response,
+		&i.Token,
+		&i.Available,
+		&i.Locked,
+	)
+	return i, err
 }
 
 const keyPurge = `-- name: KeyPurge :execrows
