@@ -231,6 +231,13 @@ func DoJSON[T, TTx any](ctx context.Context, s *Store[TTx], tx TTx, req Request,
 		first = v
 		return json.Marshal(v)
 	}, true)
+	return decoded(req, res, err, first)
+}
+
+// decoded finishes DoJSON and RunJSON: first on FirstRun, the recorded
+// response decoded on AlreadyDone.
+func decoded[T any](req Request, res sqlonce.Result, err error, first T) (T, sqlonce.Result, error) {
+	var zero T
 	if err != nil {
 		return zero, res, err
 	}

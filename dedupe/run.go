@@ -1,0 +1,120 @@
+package dedupe
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/owntx"
+	"github.com/sqlonce/sqlonce/internal/testclock"
+)
+
+// Run runs fn once per key in a transaction of the Store's own. It begins
+// the transaction on the driver's database handle, claims req's key, runs
+// fn with the transaction, records fn's response with the key and
+// commits: fn's work and the key commit together, or neither does. A
+// repeat gets AlreadyDone with the recorded response, byte for byte.
+//
+// Use Run when the transaction exists for this operation alone: an HTTP
+// or message handler whose writes are the operation. It is the fast path.
+// On PostgreSQL (a driver built with a *pgxpool.Pool or a *pgx.Conn) it
+// takes the round trips of the bare transaction, sending BEGIN with the
+// claim and the record with COMMIT, and answers a repeat in two; on
+// MySQL/MariaDB a repeat is one read, outside any transaction. Use Do or
+// DoResponse to make one step of a larger transaction of yours idempotent.
+//
+// fn may run more than once. Run starts over, in a new transaction, after
+// a deadlock or a serialization failure, or when another transaction
+// recorded the key while fn ran (a Do or a lease on the same key); only
+// the run that commits leaves anything behind. So fn does its work
+// through tx only, and never commits or rolls back tx: returning an error
+// rolls it back, and Run returns that error unchanged.
+//
+// A concurrent Run of the same key waits for the first to end, as Do
+// does, unless the Store was built WithNoWait or WithLockWait
+// (sqlonce.ErrInProgress). Errors are those of DoResponse, and
+// sqlonce.ErrNoDB for a driver built without a database handle.
+func (s *Store[TTx]) Run(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) ([]byte, error)) (sqlonce.Result, error) {
+	if fn == nil {
+		return sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
+	}
+	ttl, err := s.check(req)
+	if err != nil {
+		return sqlonce.Result{}, err
+	}
+	runner, ok := s.engine.(driver.Runner[TTx])
+	if !ok {
+		return s.runInTx(ctx, req, fn)
+	}
+	limited := func(ctx context.Context, tx TTx) ([]byte, error) {
+		resp, err := fn(ctx, tx)
+		if err == nil && len(resp) > s.maxResponse {
+			return nil, fmt.Errorf("%w: %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(resp), req.Key, s.maxResponse)
+		}
+		return resp, err
+	}
+	p := driver.RunParams{
+		Key:         driver.Key{Scope: req.Scope, Key: req.Key},
+		Fingerprint: req.Fingerprint,
+		TTL:         ttl,
+		LockWait:    s.lockWait,
+		Now:         testclock.Now(ctx),
+	}
+	var out driver.RunResult
+	err = owntx.Retry(ctx, func() (err error) {
+		out, err = runner.Run(ctx, p, limited)
+		return err
+	})
+	switch {
+	case errors.Is(err, driver.ErrNoRun):
+		return s.runInTx(ctx, req, fn)
+	case errors.Is(err, driver.ErrTxEnded):
+		return sqlonce.Result{}, fmt.Errorf("%w: %w", sqlonce.ErrInvalidArgument, err)
+	case err != nil:
+		return sqlonce.Result{}, err
+	case !out.Won:
+		return existing(req, out.Existing)
+	}
+	resp := out.Response
+	if resp == nil {
+		resp = []byte{}
+	}
+	return sqlonce.Result{Outcome: sqlonce.FirstRun, Response: resp}, nil
+}
+
+// runInTx is Run for drivers without a Runner: DoResponse in a transaction
+// of the Store's own.
+func (s *Store[TTx]) runInTx(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) ([]byte, error)) (sqlonce.Result, error) {
+	var res sqlonce.Result
+	err := owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) (err error) {
+		res, err = s.run(ctx, tx, req, func(ctx context.Context) ([]byte, error) { return fn(ctx, tx) }, true)
+		return err
+	})
+	if err != nil {
+		return sqlonce.Result{}, err
+	}
+	return res, nil
+}
+
+// RunJSON is Run for a Go value, as DoJSON is DoResponse's: the first
+// run's value is recorded as JSON, and a repeat gets it back decoded into
+// a T.
+func RunJSON[T, TTx any](ctx context.Context, s *Store[TTx], req Request, fn func(ctx context.Context, tx TTx) (T, error)) (T, sqlonce.Result, error) {
+	var zero T
+	if fn == nil {
+		return zero, sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
+	}
+	var first T
+	res, err := s.Run(ctx, req, func(ctx context.Context, tx TTx) ([]byte, error) {
+		v, err := fn(ctx, tx)
+		if err != nil {
+			return nil, err
+		}
+		first = v
+		return json.Marshal(v)
+	})
+	return decoded(req, res, err, first)
+}
