@@ -79,22 +79,8 @@ func benchDedupe[TTx any](b *testing.B, f harness.Factory[TTx]) {
 			},
 		},
 		{
-			name: "replay",
-			setup: func(b *testing.B, db harness.DB[TTx], store *dedupe.Store[TTx]) {
-				ctx := context.Background()
-				for i := range replayKeys {
-					key := fmt.Sprintf("replay-%d", i)
-					err := harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
-						_, err := store.DoResponse(ctx, tx, dedupe.Request{Scope: "bench", Key: key, Fingerprint: dedupe.Fingerprint([]byte(key))}, func(ctx context.Context) ([]byte, error) {
-							return response, db.Tx(tx).LedgerInsert(ctx, key, 100)
-						})
-						return err
-					})
-					if err != nil {
-						b.Fatal(err)
-					}
-				}
-			},
+			name:  "replay",
+			setup: setupReplay[TTx],
 			op: func(ctx context.Context, db harness.DB[TTx], store *dedupe.Store[TTx], n int64) error {
 				key := fmt.Sprintf("replay-%d", (n%replayKeys+replayKeys)%replayKeys) // warm-up passes n < 0
 				return harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
@@ -106,6 +92,34 @@ func benchDedupe[TTx any](b *testing.B, f harness.Factory[TTx]) {
 					}
 					return err
 				})
+			},
+		},
+		{
+			name: "run_first_run_response_fingerprint",
+			op: func(ctx context.Context, db harness.DB[TTx], store *dedupe.Store[TTx], n int64) error {
+				key := fmt.Sprintf("run-%d", n)
+				fp := dedupe.Fingerprint([]byte("POST"), []byte("/orders"), []byte(key))
+				res, err := store.Run(ctx, dedupe.Request{Scope: "bench", Key: key, Fingerprint: fp}, func(ctx context.Context, tx TTx) ([]byte, error) {
+					return response, db.Tx(tx).LedgerInsert(ctx, key, 100)
+				})
+				if err == nil && !res.FirstRun() {
+					err = fmt.Errorf("%s: %v, want first run", key, res)
+				}
+				return err
+			},
+		},
+		{
+			name:  "run_replay",
+			setup: setupReplay[TTx],
+			op: func(ctx context.Context, db harness.DB[TTx], store *dedupe.Store[TTx], n int64) error {
+				key := fmt.Sprintf("replay-%d", (n%replayKeys+replayKeys)%replayKeys) // warm-up passes n < 0
+				res, err := store.Run(ctx, dedupe.Request{Scope: "bench", Key: key, Fingerprint: dedupe.Fingerprint([]byte(key))}, func(ctx context.Context, tx TTx) ([]byte, error) {
+					return nil, fmt.Errorf("replay path ran the work for %s", key)
+				})
+				if err == nil && !res.AlreadyDone() {
+					err = fmt.Errorf("%s: %v, want already done", key, res)
+				}
+				return err
 			},
 		},
 		{
@@ -179,5 +193,22 @@ func benchDedupe[TTx any](b *testing.B, f harness.Factory[TTx]) {
 			b.ReportMetric(pth, "ns/path")
 			b.ReportMetric(pth/base, "x_baseline")
 		})
+	}
+}
+
+// setupReplay records the keys the replay paths repeat.
+func setupReplay[TTx any](b *testing.B, db harness.DB[TTx], store *dedupe.Store[TTx]) {
+	ctx := context.Background()
+	for i := range replayKeys {
+		key := fmt.Sprintf("replay-%d", i)
+		err := harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+			_, err := store.DoResponse(ctx, tx, dedupe.Request{Scope: "bench", Key: key, Fingerprint: dedupe.Fingerprint([]byte(key))}, func(ctx context.Context) ([]byte, error) {
+				return response, db.Tx(tx).LedgerInsert(ctx, key, 100)
+			})
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
 }
