@@ -50,9 +50,10 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 			return err
 		}
 		if found {
-			// Expired, or a lapsed lease: delete the row read. If another
-			// transaction changed it since, its row fails the INSERT.
-			if _, err := e.q.KeyDelete(ctx, e.on(tx), mysqldb.KeyDeleteParams{Scope: scope, IdempotencyKey: key, Token: row.Token}); err != nil {
+			// Expired, or a lapsed lease: delete the row read if it still
+			// is. If it changed since (taken over, completed late by its
+			// lease holder), the row fails the INSERT.
+			if _, err := e.q.KeyRunDelete(ctx, e.on(tx), mysqldb.KeyRunDeleteParams{Scope: scope, IdempotencyKey: key, Token: row.Token, Now: now}); err != nil {
 				return ended(err)
 			}
 		}

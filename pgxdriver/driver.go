@@ -191,8 +191,7 @@ func (e engine) SetResponse(ctx context.Context, tx pgx.Tx, k driver.Key, token 
 }
 
 func (e engine) Unclaim(ctx context.Context, tx pgx.Tx, k driver.Key, token int64) error {
-	var err error
-	e.q.KeyDelete(ctx, tx, []pgdb.KeyDeleteParams{{Scope: k.Scope, IdempotencyKey: k.Key, Token: token}}).Exec(func(_ int, execErr error) { err = execErr })
+	_, err := e.q.KeyDelete(ctx, tx, pgdb.KeyDeleteParams{Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
 	return err
 }
 

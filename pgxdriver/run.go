@@ -112,9 +112,10 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 	pl = pipeline{}
 	var minToken int64
 	if found {
-		// Expired, or a lapsed lease: delete the row seen. If it changed
-		// since, the row that replaced it fails the INSERT.
-		del := e.q.KeyDelete(ctx, &pl, []pgdb.KeyDeleteParams{{Scope: p.Scope, IdempotencyKey: p.Key.Key, Token: row.Token}})
+		// Expired, or a lapsed lease: delete the row seen if it still is.
+		// If it changed since (taken over, completed late by its lease
+		// holder), the row fails the INSERT.
+		del := e.q.KeyRunDelete(ctx, &pl, []pgdb.KeyRunDeleteParams{{Scope: p.Scope, IdempotencyKey: p.Key.Key, Token: row.Token, Now: get.Now}})
 		pl.then(func() (err error) {
 			del.Exec(func(_ int, e error) { err = e })
 			return err

@@ -99,6 +99,16 @@ WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
 DELETE FROM sqlonce_keys
 WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token);
 
+-- name: KeyRunDelete :execrows
+-- Deletes the expired key, or the lapsed lease, that Store.Run takes over:
+-- the row it read (token), if it is still available. A lease completed
+-- late by its holder is not: it stays, and fails the KeyInsert that
+-- follows.
+DELETE FROM sqlonce_keys
+WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token)
+  AND (expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+       OR (state = 2 AND locked_until <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)));
+
 -- name: KeyComplete :execrows
 UPDATE sqlonce_keys
 SET state        = 1,

@@ -80,12 +80,21 @@ UPDATE sqlonce_keys
 SET response = sqlc.arg('response')
 WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token');
 
--- name: KeyDelete :batchexec
+-- name: KeyDelete :execrows
 -- Undoes a claim whose work failed, so that a commit by mistake cannot leave
--- a key marked done with nothing done; and deletes the expired key, or the
--- lapsed lease, that Store.Run takes over, in the round trip of its commit.
+-- a key marked done with nothing done.
 DELETE FROM sqlonce_keys
 WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token');
+
+-- name: KeyRunDelete :batchexec
+-- Deletes the expired key, or the lapsed lease, that Store.Run takes over,
+-- in the round trip of its commit: the row it read (token), if it is still
+-- available. A lease completed late by its holder is not: it stays, and
+-- fails the KeyRunInsert that follows.
+DELETE FROM sqlonce_keys
+WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token')
+  AND (expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+       OR (state = 2 AND locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())));
 
 -- name: KeyTryLock :batchone
 -- Takes the advisory lock that Store.Run holds on a key from its lookup to

@@ -402,6 +402,38 @@ func (q *Queries) KeyResponseLength(ctx context.Context, db DBTX, arg KeyRespons
 	return response_len, err
 }
 
+const keyRunDelete = `-- name: KeyRunDelete :execrows
+DELETE FROM sqlonce_keys
+WHERE scope = ? AND idempotency_key = ? AND token = ?
+  AND (expires_at <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+       OR (state = 2 AND locked_until <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)))
+`
+
+type KeyRunDeleteParams struct {
+	Scope          []byte
+	IdempotencyKey []byte
+	Token          int64
+	Now            sql.NullTime
+}
+
+// Deletes the expired key, or the lapsed lease, that Store.Run takes over:
+// the row it read (token), if it is still available. A lease completed
+// late by its holder is not: it stays, and fails the KeyInsert that
+// follows.
+func (q *Queries) KeyRunDelete(ctx context.Context, db DBTX, arg KeyRunDeleteParams) (int64, error) {
+	result, err := db.ExecContext(ctx, keyRunDelete,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Token,
+		arg.Now,
+		arg.Now,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const keySetResponse = `-- name: KeySetResponse :execrows
 UPDATE sqlonce_keys
 SET response = ?

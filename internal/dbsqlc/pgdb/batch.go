@@ -17,61 +17,6 @@ var (
 	ErrBatchAlreadyClosed = errors.New("batch already closed")
 )
 
-const keyDelete = `-- name: KeyDelete :batchexec
-DELETE FROM sqlonce_keys
-WHERE scope = $1 AND idempotency_key = $2 AND token = $3
-`
-
-type KeyDeleteBatchResults struct {
-	br     pgx.BatchResults
-	tot    int
-	closed bool
-}
-
-type KeyDeleteParams struct {
-	Scope          string
-	IdempotencyKey string
-	Token          int64
-}
-
-// Undoes a claim whose work failed, so that a commit by mistake cannot leave
-// a key marked done with nothing done; and deletes the expired key, or the
-// lapsed lease, that Store.Run takes over, in the round trip of its commit.
-func (q *Queries) KeyDelete(ctx context.Context, db DBTX, arg []KeyDeleteParams) *KeyDeleteBatchResults {
-	batch := &pgx.Batch{}
-	for _, a := range arg {
-		vals := []interface{}{
-			a.Scope,
-			a.IdempotencyKey,
-			a.Token,
-		}
-		batch.Queue(keyDelete, vals...)
-	}
-	br := db.SendBatch(ctx, batch)
-	return &KeyDeleteBatchResults{br, len(arg), false}
-}
-
-func (b *KeyDeleteBatchResults) Exec(f func(int, error)) {
-	defer b.br.Close()
-	for t := 0; t < b.tot; t++ {
-		if b.closed {
-			if f != nil {
-				f(t, ErrBatchAlreadyClosed)
-			}
-			continue
-		}
-		_, err := b.br.Exec()
-		if f != nil {
-			f(t, err)
-		}
-	}
-}
-
-func (b *KeyDeleteBatchResults) Close() error {
-	b.closed = true
-	return b.br.Close()
-}
-
 const keyGet = `-- name: KeyGet :batchone
 SELECT
     fingerprint,
@@ -203,6 +148,66 @@ func (b *KeyLockBatchResults) Exec(f func(int, error)) {
 }
 
 func (b *KeyLockBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
+const keyRunDelete = `-- name: KeyRunDelete :batchexec
+DELETE FROM sqlonce_keys
+WHERE scope = $1 AND idempotency_key = $2 AND token = $3
+  AND (expires_at <= coalesce($4::timestamptz, now())
+       OR (state = 2 AND locked_until <= coalesce($4::timestamptz, now())))
+`
+
+type KeyRunDeleteBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type KeyRunDeleteParams struct {
+	Scope          string
+	IdempotencyKey string
+	Token          int64
+	Now            pgtype.Timestamptz
+}
+
+// Deletes the expired key, or the lapsed lease, that Store.Run takes over,
+// in the round trip of its commit: the row it read (token), if it is still
+// available. A lease completed late by its holder is not: it stays, and
+// fails the KeyRunInsert that follows.
+func (q *Queries) KeyRunDelete(ctx context.Context, db DBTX, arg []KeyRunDeleteParams) *KeyRunDeleteBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.Scope,
+			a.IdempotencyKey,
+			a.Token,
+			a.Now,
+		}
+		batch.Queue(keyRunDelete, vals...)
+	}
+	br := db.SendBatch(ctx, batch)
+	return &KeyRunDeleteBatchResults{br, len(arg), false}
+}
+
+func (b *KeyRunDeleteBatchResults) Exec(f func(int, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		if b.closed {
+			if f != nil {
+				f(t, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		_, err := b.br.Exec()
+		if f != nil {
+			f(t, err)
+		}
+	}
+}
+
+func (b *KeyRunDeleteBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }

@@ -130,6 +130,27 @@ func (q *Queries) KeyComplete(ctx context.Context, db DBTX, arg KeyCompleteParam
 	return result.RowsAffected(), nil
 }
 
+const keyDelete = `-- name: KeyDelete :execrows
+DELETE FROM sqlonce_keys
+WHERE scope = $1 AND idempotency_key = $2 AND token = $3
+`
+
+type KeyDeleteParams struct {
+	Scope          string
+	IdempotencyKey string
+	Token          int64
+}
+
+// Undoes a claim whose work failed, so that a commit by mistake cannot leave
+// a key marked done with nothing done.
+func (q *Queries) KeyDelete(ctx context.Context, db DBTX, arg KeyDeleteParams) (int64, error) {
+	result, err := db.Exec(ctx, keyDelete, arg.Scope, arg.IdempotencyKey, arg.Token)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const keyExtend = `-- name: KeyExtend :execrows
 UPDATE sqlonce_keys
 SET locked_until = coalesce($1::timestamptz, now()) + $2::bigint * interval '1 microsecond',
