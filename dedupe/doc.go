@@ -26,6 +26,28 @@
 // first transaction ends, then sees AlreadyDone (it committed) or wins the
 // claim itself (it rolled back).
 //
+// # A transaction of the Store's own: Run
+//
+// When the transaction exists only for this operation (an HTTP handler, a
+// message handler), let the Store own it: [Store.Run] begins it, claims
+// the key, runs fn with it, records fn's response with the key and
+// commits. It is the fast path, because sqlonce then chooses the round
+// trips: on PostgreSQL, BEGIN travels with the claim and the record with
+// COMMIT, so a first run costs the round trips of the bare transaction and
+// a repeat costs two; on MySQL/MariaDB a repeat is one read, outside any
+// transaction. fn may run more than once (Run starts over after a
+// deadlock, a serialization failure, or a key recorded by another
+// transaction while fn ran), so it does its work through tx only:
+//
+//	res, err := store.Run(ctx, dedupe.Request{Scope: "payments", Key: idemKey, Fingerprint: fp},
+//		func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+//			_, err := tx.Exec(ctx, "INSERT INTO ledger (ref, amount) VALUES ($1, $2)", ref, 100)
+//			return receipt, err
+//		})
+//
+// [RunJSON] is Run for a Go value. Use Do to make one step of a larger
+// transaction of yours idempotent.
+//
 // # Replaying the first answer
 //
 // [Store.DoResponse] and [DoJSON] record the first run's response with the
@@ -80,11 +102,13 @@
 //
 // # Choosing a mode
 //
-// Use [Store.Do] (in-transaction mode) whenever the work is writes to the
-// database that holds the keys: the key and the work commit or roll back
-// together, so there is no moment when one exists without the other and
-// nothing to clean up after a crash: exactly once. A duplicate waits for
-// the first transaction, or gets ErrInProgress at once with WithNoWait.
+// Use [Store.Run], or [Store.Do] inside a transaction of yours, whenever
+// the work is writes to the database that holds the keys: the key and the
+// work commit or roll back together, so there is no moment when one exists
+// without the other and nothing to clean up after a crash: exactly once. A
+// duplicate waits for the first transaction, or gets ErrInProgress at once
+// with WithNoWait. Run is faster; Do composes with other writes of yours
+// in one transaction.
 //
 // Use a lease ([Store.Claim], then [Store.Complete] or [Store.Release]) when
 // the work has effects outside the database (a payment provider, mail) or
@@ -97,7 +121,9 @@
 //
 // # Isolation levels
 //
-// Do is correct under READ COMMITTED, REPEATABLE READ and SERIALIZABLE on
+// Run's transaction is READ COMMITTED on PostgreSQL and the server's
+// default on MySQL/MariaDB. Do is correct under READ COMMITTED, REPEATABLE
+// READ and SERIALIZABLE on
 // PostgreSQL and MySQL/MariaDB. Under PostgreSQL REPEATABLE READ or
 // SERIALIZABLE a duplicate whose first run committed after the transaction's
 // snapshot cannot be read, and the server reports a serialization failure;

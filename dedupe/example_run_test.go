@@ -1,0 +1,86 @@
+package dedupe_test
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/internal/exampledb"
+	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/pgxdriver"
+)
+
+// A handler that owns its transaction lets the Store run it: the charge,
+// the key and the receipt commit together, and the retries get the first
+// receipt back.
+func ExampleStore_Run() {
+	ctx := context.Background()
+	pool := exampledb.Postgres("dedupe_run")
+	defer pool.Close()
+
+	store, err := dedupe.New(pgxdriver.New(pool))
+	if err != nil {
+		panic(err)
+	}
+	req := dedupe.Request{
+		Scope:       "payments",
+		Key:         "pay-91c2",
+		Fingerprint: dedupe.Fingerprint([]byte("POST /charges"), []byte(`{"amount":100}`)),
+	}
+	for range 3 {
+		res, err := store.Run(ctx, req, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			var id int64
+			err := tx.QueryRow(ctx, "INSERT INTO ledger (ref, amount) VALUES ($1, $2) RETURNING id", req.Key, 100).Scan(&id)
+			return fmt.Appendf(nil, `{"charge":%d}`, id), err
+		})
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(res, string(res.Response))
+	}
+
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM ledger").Scan(&n); err != nil {
+		panic(err)
+	}
+	fmt.Println("ledger rows:", n)
+	// Output:
+	// first run {"charge":1}
+	// already done {"charge":1}
+	// already done {"charge":1}
+	// ledger rows: 1
+}
+
+// RunJSON records a Go value; a repeat decodes it. On MySQL/MariaDB the
+// repeat is answered by one read, outside any transaction.
+func ExampleRunJSON() {
+	ctx := context.Background()
+	db := exampledb.MySQL("dedupe_run")
+	defer db.Close()
+
+	store, err := dedupe.New(mysqldriver.New(db))
+	if err != nil {
+		panic(err)
+	}
+	type receipt struct {
+		Ref    string `json:"ref"`
+		Amount int    `json:"amount"`
+	}
+	for range 2 {
+		r, res, err := dedupe.RunJSON(ctx, store, dedupe.Request{Scope: "orders-consumer", Key: "msg-0042"},
+			func(ctx context.Context, tx *sql.Tx) (receipt, error) {
+				_, err := tx.ExecContext(ctx, "INSERT INTO ledger (ref, amount) VALUES (?, ?)", "msg-0042", 7)
+				return receipt{Ref: "msg-0042", Amount: 7}, err
+			})
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(res, r.Ref, r.Amount)
+	}
+	// Output:
+	// first run msg-0042 7
+	// already done msg-0042 7
+}
