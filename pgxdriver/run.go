@@ -81,6 +81,9 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 	if err := pl.send(ctx, conn); err != nil {
 		return res, err
 	}
+	// The Tx is pgx's, begun by this first batch; the COMMIT below goes
+	// round it, on the connection, and the Tx is dropped.
+	tx := pl.tx
 	if !locked {
 		// Another run of the key holds the lock: wait for it to end, then
 		// look again (a new statement, so a new READ COMMITTED snapshot).
@@ -98,9 +101,7 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 		return driver.RunResult{Existing: driver.Existing{Fingerprint: row.Fingerprint, Response: row.Response, Leased: row.Locked}}, nil
 	}
 
-	// The Tx is pgx's; the COMMIT below goes round it, on the connection,
-	// and the Tx is dropped.
-	resp, err := fn(ctx, pl.tx)
+	resp, err := fn(ctx, tx)
 	if err != nil {
 		return res, err
 	}
