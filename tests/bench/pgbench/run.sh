@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The raw-SQL anchor for the dedupe benchmarks: pgbench, 8 clients, the
-# transactions sqlonce's paths amount to, against the bare one.
+# transactions sqlonce's paths amount to, against the bare one. run_first and
+# run_replay are Store.Run on PostgreSQL: pgbench pipelines (\startpipeline)
+# send BEGIN with the lock and lookup, and the record with COMMIT.
 #   PGHOST=127.0.0.1 PGUSER=postgres PGDATABASE=test bash tests/bench/pgbench/run.sh
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -20,7 +22,7 @@ psql -q -c "INSERT INTO pgb.sqlonce_keys (scope, idempotency_key, state, token, 
             SELECT 'd', 'k' || i, 1, 1, now(), now() + interval '1 day', '\x00' FROM generate_series(1, 1000) i"
 declare -A tps
 for round in 1 2 3; do
-	for f in bare claim claim_update dup_read; do
+	for f in bare claim claim_update dup_read run_first run_replay; do
 		t=$(pgbench -n -c 8 -j 2 -T "$T" -M prepared -f "$f.sql" 2>/dev/null | awk '/^tps/ {print $3; exit}')
 		tps[$f]+="$t "
 		echo "round $round $f: $t tps"
@@ -29,7 +31,7 @@ done
 psql -q -c "DROP SCHEMA pgb CASCADE"
 median() { tr ' ' '\n' | grep . | sort -n | sed -n 2p; }
 base=$(echo "${tps[bare]}" | median)
-for f in bare claim claim_update dup_read; do
+for f in bare claim claim_update dup_read run_first run_replay; do
 	m=$(echo "${tps[$f]}" | median)
 	awk -v f="$f" -v b="$base" -v m="$m" 'BEGIN { printf "%-13s median %8.0f tps  time x%.2f\n", f, m, b / m }'
 done
