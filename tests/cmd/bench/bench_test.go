@@ -94,7 +94,7 @@ func TestFaultAccounting(t *testing.T) {
 					t.Errorf("%s: no expectation for this technique", r.ID)
 				}
 			}
-			for _, id := range []string{"baseline", "bare-update", "bare-order", "dedupe-do", "dedupe-response", "unique-insert", "optimistic", "statemachine", "dedupe-lease", "select-insert", "redis-setnx", "redis-token"} {
+			for _, id := range []string{"baseline", "bare-update", "bare-order", "dedupe-do", "dedupe-response", "dedupe-run", "unique-insert", "optimistic", "statemachine", "dedupe-lease", "select-insert", "redis-setnx", "redis-token"} {
 				if !seen[id] {
 					t.Errorf("technique %s did not run", id)
 				}

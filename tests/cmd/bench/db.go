@@ -46,10 +46,11 @@ type backend[TTx any] interface {
 	commit(ctx context.Context, tx TTx) error
 	rollback(ctx context.Context, tx TTx) error
 	biz(tx TTx) biz
-	// crash ends tx the way a dead process does: its connection is killed
+	// kill ends tx the way a dead process does: its connection is killed
 	// from another session (pg_terminate_backend, KILL) and the server
-	// rolls back; no code of the "dead" caller runs afterwards.
-	crash(ctx context.Context, tx TTx)
+	// rolls back. tx is left to whoever began it, to release its handle;
+	// no other code of the "dead" caller runs afterwards.
+	kill(ctx context.Context, tx TTx)
 	// bareUpdate adds delta to an order's amount with no guard at all.
 	bareUpdate(ctx context.Context, tx TTx, id, delta int64) error
 	// createOrders inserts n orders with codes prefix-0..prefix-(n-1) and
@@ -149,14 +150,11 @@ func (b *pgBackend) commit(ctx context.Context, tx pgx.Tx) error   { return tx.C
 func (b *pgBackend) rollback(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) }
 func (b *pgBackend) biz(tx pgx.Tx) biz                             { return pgBiz{pgbiz.New(tx)} }
 
-func (b *pgBackend) crash(ctx context.Context, tx pgx.Tx) {
+func (b *pgBackend) kill(ctx context.Context, tx pgx.Tx) {
 	var pid int64
 	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err == nil {
 		_, _ = b.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid)
 	}
-	// Releases the pool's handle; the server has rolled back (or does so
-	// now, if the kill failed).
-	_ = tx.Rollback(ctx)
 }
 
 func (b *pgBackend) bareUpdate(ctx context.Context, tx pgx.Tx, id, delta int64) error {
@@ -374,12 +372,11 @@ func (b *myBackend) commit(_ context.Context, tx *sql.Tx) error   { return tx.Co
 func (b *myBackend) rollback(_ context.Context, tx *sql.Tx) error { return tx.Rollback() }
 func (b *myBackend) biz(tx *sql.Tx) biz                           { return myBiz{mysqlbiz.New(tx)} }
 
-func (b *myBackend) crash(ctx context.Context, tx *sql.Tx) {
+func (b *myBackend) kill(ctx context.Context, tx *sql.Tx) {
 	var id int64
 	if err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err == nil {
 		_, _ = b.db.ExecContext(ctx, fmt.Sprintf("KILL %d", id))
 	}
-	_ = tx.Rollback()
 }
 
 func (b *myBackend) bareUpdate(ctx context.Context, tx *sql.Tx, id, delta int64) error {

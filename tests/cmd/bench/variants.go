@@ -10,6 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/dberr"
 	"github.com/sqlonce/sqlonce/optimistic"
@@ -92,6 +93,22 @@ const (
 	scope  = "bench"
 )
 
+// payment is the dedupe request of the techniques that check a request
+// fingerprint: the key and a fingerprint of the request's method, path
+// and body.
+func payment(key string) dedupe.Request {
+	return dedupe.Request{Scope: scope, Key: key, Fingerprint: dedupe.Fingerprint([]byte("POST /payments"), []byte(key), []byte(`{"amount":100}`))}
+}
+
+// replayed is the error of a replay that did not return the first run's
+// response byte for byte.
+func replayed(res sqlonce.Result, want []byte) error {
+	if res.AlreadyDone() && !bytes.Equal(res.Response, want) {
+		return fmt.Errorf("replayed response %q, recorded %q", res.Response, want)
+	}
+	return nil
+}
+
 // inTx runs fn in a transaction and commits; when fn did the write and h
 // asks for a crash, the transaction's connection is killed instead.
 func inTx[TTx any](ctx context.Context, b backend[TTx], h hook, fn func(tx TTx) (outcome, error)) (outcome, error) {
@@ -107,7 +124,10 @@ func inTx[TTx any](ctx context.Context, b backend[TTx], h hook, fn func(tx TTx) 
 	if out == applied && h != nil {
 		if err := h(ctx); err != nil {
 			if errors.Is(err, errCrash) {
-				b.crash(ctx, tx)
+				b.kill(ctx, tx)
+				// Releases the pool's handle; the server has rolled back
+				// (or does so now, if the kill failed).
+				_ = b.rollback(ctx, tx)
 				return 0, errCrashed
 			}
 			_ = b.rollback(ctx, tx)
@@ -241,16 +261,47 @@ func variants[TTx any](b backend[TTx], rdb *redis.Client, redisPrefix string, cf
 			Write: "as dedupe.Do, plus a request fingerprint and a ~100-byte response recorded and replayed",
 			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
 				want := response(r.key)
-				req := dedupe.Request{Scope: scope, Key: r.key, Fingerprint: dedupe.Fingerprint([]byte("POST /payments"), []byte(r.key), []byte(`{"amount":100}`))}
 				return inTx(ctx, b, h, func(tx TTx) (outcome, error) {
-					res, err := store.DoResponse(ctx, tx, req, func(ctx context.Context) ([]byte, error) {
+					res, err := store.DoResponse(ctx, tx, payment(r.key), func(ctx context.Context) ([]byte, error) {
 						return want, b.biz(tx).ledgerInsert(ctx, r.key, amount)
 					})
-					if err == nil && res.AlreadyDone() && !bytes.Equal(res.Response, want) {
-						err = fmt.Errorf("replayed response %q, recorded %q", res.Response, want)
+					if err == nil {
+						err = replayed(res, want)
 					}
 					return fromResult(res.FirstRun()), err
 				})
+			},
+			effects: ledger,
+		},
+		{
+			ID: "dedupe-run", Name: "sqlonce dedupe.Run+fingerprint", Kind: KindSqlonce,
+			Write: "dedupe.Run: the Store's own transaction runs the ledger INSERT and records key, fingerprint and ~100-byte response with the commit",
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				want := response(r.key)
+				// Run begins and commits the transaction itself, and may
+				// call fn more than once (after a lost race or a
+				// deadlock): the hook fires once per request, the crash
+				// kills fn's connection from inside fn, after the business
+				// write and before Run's commit, and Run hands the error
+				// back to the client to retry.
+				res, err := store.Run(ctx, payment(r.key), func(ctx context.Context, tx TTx) ([]byte, error) {
+					if err := b.biz(tx).ledgerInsert(ctx, r.key, amount); err != nil {
+						return nil, err
+					}
+					if h != nil {
+						if err := h(ctx); errors.Is(err, errCrash) {
+							b.kill(ctx, tx)
+							return nil, errCrashed
+						} else if err != nil {
+							return nil, err
+						}
+					}
+					return want, nil
+				})
+				if err == nil {
+					err = replayed(res, want)
+				}
+				return fromResult(res.FirstRun()), err
 			},
 			effects: ledger,
 		},
