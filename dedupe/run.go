@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/dberr"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 	"github.com/sqlonce/sqlonce/internal/testclock"
@@ -93,7 +94,13 @@ func (s *Store[TTx]) runInTx(ctx context.Context, req Request, fn func(ctx conte
 		res, err = s.run(ctx, tx, req, func(ctx context.Context) ([]byte, error) { return fn(ctx, tx) }, true)
 		return err
 	})
-	if err != nil {
+	switch {
+	case err != nil && ctx.Err() == nil && dberr.TxDone(err):
+		// fn committed or rolled back tx, so the response could not be
+		// recorded on it. (A context that ended rolls a database/sql
+		// transaction back too: that is not fn's doing.)
+		return sqlonce.Result{}, fmt.Errorf("%w: %w (%w)", sqlonce.ErrInvalidArgument, driver.ErrTxEnded, err)
+	case err != nil:
 		return sqlonce.Result{}, err
 	}
 	return res, nil

@@ -5,11 +5,13 @@
 package dberr
 
 import (
+	"database/sql"
 	"errors"
 	"strings"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -142,4 +144,11 @@ func mysqlDuplicateKeyName(msg string) string {
 		return ""
 	}
 	return msg[i+len(marker) : len(msg)-1]
+}
+
+// TxDone reports whether err is a statement refused because its
+// transaction had already been committed or rolled back: database/sql's
+// sql.ErrTxDone, pgx's pgx.ErrTxClosed.
+func TxDone(err error) bool {
+	return errors.Is(err, sql.ErrTxDone) || errors.Is(err, pgx.ErrTxClosed)
 }

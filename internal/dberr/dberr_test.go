@@ -2,6 +2,7 @@ package dberr
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
@@ -163,6 +165,25 @@ func TestLockNotAvailable(t *testing.T) {
 		{"nil", nil, false},
 	} {
 		if got := LockNotAvailable(tc.err); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestTxDone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"database/sql", sql.ErrTxDone, true},
+		{"pgx", pgx.ErrTxClosed, true},
+		{"wrapped", fmt.Errorf("record response: %w", sql.ErrTxDone), true},
+		{"commit turned rollback", pgx.ErrTxCommitRollback, false},
+		{"context", context.Canceled, false},
+		{"nil", nil, false},
+	} {
+		if got := TxDone(tc.err); got != tc.want {
 			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
 		}
 	}
