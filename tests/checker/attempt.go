@@ -48,13 +48,20 @@ const (
 	FaultRollback    Fault = "rollback after success" // the caller rolls back after the strategy reported
 	FaultAbandon     Fault = "lease holder dies"      // a lease is claimed and never completed or released
 	FaultRelease     Fault = "lease released"         // the external work failed: the lease is released
+	FaultLate        Fault = "lease holder late"      // the external work outlasts the lease, then the holder completes
 )
 
 var txFaults = []Fault{FaultFnError, FaultFnPanic, FaultCancel, FaultCancelAsync, FaultKill, FaultKillAsync, FaultRollback}
 
+// runFaults are the faults of dedupe.Store.Run, which owns its
+// transaction: no caller rolls back after it reported. The random kill is
+// armed when fn first runs, the connection being Run's; it lands in fn, in
+// the commit, or after.
+var runFaults = []Fault{FaultFnError, FaultFnPanic, FaultCancel, FaultCancelAsync, FaultKill, FaultKillAsync}
+
 // leaseFaults weighs the lease's own faults up: dead holders are what
 // takeovers and fencing are for.
-var leaseFaults = append([]Fault{FaultAbandon, FaultAbandon, FaultAbandon, FaultRelease, FaultRelease}, txFaults...)
+var leaseFaults = append([]Fault{FaultAbandon, FaultAbandon, FaultAbandon, FaultRelease, FaultRelease, FaultLate, FaultLate}, txFaults...)
 
 var (
 	errInjected      = errors.New("checker: injected fault")
@@ -66,10 +73,17 @@ type injectedPanic struct{}
 // Step is what one strategy call in an attempt reported.
 type Step struct {
 	// Key names the effect: "do:3", "resp:3", "u:3", "opt:2@15" (order 2
-	// from version 15), "sm:3", "lease:3".
+	// from version 15), "sm:3", "lease:3", "run:3" (Run's own keys, when
+	// it runs without the Do, DoResponse and lease workloads).
 	Key string
-	// Kind is "" for a strategy call, or the lease call: "claim",
-	// "complete", "release".
+	// Kind is "" for a strategy call, KindRun for a dedupe.Store.Run, or
+	// the lease call: "claim", "complete", "release".
+	//
+	// Run commits on its own, so its step is what it reported, except
+	// that a Run whose fn completed and which then failed is recorded as
+	// a FirstRun, with Err and the attempt's Commit saying how its commit
+	// ended (unknown, or provably rolled back), and Response what fn
+	// returned: the answer it would have given had the commit come back.
 	Kind     string
 	Outcome  sqlonce.Outcome
 	Response []byte
@@ -95,9 +109,16 @@ type Attempt struct {
 	Steps  []*Step
 	Err    error
 	// InTx is true for attempts that ran a transaction of the worker's own.
-	InTx                   bool
-	Commit                 CommitState
-	CommitStart, CommitEnd int64 // logical times around COMMIT
+	InTx bool
+	// Run is true for attempts of dedupe.Store.Run (a transaction of the
+	// Store's own); Calls counts the calls of its fn, which Run repeats
+	// when it starts over.
+	Run    bool
+	Calls  int
+	Commit CommitState
+	// CommitStart, CommitEnd: logical times around COMMIT. For Run,
+	// CommitStart is when its fn last returned, just before Run commits.
+	CommitStart, CommitEnd int64
 	// Took is how long the attempt ran, for the slowest-attempt line.
 	Took time.Duration
 }
@@ -116,11 +137,16 @@ type worker[TTx any] struct {
 }
 
 func (w *worker[TTx]) newAttempt(op string, try int) *Attempt {
+	return w.newAttemptOf(op, try, txFaults)
+}
+
+// newAttemptOf starts an attempt whose fault, if any, is one of faults.
+func (w *worker[TTx]) newAttemptOf(op string, try int, faults []Fault) *Attempt {
 	a := &Attempt{ID: w.r.ids.Add(1), Worker: w.id, Op: op, Try: try}
 	isos := w.r.cfg.Isolations
 	a.Iso = isos[w.rng.IntN(len(isos))]
 	if w.faulty() {
-		a.Fault = txFaults[w.rng.IntN(len(txFaults))]
+		a.Fault = faults[w.rng.IntN(len(faults))]
 	}
 	return a
 }
@@ -155,11 +181,17 @@ func (w *worker[TTx]) backoff(err error) {
 // an answer, as a client retries a request that failed or whose answer it
 // did not get, and records every attempt.
 func (w *worker[TTx]) operation(op string, body func(a *Attempt)) {
+	w.operationOf(op, txFaults, body)
+}
+
+// operationOf is operation with attempts whose faults are drawn from
+// faults.
+func (w *worker[TTx]) operationOf(op string, faults []Fault, body func(a *Attempt)) {
 	deadline := time.Now().Add(w.r.cfg.ConnectRetry)
 	// Once the run is over, a client gives up instead of retrying: an
 	// operation left half done is as much a case as a finished one.
 	for try := 0; try < 20 && (try == 0 || !w.r.stop.Load()); try++ {
-		a := w.newAttempt(op, try)
+		a := w.newAttemptOf(op, try, faults)
 		began := time.Now()
 		body(a)
 		a.Took = time.Since(began)
@@ -279,26 +311,43 @@ func (w *worker[TTx]) arm(ctx context.Context, cancel context.CancelFunc, tx TTx
 	case FaultCancelAsync:
 		f.timer = time.AfterFunc(w.jitter(), cancel)
 	case FaultKillAsync:
-		id, err := w.r.db.ConnID(ctx, tx)
-		if err != nil {
-			return f // the attempt fails on its own
-		}
-		delay := w.jitter()
-		f.wg.Add(1)
-		go func() {
-			defer f.wg.Done()
-			select {
-			case <-f.done:
-				// The attempt ended first. A kill racing the end of the
-				// attempt may still hit the connection back in the pool:
-				// another attempt then fails with a connection error,
-				// which is a fault like any other.
-			case <-time.After(delay):
-				w.kill(id)
-			}
-		}()
+		f.killLater(ctx, tx)
 	}
 	return f
+}
+
+// newFaultCtl is arm for an attempt whose transaction is not begun yet
+// (dedupe.Store.Run's): the random cancel is armed now, the random kill by
+// killLater once the transaction exists.
+func (w *worker[TTx]) newFaultCtl(cancel context.CancelFunc, a *Attempt) *faultCtl[TTx] {
+	f := &faultCtl[TTx]{w: w, a: a, cancel: cancel, done: make(chan struct{})}
+	if a.Fault == FaultCancelAsync {
+		f.timer = time.AfterFunc(w.jitter(), cancel)
+	}
+	return f
+}
+
+// killLater kills tx's connection from another session after a random
+// delay, unless the attempt ends first.
+func (f *faultCtl[TTx]) killLater(ctx context.Context, tx TTx) {
+	id, err := f.w.r.db.ConnID(ctx, tx)
+	if err != nil {
+		return // the attempt fails on its own
+	}
+	delay := f.w.jitter()
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		select {
+		case <-f.done:
+			// The attempt ended first. A kill racing the end of the
+			// attempt may still hit the connection back in the pool:
+			// another attempt then fails with a connection error,
+			// which is a fault like any other.
+		case <-time.After(delay):
+			f.w.kill(id)
+		}
+	}()
 }
 
 func (f *faultCtl[TTx]) disarm() {

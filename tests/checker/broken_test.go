@@ -70,6 +70,27 @@ func brokenMemoryMarker[TTx any](t *testing.T, db harness.DB[TTx]) {
 	caught(t, rep, checker.VEarly, "memory marker")
 }
 
+func TestBrokenWorkThenMarkPostgres(t *testing.T) {
+	brokenWorkThenMark(t, harness.Postgres(t, poolSize))
+}
+
+func TestBrokenWorkThenMarkMySQL(t *testing.T) {
+	brokenWorkThenMark(t, harness.MySQL(t, poolSize))
+}
+
+// brokenWorkThenMark: swapped in for dedupe.Store.Run, the work commits in
+// a transaction of its own before the key is recorded in another. Two runs
+// of a key both find it absent and both do the work.
+func brokenWorkThenMark[TTx any](t *testing.T, db harness.DB[TTx]) {
+	rep := checker.Run(t, db, checker.Config[TTx]{
+		Ops:       []string{checker.StoreRun},
+		Run:       checker.WorkThenMark[TTx](),
+		FaultRate: -1,
+		Duration:  2 * time.Second,
+	})
+	caught(t, rep, checker.VDuplicate, "work-then-mark")
+}
+
 func caught(t *testing.T, rep *checker.Report, kind, what string) {
 	t.Helper()
 	t.Log(rep.Summary())

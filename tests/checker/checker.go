@@ -30,10 +30,14 @@ const (
 	Optimistic   = "optimistic.Update"
 	StateMachine = "statemachine"
 	Lease        = "dedupe lease"
+	// StoreRun is dedupe.Store.Run, in a transaction of the Store's own,
+	// on the keys of the Do, DoResponse and lease workloads (one picked
+	// per operation, among those running), so that it races them all.
+	StoreRun = "dedupe.Store.Run"
 )
 
 // AllOps lists every workload.
-var AllOps = []string{Do, DoResponse, DoPair, DoNested, DoNestedText, Unique, Optimistic, StateMachine, Lease}
+var AllOps = []string{Do, DoResponse, DoPair, DoNested, DoNestedText, Unique, Optimistic, StateMachine, Lease, StoreRun}
 
 // DurationEnv overrides the run length of every checker run (a Go
 // duration: "5m").
@@ -98,6 +102,12 @@ type DedupeCall struct {
 // checker notices.
 type Deduper[TTx any] func(ctx context.Context, db harness.DB[TTx], tx TTx, c DedupeCall, fn func(ctx context.Context) ([]byte, error)) (sqlonce.Result, error)
 
+// Runner runs fn at most once per key in a transaction of its own, as
+// dedupe.Store.Run does, and says whether it did. fn may be called more
+// than once; only the call whose transaction commits may leave an effect.
+// The default is the dedupe Store's Run; tests swap in broken ones.
+type Runner[TTx any] func(ctx context.Context, db harness.DB[TTx], c DedupeCall, fn func(ctx context.Context, tx TTx) ([]byte, error)) (sqlonce.Result, error)
+
 // Config shapes a run. Zero fields take the defaults.
 type Config[TTx any] struct {
 	// Workers is the number of concurrent workers (64).
@@ -121,6 +131,8 @@ type Config[TTx any] struct {
 	// Dedupe replaces the dedupe Store for the Do, DoResponse, pair and
 	// nested workloads.
 	Dedupe Deduper[TTx]
+	// Run replaces dedupe.Store.Run for the StoreRun workload.
+	Run Runner[TTx]
 	// Lease is the lease length in the pinned database clock (10s). The
 	// pinned clock runs ClockSpeed times faster than real time, so leases
 	// lapse within a fraction of a second of real time without sleeping.
@@ -206,6 +218,8 @@ type run[TTx any] struct {
 	attempts []*Attempt
 	notes    map[string]int // events outside attempts (external calls, ...)
 	leases   sync.Map       // lease keys used
+
+	runTargets []runTarget // the key families the StoreRun workload hits
 }
 
 func (r *run[TTx]) tick() int64 { return r.lclock.Add(1) }
@@ -247,9 +261,13 @@ func Run[TTx any](t testing.TB, db harness.DB[TTx], cfg Config[TTx]) *Report {
 	if r.cfg.Dedupe == nil {
 		r.cfg.Dedupe = r.storeDedupe
 	}
+	if r.cfg.Run == nil {
+		r.cfg.Run = r.storeRun
+	}
 	for _, op := range cfg.Ops {
 		r.windows[op] = new(atomic.Int64)
 	}
+	r.runTargets = r.targetsOfRun()
 	if err := r.setup(); err != nil {
 		t.Fatalf("checker setup: %v", err)
 	}
@@ -383,6 +401,11 @@ func (r *run[TTx]) storeDedupe(ctx context.Context, _ harness.DB[TTx], tx TTx, c
 	})
 }
 
+// storeRun is the real thing.
+func (r *run[TTx]) storeRun(ctx context.Context, _ harness.DB[TTx], c DedupeCall, fn func(ctx context.Context, tx TTx) ([]byte, error)) (sqlonce.Result, error) {
+	return r.store.Run(ctx, dedupe.Request{Scope: c.Scope, Key: c.Key}, fn)
+}
+
 // SelectThenInsert is the anti-pattern the design notes warn about, shaped
 // as a Deduper: look for the effect, and do the work if it is not there.
 // No marker, no constraint: two concurrent calls both see "absent".
@@ -442,6 +465,46 @@ func MemoryMarker[TTx any]() Deduper[TTx] {
 			return sqlonce.Result{Outcome: sqlonce.AlreadyDone}, nil
 		}
 		resp, err := fn(ctx)
+		if err != nil {
+			return sqlonce.Result{}, err
+		}
+		return sqlonce.Result{Outcome: sqlonce.FirstRun, Response: resp}, nil
+	}
+}
+
+// WorkThenMark is Run done in two transactions, shaped as a Runner: the
+// work commits in one, then the key is recorded in another. Two concurrent
+// runs both do the work, and a failure between the two commits lets the
+// next run do it again.
+func WorkThenMark[TTx any]() Runner[TTx] {
+	return func(ctx context.Context, db harness.DB[TTx], c DedupeCall, fn func(ctx context.Context, tx TTx) ([]byte, error)) (sqlonce.Result, error) {
+		store, err := dedupe.New(db.Driver(), dedupe.WithTTL(keyTTL))
+		if err != nil {
+			return sqlonce.Result{}, err
+		}
+		req := dedupe.Request{Scope: c.Scope, Key: c.Key}
+		var found bool
+		err = harness.WithTx(ctx, db, harness.ReadCommitted, func(tx TTx) error {
+			var err error
+			found, err = db.Tx(tx).LedgerExistsByRef(ctx, c.Ref)
+			return err
+		})
+		if err != nil || found {
+			return sqlonce.Result{Outcome: sqlonce.AlreadyDone}, err
+		}
+		var resp []byte
+		err = harness.WithTx(ctx, db, harness.ReadCommitted, func(tx TTx) error {
+			var err error
+			resp, err = fn(ctx, tx)
+			return err
+		})
+		if err != nil {
+			return sqlonce.Result{}, err
+		}
+		err = harness.WithTx(ctx, db, harness.ReadCommitted, func(tx TTx) error {
+			_, err := store.DoResponse(ctx, tx, req, func(context.Context) ([]byte, error) { return resp, nil })
+			return err
+		})
 		if err != nil {
 			return sqlonce.Result{}, err
 		}

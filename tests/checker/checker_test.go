@@ -4,6 +4,7 @@ import (
 	"flag"
 	"io"
 	"log"
+	"slices"
 	"testing"
 	"time"
 
@@ -48,9 +49,17 @@ func TestSQLite(t *testing.T) {
 }
 
 func exactlyOnce[TTx any](t *testing.T, db harness.DB[TTx], isolations ...harness.Isolation) {
-	rep := checker.Run(t, db, checker.Config[TTx]{Ops: checker.Ops(t, db.Dialect()), Duration: checker.Duration(t, *durationFlag, 10*time.Second), Isolations: isolations})
+	ops := checker.Ops(t, db.Dialect())
+	rep := checker.Run(t, db, checker.Config[TTx]{Ops: ops, Duration: checker.Duration(t, *durationFlag, 10*time.Second), Isolations: isolations})
 	rep.Log(t.Logf, 50)
 	if len(rep.Violations) > 0 {
 		t.Errorf("%d violations of exactly-once", len(rep.Violations))
+	}
+	// A run that never reached Run's FirstRun and AlreadyDone checked
+	// nothing of it.
+	if slices.Contains(ops, checker.StoreRun) {
+		if rc := rep.Run(); rc.FirstRun == 0 || rc.AlreadyDone == 0 {
+			t.Errorf("dedupe.Store.Run was not exercised: %d attempts, %d FirstRun, %d AlreadyDone", rc.Attempts, rc.FirstRun, rc.AlreadyDone)
+		}
 	}
 }

@@ -2,9 +2,9 @@
 // drives every sqlonce strategy from many goroutines over a small key space,
 // injects faults (errors and panics in the work, cancelled contexts,
 // connections killed from another session, deadlocks and serialization
-// failures, lease holders that die), records what every attempt was told,
-// and then proves from the database alone that no effect was lost or
-// doubled.
+// failures, lease holders that die or complete late), records what every
+// attempt was told, and then proves from the database alone that no effect
+// was lost or doubled.
 //
 // # What an attempt records
 //
@@ -14,6 +14,14 @@
 // ended: committed, rolled back, or unknown (the connection died while
 // COMMIT was in flight). An unknown commit is "maybe committed": the
 // database decides.
+//
+// dedupe.Store.Run commits on its own: its attempt is the Run call, on the
+// keys of the Do, DoResponse and lease workloads, so that it races them
+// (and takes lapsed leases over, at the pinned clock). It is committed when
+// Run answers; when Run fails after its fn completed, the failure is that
+// of its commit, unknown unless the error proves a rollback. Run calls fn
+// again when it starts over, so effects are counted in the database, never
+// by calls of fn.
 //
 // # What is checked afterwards
 //
@@ -35,13 +43,14 @@
 // # Running it
 //
 // Run drives the workload and returns a Report. The tests in this package
-// run it for 10 s on PostgreSQL and on MariaDB, and show that it is not a
-// test that cannot fail: swapped in for the dedupe Store, a
+// run it for 10 s on PostgreSQL, MariaDB and SQLite, and show that it is
+// not a test that cannot fail: swapped in for the dedupe Store, a
 // select-then-insert "dedupe" is caught doubling effects, a marker
 // committed before the work is caught losing them, and an in-memory marker
-// is caught answering AlreadyDone before anything committed. The restart
-// subpackage runs the workload while the database server is killed and
-// started again.
+// is caught answering AlreadyDone before anything committed; swapped in
+// for Store.Run, work committed before its key is recorded is caught
+// doubling effects. The restart subpackage runs the workload while the
+// database server is killed and started again.
 //
 //	go test -race -count=1 ./checker/... -v
 //	SQLONCE_CHECKER_DURATION=5m go test -count=1 ./checker/ -run 'TestPostgres|TestMySQL' -v

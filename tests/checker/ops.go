@@ -36,6 +36,8 @@ func (w *worker[TTx]) loop() {
 			w.stateMachineOp()
 		case Lease:
 			w.leaseOp(w.key(Lease))
+		case StoreRun:
+			w.runOp()
 		default:
 			panic("checker: unknown workload " + op)
 		}
@@ -269,7 +271,9 @@ func (w *worker[TTx]) leaseOp(key string) (settled, inProgress bool) {
 }
 
 // holdLease does the external work of a won lease and completes it, unless
-// the fault says the holder dies or the work failed.
+// the fault says the holder dies or the work failed. A late holder
+// completes around the time its lease lapses, when a claim or a Run may be
+// taking it over: fencing must refuse the completion, or the takeover.
 func (w *worker[TTx]) holdLease(ref string, l *dedupe.Lease, fault Fault) bool {
 	w.r.note("lease external calls", 1)
 	switch fault {
@@ -278,6 +282,11 @@ func (w *worker[TTx]) holdLease(ref string, l *dedupe.Lease, fault Fault) bool {
 	case FaultRelease:
 		w.release(ref, l)
 		return false
+	case FaultLate:
+		// Between half and twice the lease, in real time.
+		span := w.r.cfg.Lease / time.Duration(w.r.cfg.ClockSpeed)
+		time.Sleep(span/2 + time.Duration(w.rng.Int64N(int64(3*span/2))))
+		fault = NoFault
 	}
 	for try := range 4 {
 		a := w.newAttempt(Lease+" complete", try)

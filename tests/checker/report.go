@@ -39,8 +39,35 @@ type Report struct {
 	unknownCommitted int
 	leaseClaims      int
 	leaseTakeovers   int
+	run              RunCounts
 	lines            []string
 }
+
+// RunCounts sums up the attempts of the StoreRun workload.
+type RunCounts struct {
+	Attempts    int
+	FirstRun    int // answered FirstRun
+	AlreadyDone int // answered AlreadyDone
+	// FailedRolledBack and FailedUnknown count the attempts whose fn
+	// completed and which then failed, by how their commit ended: provably
+	// rolled back, or unknown (the database decides; UnknownCommitted of
+	// them committed).
+	FailedRolledBack, FailedUnknown, UnknownCommitted int
+	// Errors counts the attempts that failed, by errClass.
+	Errors map[string]int
+	// Calls counts the calls of fn; Repeated, the attempts that called it
+	// more than once; MaxCalls, the most calls in one attempt.
+	Calls, Repeated, MaxCalls int
+	// LeaseTakeovers counts the lease keys whose effect a Run wrote after
+	// a claim had won the key; FencedCompletions, the completions refused
+	// (ErrLeaseLost) on those keys.
+	LeaseTakeovers, FencedCompletions int
+	// Faults counts the attempts by the fault injected.
+	Faults map[Fault]int
+}
+
+// Run returns the counts of the StoreRun workload.
+func (r *Report) Run() RunCounts { return r.run }
 
 func (r *Report) violate(kind, key, format string, args ...any) {
 	r.mu.Lock()
@@ -91,7 +118,12 @@ func (r *Report) summarize() {
 	errs := map[string]int{}
 	retries, retryable := 0, 0
 	commits := map[CommitState]int{}
+	rc := &r.run
+	rc.Errors, rc.Faults = map[string]int{}, map[Fault]int{}
 	for _, a := range r.Attempts {
+		if a.Run {
+			rc.count(a)
+		}
 		name := a.Op
 		c := ops[name]
 		if c == nil {
@@ -102,7 +134,7 @@ func (r *Report) summarize() {
 		if a.Try > 0 {
 			retries++
 		}
-		if a.Fault != NoFault && (a.Op != Lease+" claim" || a.Fault == FaultAbandon || a.Fault == FaultRelease) {
+		if a.Fault != NoFault && (a.Op != Lease+" claim" || a.Fault == FaultAbandon || a.Fault == FaultRelease || a.Fault == FaultLate) {
 			faults[a.Fault]++
 		}
 		if a.Err != nil {
@@ -112,7 +144,7 @@ func (r *Report) summarize() {
 			c.errs++
 			errs[errClass(a.Err)]++
 		}
-		if a.InTx && a.CommitStart > 0 {
+		if (a.InTx || a.Run) && a.CommitStart > 0 {
 			commits[a.Commit]++
 		}
 		for _, st := range a.Steps {
@@ -134,13 +166,25 @@ func (r *Report) summarize() {
 			c.first[NoCommit]+c.first[RolledBack], c.done, c.errs)
 	}
 	if slow := slices.MaxFunc(r.Attempts, func(a, b *Attempt) int { return int(a.Took - b.Took) }); slow != nil {
-		add("  slowest attempt: %v, %s at %s, fault %q: %v", slow.Took.Round(time.Millisecond), slow.Op, slow.Iso, slow.Fault, slow.Err)
+		iso := string(slow.Iso)
+		if slow.Run {
+			iso = "Run's own transaction"
+		}
+		add("  slowest attempt: %v, %s at %s, fault %q: %v", slow.Took.Round(time.Millisecond), slow.Op, iso, slow.Fault, slow.Err)
 	}
 	add("  faults: %s", joinCounts(faults))
 	add("  errors: %s", joinCounts(errs))
 	add("  retries: %d attempts after a failed one; %d failures sqlonce.IsRetryable accepts", retries, retryable)
 	add("  commits: %d committed, %d refused, %d unknown (of %d whose writes the database names, %d committed)",
 		commits[Committed], commits[RolledBack], commits[Unknown], r.unknownNamed, r.unknownCommitted)
+	if rc.Attempts > 0 {
+		add("  dedupe.Store.Run: %d attempts: %d FirstRun, %d AlreadyDone, %d failed after fn (%d rolled back, %d commit unknown, of which %d committed); fn called %d times, more than once in %d attempts (at most %d)",
+			rc.Attempts, rc.FirstRun, rc.AlreadyDone, rc.FailedRolledBack+rc.FailedUnknown, rc.FailedRolledBack, rc.FailedUnknown, rc.UnknownCommitted,
+			rc.Calls, rc.Repeated, rc.MaxCalls)
+		add("  dedupe.Store.Run: took %d lapsed leases over (%d late completions refused); faults: %s",
+			rc.LeaseTakeovers, rc.FencedCompletions, joinCounts(rc.Faults))
+		add("  dedupe.Store.Run errors: %s", joinCounts(rc.Errors))
+	}
 	add("  leases: %d claims won, %d takeovers, %d external calls; notes: %s",
 		r.leaseClaims, r.leaseTakeovers, r.notes["lease external calls"], joinCounts(r.notes))
 	byKind := map[string]int{}
@@ -148,6 +192,33 @@ func (r *Report) summarize() {
 		byKind[v.Kind]++
 	}
 	add("  violations: %d %s", len(r.Violations), joinCounts(byKind))
+}
+
+func (rc *RunCounts) count(a *Attempt) {
+	rc.Attempts++
+	rc.Calls += a.Calls
+	rc.MaxCalls = max(rc.MaxCalls, a.Calls)
+	if a.Calls > 1 {
+		rc.Repeated++
+	}
+	if a.Err != nil {
+		rc.Errors[errClass(a.Err)]++
+	}
+	if a.Fault != NoFault {
+		rc.Faults[a.Fault]++
+	}
+	for _, st := range a.Steps {
+		switch {
+		case a.Err == nil && st.Outcome == sqlonce.FirstRun:
+			rc.FirstRun++
+		case a.Err == nil && st.Outcome == sqlonce.AlreadyDone:
+			rc.AlreadyDone++
+		case st.Outcome == sqlonce.FirstRun && a.Commit == Unknown:
+			rc.FailedUnknown++
+		case st.Outcome == sqlonce.FirstRun:
+			rc.FailedRolledBack++
+		}
+	}
 }
 
 func joinCounts[K ~string](m map[K]int) string {

@@ -67,7 +67,7 @@ func (r *run[TTx]) verify(rep *Report, s *dbState, vEnd time.Time) {
 		steps := byKey[key]
 		family, _, _ := strings.Cut(key, ":")
 		switch family {
-		case "do", "resp":
+		case "do", "resp", "run":
 			v.checkDedupe(key, steps, s)
 		case "u":
 			v.checkUnique(key, steps, s)
@@ -105,6 +105,9 @@ func (r *run[TTx]) verify(rep *Report, s *dbState, vEnd time.Time) {
 			rep.unknownNamed++
 			if v.wrote(s, st) {
 				rep.unknownCommitted++
+				if a.Run {
+					rep.run.UnknownCommitted++
+				}
 			}
 			break
 		}
@@ -114,7 +117,7 @@ func (r *run[TTx]) verify(rep *Report, s *dbState, vEnd time.Time) {
 // named reports whether the effects of key name their writer.
 func named(key string) bool {
 	family, _, _ := strings.Cut(key, ":")
-	return family == "do" || family == "resp" || family == "u" || family == "lease"
+	return family == "do" || family == "resp" || family == "run" || family == "u" || family == "lease"
 }
 
 // wrote reports whether the database names st's attempt as the writer of
@@ -127,12 +130,13 @@ func (v *verifier) wrote(s *dbState, st *Step) bool {
 }
 
 // check applies the invariants every workload shares, and returns the steps
-// that may have written the key's effect.
+// that may have written the key's effect. A Run step (KindRun) is a writer
+// on FirstRun and an observer on AlreadyDone, on any key.
 func (v *verifier) check(key string, steps []*Step, tr truth) []*Step {
 	var cands, known, dones []*Step
 	for _, st := range steps {
 		switch {
-		case st.Kind == tr.writerKind && st.Outcome == sqlonce.FirstRun:
+		case (st.Kind == tr.writerKind || st.Kind == KindRun) && st.Outcome == sqlonce.FirstRun:
 			switch st.a.Commit {
 			case Committed:
 				known = append(known, st)
@@ -140,7 +144,7 @@ func (v *verifier) check(key string, steps []*Step, tr truth) []*Step {
 			case Unknown:
 				cands = append(cands, st)
 			}
-		case st.Kind == tr.doneKind && st.Outcome == sqlonce.AlreadyDone:
+		case (st.Kind == tr.doneKind || st.Kind == KindRun) && st.Outcome == sqlonce.AlreadyDone:
 			dones = append(dones, st)
 		}
 	}
@@ -289,7 +293,19 @@ func (v *verifier) checkLease(key string, steps []*Step, s *dbState, lease time.
 	}
 	v.rep.leaseClaims += len(won)
 	v.rep.leaseTakeovers += max(len(won)-1, 0)
-	if len(writers) == 1 && done {
+	if len(writers) == 1 && writers[0].Kind == KindRun && len(won) > 0 {
+		v.rep.run.LeaseTakeovers++
+		for _, st := range steps {
+			if st.Kind == "complete" && errors.Is(st.Err, sqlonce.ErrLeaseLost) {
+				v.rep.run.FencedCompletions++
+			}
+		}
+	}
+	// A Run that took the key over holds no lease: what fences it is that
+	// the completion of the lease it took over must fail (else two effects)
+	// and that no claim wins once it recorded the key (else the key is
+	// leased again, or two effects).
+	if len(writers) == 1 && done && writers[0].Kind != KindRun {
 		w := writers[0]
 		if w.Token != marker.token {
 			v.rep.violate(VFencing, key, "completed by attempt %d with token %d, the key records token %d", w.a.ID, w.Token, marker.token)
@@ -327,13 +343,15 @@ func (v *verifier) checkError(a *Attempt) {
 	if len(a.Steps) > 0 {
 		key = a.Steps[0].Key
 	}
+	// Run finds a lease key held as a claim does.
+	leaseHeld := lease || a.Run && strings.HasPrefix(key, "lease:")
 	switch {
 	case errors.Is(err, sqlonce.ErrKeyReuse), errors.Is(err, sqlonce.ErrInvalidTransition),
 		errors.Is(err, sqlonce.ErrTooManyRows), errors.Is(err, sqlonce.ErrNotFound),
 		errors.Is(err, sqlonce.ErrInvalidArgument), errors.Is(err, sqlonce.ErrInvalidKey),
 		errors.Is(err, sqlonce.ErrResponseTooLarge):
 		v.rep.violate(VError, key, "attempt %d (%s): %v", a.ID, a.Op, err)
-	case !lease && (errors.Is(err, sqlonce.ErrLeaseLost) || errors.Is(err, sqlonce.ErrInProgress)):
+	case !lease && errors.Is(err, sqlonce.ErrLeaseLost), !leaseHeld && errors.Is(err, sqlonce.ErrInProgress):
 		v.rep.violate(VError, key, "attempt %d (%s): %v", a.ID, a.Op, err)
 	case serverSaysRetry(err) && !sqlonce.IsRetryable(err):
 		v.rep.violate(VError, key, "attempt %d (%s): the server asks for a retry, sqlonce.IsRetryable says no: %v", a.ID, a.Op, err)
