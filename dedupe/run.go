@@ -36,8 +36,13 @@ import (
 //
 // A concurrent Run of the same key waits for the first to end, as Do
 // does, unless the Store was built WithNoWait or WithLockWait
-// (sqlonce.ErrInProgress). Errors are those of DoResponse, and
-// sqlonce.ErrNoDB for a driver built without a database handle.
+// (sqlonce.ErrInProgress; such a Store runs Run as DoResponse in a
+// transaction of its own, with the key claimed before fn). On
+// MySQL/MariaDB a Run does not hold the key while fn runs: concurrent
+// Runs of a new key may each run fn, and the first to commit wins; the
+// others roll back and answer AlreadyDone. Errors are those of
+// DoResponse, and sqlonce.ErrNoDB for a driver built without a database
+// handle.
 func (s *Store[TTx]) Run(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) ([]byte, error)) (sqlonce.Result, error) {
 	if fn == nil {
 		return sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)

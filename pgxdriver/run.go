@@ -29,10 +29,17 @@ var runTxOptions = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 // plain INSERT, so that a key recorded meanwhile by anyone (Do, a lease, a
 // run that lost its lock to a collision) fails it, and the COMMIT behind it
 // with it. It needs a *pgxpool.Pool or a *pgx.Conn to pipeline on; with any
-// other Beginner it returns driver.ErrNoRun.
+// other Beginner, and for a Store that must not wait, it returns
+// driver.ErrNoRun.
 func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (driver.RunResult, error) {
 	if e.db == nil || isNilPointer(e.db) {
 		return driver.RunResult{}, sqlonce.ErrNoDB
+	}
+	if p.LockWait > 0 {
+		// A Store that must not wait needs the key held before fn runs,
+		// against a Do or a lease as well as another Run: the advisory
+		// lock only keeps Runs apart. The claim-first path does that.
+		return driver.RunResult{}, driver.ErrNoRun
 	}
 	switch db := e.db.(type) {
 	case *pgxpool.Pool:
@@ -61,41 +68,29 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 			rollback(ctx, conn)
 		}
 	}()
-	key := pgdb.KeyLockParams{Scope: p.Scope, IdempotencyKey: p.Key.Key}
 	get := pgdb.KeyGetParams{Now: pgNow(p.Now), Scope: p.Scope, IdempotencyKey: p.Key.Key}
 
-	// Round trip 1: BEGIN, the lock if free, the key.
+	// Round trip 1: BEGIN, the key's lock (waiting while another run holds
+	// it), the key. The lookup is a statement of its own, so under READ
+	// COMMITTED it sees what a run that held the lock committed.
 	var (
-		locked bool
-		row    pgdb.KeyGetRow
-		found  bool
+		row   pgdb.KeyGetRow
+		found bool
 	)
 	var pl pipeline
 	pl.begin(runTxOptions)
-	tryLock := e.q.KeyTryLock(ctx, &pl, []pgdb.KeyTryLockParams{{Scope: key.Scope, IdempotencyKey: key.IdempotencyKey}})
+	lock := e.q.KeyLock(ctx, &pl, []pgdb.KeyLockParams{{Scope: p.Scope, IdempotencyKey: p.Key.Key}})
 	pl.then(func() (err error) {
-		tryLock.QueryRow(func(_ int, l bool, e error) { locked, err = l, e })
+		lock.Exec(func(_ int, e error) { err = e })
 		return err
 	})
 	pl.then(e.lookup(ctx, &pl, get, &row, &found))
 	if err := pl.send(ctx, conn); err != nil {
 		return res, err
 	}
-	// The Tx is pgx's, begun by this first batch; the COMMIT below goes
-	// round it, on the connection, and the Tx is dropped.
+	// The Tx is pgx's, begun by this batch; the COMMIT below goes round
+	// it, on the connection, and the Tx is dropped.
 	tx := pl.tx
-	if !locked {
-		// Another run of the key holds the lock: wait for it to end, then
-		// look again (a new statement, so a new READ COMMITTED snapshot).
-		if err := e.waitLock(ctx, conn, p.LockWait, key); err != nil {
-			return res, err
-		}
-		pl = pipeline{}
-		pl.then(e.lookup(ctx, &pl, get, &row, &found))
-		if err := pl.send(ctx, conn); err != nil {
-			return res, err
-		}
-	}
 	if found && !row.Available {
 		rollback(ctx, conn)
 		return driver.RunResult{Existing: driver.Existing{Fingerprint: row.Fingerprint, Response: row.Response, Leased: row.Locked}}, nil
@@ -158,46 +153,6 @@ func (e engine) lookup(ctx context.Context, pl *pipeline, get pgdb.KeyGetParams,
 		})
 		return err
 	}
-}
-
-// waitLock takes the key's advisory lock, waiting at most lockWait when it
-// is positive. Giving up is sqlonce.ErrInProgress.
-func (e engine) waitLock(ctx context.Context, conn *pgx.Conn, lockWait time.Duration, key pgdb.KeyLockParams) error {
-	held := func(cause error) error {
-		if cause == nil {
-			return fmt.Errorf("%w: key %q in scope %q is held by another transaction", sqlonce.ErrInProgress, key.IdempotencyKey, key.Scope)
-		}
-		return fmt.Errorf("%w: key %q in scope %q is held by another transaction (%v)", sqlonce.ErrInProgress, key.IdempotencyKey, key.Scope, cause)
-	}
-	if lockWait > 0 && lockWait <= time.Millisecond {
-		return held(nil) // WithNoWait: the try above was the one attempt
-	}
-	var prev pgdb.LockTimeoutSetRow
-	if lockWait > 0 {
-		var err error
-		prev, err = e.q.LockTimeoutSet(ctx, conn, fmt.Sprintf("%dms", lockWait.Milliseconds()))
-		if err != nil {
-			return err
-		}
-	}
-	var pl pipeline
-	lock := e.q.KeyLock(ctx, &pl, []pgdb.KeyLockParams{key})
-	pl.then(func() (err error) {
-		lock.Exec(func(_ int, e error) { err = e })
-		return err
-	})
-	if err := pl.send(ctx, conn); err != nil {
-		if lockWait > 0 && dberr.LockNotAvailable(err) {
-			return held(err)
-		}
-		return err
-	}
-	if lockWait > 0 {
-		if _, err := e.q.LockTimeoutSet(ctx, conn, prev.Previous); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // rollback ends conn's transaction, if one is open. If that fails, the

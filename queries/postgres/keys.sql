@@ -96,21 +96,14 @@ WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key'
   AND (expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
        OR (state = 2 AND locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())));
 
--- name: KeyTryLock :batchone
+-- name: KeyLock :batchexec
 -- Takes the advisory lock that Store.Run holds on a key from its lookup to
--- its commit, if no other transaction holds it. The lock only makes
+-- its commit, waiting while another run holds it. The lock only makes
 -- concurrent runs of one key wait for each other instead of all doing the
 -- work: KeyRunInsert, a plain INSERT, is what refuses a second record. It
 -- lives in the two-int4 key space, class 1936289646 ('sqon'), apart from
 -- the bigint advisory locks applications take; two keys whose 32-bit hashes
 -- collide only wait for each other.
-SELECT pg_try_advisory_xact_lock(
-    1936289646,
-    hashtext(octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)
-)::boolean AS locked;
-
--- name: KeyLock :batchexec
--- KeyTryLock, waiting for the lock.
 SELECT pg_advisory_xact_lock(
     1936289646,
     hashtext(octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)

@@ -117,7 +117,13 @@ type KeyLockParams struct {
 	IdempotencyKey string
 }
 
-// KeyTryLock, waiting for the lock.
+// Takes the advisory lock that Store.Run holds on a key from its lookup to
+// its commit, waiting while another run holds it. The lock only makes
+// concurrent runs of one key wait for each other instead of all doing the
+// work: KeyRunInsert, a plain INSERT, is what refuses a second record. It
+// lives in the two-int4 key space, class 1936289646 ('sqon'), apart from
+// the bigint advisory locks applications take; two keys whose 32-bit hashes
+// collide only wait for each other.
 func (q *Queries) KeyLock(ctx context.Context, db DBTX, arg []KeyLockParams) *KeyLockBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
@@ -284,67 +290,6 @@ func (b *KeyRunInsertBatchResults) Exec(f func(int, error)) {
 }
 
 func (b *KeyRunInsertBatchResults) Close() error {
-	b.closed = true
-	return b.br.Close()
-}
-
-const keyTryLock = `-- name: KeyTryLock :batchone
-SELECT pg_try_advisory_xact_lock(
-    1936289646,
-    hashtext(octet_length($1::text)::text || ':' || $1::text || $2::text)
-)::boolean AS locked
-`
-
-type KeyTryLockBatchResults struct {
-	br     pgx.BatchResults
-	tot    int
-	closed bool
-}
-
-type KeyTryLockParams struct {
-	Scope          string
-	IdempotencyKey string
-}
-
-// Takes the advisory lock that Store.Run holds on a key from its lookup to
-// its commit, if no other transaction holds it. The lock only makes
-// concurrent runs of one key wait for each other instead of all doing the
-// work: KeyRunInsert, a plain INSERT, is what refuses a second record. It
-// lives in the two-int4 key space, class 1936289646 ('sqon'), apart from
-// the bigint advisory locks applications take; two keys whose 32-bit hashes
-// collide only wait for each other.
-func (q *Queries) KeyTryLock(ctx context.Context, db DBTX, arg []KeyTryLockParams) *KeyTryLockBatchResults {
-	batch := &pgx.Batch{}
-	for _, a := range arg {
-		vals := []interface{}{
-			a.Scope,
-			a.IdempotencyKey,
-		}
-		batch.Queue(keyTryLock, vals...)
-	}
-	br := db.SendBatch(ctx, batch)
-	return &KeyTryLockBatchResults{br, len(arg), false}
-}
-
-func (b *KeyTryLockBatchResults) QueryRow(f func(int, bool, error)) {
-	defer b.br.Close()
-	for t := 0; t < b.tot; t++ {
-		var locked bool
-		if b.closed {
-			if f != nil {
-				f(t, locked, ErrBatchAlreadyClosed)
-			}
-			continue
-		}
-		row := b.br.QueryRow()
-		err := row.Scan(&locked)
-		if f != nil {
-			f(t, locked, err)
-		}
-	}
-}
-
-func (b *KeyTryLockBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }
