@@ -1302,6 +1302,52 @@ func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			t.Logf("second Run returned after %v", elapsed.Round(time.Millisecond))
 		})
 
+		// The run that holds the key fails: the waiting run then runs fn
+		// itself, in the transaction its first round trip began.
+		t.Run("HeldByRunThatFails", func(t *testing.T) {
+			ctx := ctxT(t)
+			db := f(t, 6)
+			s := newStore(t, db.Driver())
+			req := dedupe.Request{Scope: "run-wait", Key: "k"}
+			started, rel := make(chan struct{}), make(chan struct{})
+			holderErr := errors.New("the holder's work failed")
+			holderDone := make(chan drResult, 1)
+			go func() {
+				res, err := s.Run(ctx, req, func(ctx context.Context, tx TTx) ([]byte, error) {
+					if err := db.Tx(tx).LedgerInsert(ctx, req.Key, 1); err != nil {
+						return nil, err
+					}
+					close(started)
+					<-rel
+					return nil, holderErr
+				})
+				holderDone <- drResult{res, err}
+			}()
+			<-started
+			var once sync.Once
+			release := func() { once.Do(func() { close(rel) }) }
+			var calls atomic.Int64
+			// On MySQL nothing holds the key while the holder's fn runs:
+			// the second Run does not wait, records the key, and the
+			// holder fails anyway.
+			r, elapsed, _ := runWatched(t, ctx, s, req, drWork(db, req.Key, []byte("second"), &calls), blockedFor, release)
+			release()
+			if hr := <-holderDone; !errors.Is(hr.err, holderErr) {
+				t.Fatalf("holder: (%v, %v), want its own error", hr.res, hr.err)
+			}
+			wantOutcome(t, "second", r.res, r.err, sqlonce.FirstRun, ptr("second"))
+			if c := calls.Load(); c < 1 {
+				t.Fatalf("the second Run's fn ran %d times", c)
+			}
+			if n := ledgerRows(t, ctx, db, req.Key); n != 1 {
+				t.Fatalf("ledger rows: %d, want 1", n)
+			}
+			if got := keyRow(t, ctx, db, req.Scope, req.Key); string(got.Response) != "second" {
+				t.Fatalf("recorded response %q, want %q", got.Response, "second")
+			}
+			t.Logf("second Run returned after %v", elapsed.Round(time.Millisecond))
+		})
+
 		for _, commit := range []bool{true, false} {
 			t.Run(fmt.Sprintf("HeldByDo/commit=%v", commit), func(t *testing.T) {
 				ctx := ctxT(t)
