@@ -70,27 +70,44 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 	}()
 	get := pgdb.KeyGetParams{Now: pgNow(p.Now), Scope: p.Scope, IdempotencyKey: p.Key.Key}
 
-	// Round trip 1: BEGIN, the key's lock (waiting while another run holds
-	// it), the key. The lookup is a statement of its own, so under READ
-	// COMMITTED it sees what a run that held the lock committed.
+	// Round trip 1: BEGIN, then the key's lock if free and the key, in one
+	// statement.
 	var (
 		row   pgdb.KeyGetRow
 		found bool
 	)
 	var pl pipeline
 	pl.begin(runTxOptions)
-	lock := e.q.KeyLock(ctx, &pl, []pgdb.KeyLockParams{{Scope: p.Scope, IdempotencyKey: p.Key.Key}})
+	first := e.q.KeyTryLockGet(ctx, &pl, []pgdb.KeyTryLockGetParams{{Scope: p.Scope, IdempotencyKey: p.Key.Key, Now: get.Now}})
+	var locked bool
 	pl.then(func() (err error) {
-		lock.Exec(func(_ int, e error) { err = e })
+		first.QueryRow(func(_ int, r pgdb.KeyTryLockGetRow, e error) {
+			err, locked, found = e, r.Locked, r.Found
+			row = pgdb.KeyGetRow{Fingerprint: r.Fingerprint, Response: r.Response, Token: r.Token, Locked: r.Leased, Available: r.Available}
+		})
 		return err
 	})
-	pl.then(e.lookup(ctx, &pl, get, &row, &found))
 	if err := pl.send(ctx, conn); err != nil {
 		return res, err
 	}
 	// The Tx is pgx's, begun by this batch; the COMMIT below goes round
 	// it, on the connection, and the Tx is dropped.
 	tx := pl.tx
+	if !locked {
+		// Another run holds the key: wait for its lock, then read the key
+		// with a statement of its own, so that under READ COMMITTED it sees
+		// what that run committed.
+		pl = pipeline{}
+		lock := e.q.KeyLock(ctx, &pl, []pgdb.KeyLockParams{{Scope: p.Scope, IdempotencyKey: p.Key.Key}})
+		pl.then(func() (err error) {
+			lock.Exec(func(_ int, e error) { err = e })
+			return err
+		})
+		pl.then(e.lookup(ctx, &pl, get, &row, &found))
+		if err := pl.send(ctx, conn); err != nil {
+			return res, err
+		}
+	}
 	if found && !row.Available {
 		rollback(ctx, conn)
 		return driver.RunResult{Existing: driver.Existing{Fingerprint: row.Fingerprint, Response: row.Response, Leased: row.Locked}}, nil

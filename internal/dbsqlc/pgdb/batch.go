@@ -293,3 +293,93 @@ func (b *KeyRunInsertBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }
+
+const keyTryLockGet = `-- name: KeyTryLockGet :batchone
+SELECT
+    pg_try_advisory_xact_lock(
+        1936289646,
+        hashtext(octet_length($1::text)::text || ':' || $1::text || $2::text)
+    )::boolean AS locked,
+    (k.token IS NOT NULL)::boolean AS found,
+    k.fingerprint,
+    k.response,
+    coalesce(k.token, 0)::bigint AS token,
+    coalesce(k.state = 2 AND k.locked_until > coalesce($3::timestamptz, now()), false)::boolean AS leased,
+    coalesce(k.expires_at <= coalesce($3::timestamptz, now())
+             OR (k.state = 2 AND k.locked_until <= coalesce($3::timestamptz, now())), false)::boolean AS available
+FROM (SELECT 1) AS one
+LEFT JOIN sqlonce_keys AS k ON k.scope = $1 AND k.idempotency_key = $2
+`
+
+type KeyTryLockGetBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type KeyTryLockGetParams struct {
+	Scope          string
+	IdempotencyKey string
+	Now            pgtype.Timestamptz
+}
+
+type KeyTryLockGetRow struct {
+	Locked      bool
+	Found       bool
+	Fingerprint []byte
+	Response    []byte
+	Token       int64
+	Leased      bool
+	Available   bool
+}
+
+// Store.Run's first statement after BEGIN: takes the key's advisory lock if
+// no other transaction holds it (see KeyLock) and reads the key, in one
+// statement. The read uses the statement's snapshot, taken before the lock:
+// a run that held the lock and committed in between is not seen, and its
+// row then fails this run's KeyRunInsert (the run starts over and replays
+// it). Not locked: KeyLock and KeyGet, which wait and read afresh.
+func (q *Queries) KeyTryLockGet(ctx context.Context, db DBTX, arg []KeyTryLockGetParams) *KeyTryLockGetBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.Scope,
+			a.IdempotencyKey,
+			a.Now,
+		}
+		batch.Queue(keyTryLockGet, vals...)
+	}
+	br := db.SendBatch(ctx, batch)
+	return &KeyTryLockGetBatchResults{br, len(arg), false}
+}
+
+func (b *KeyTryLockGetBatchResults) QueryRow(f func(int, KeyTryLockGetRow, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		var i KeyTryLockGetRow
+		if b.closed {
+			if f != nil {
+				f(t, i, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		row := b.br.QueryRow()
+		err := row.Scan(
+			&i.Locked,
+			&i.Found,
+			&i.Fingerprint,
+			&i.Response,
+			&i.Token,
+			&i.Leased,
+			&i.Available,
+		)
+		if f != nil {
+			f(t, i, err)
+		}
+	}
+}
+
+func (b *KeyTryLockGetBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}

@@ -1,8 +1,8 @@
 \set r random(1, 1000000000)
 \startpipeline
 BEGIN ISOLATION LEVEL READ COMMITTED;
-SELECT pg_advisory_xact_lock(1936289646, hashtext('3' || ':' || 'srv' || 'v' || CAST(:r AS text) || '-' || CAST(:client_id AS text)));
-SELECT fingerprint, response, state, token FROM pgb.sqlonce_keys WHERE scope = 'srv' AND idempotency_key = 'v' || CAST(:r AS text) || '-' || CAST(:client_id AS text);
+SELECT pg_try_advisory_xact_lock(1936289646, hashtext('3' || ':' || 'srv' || 'v' || CAST(:r AS text) || '-' || CAST(:client_id AS text))), k.fingerprint, k.response, k.state, k.token
+ FROM (SELECT 1) AS one LEFT JOIN pgb.sqlonce_keys AS k ON k.scope = 'srv' AND k.idempotency_key = 'v' || CAST(:r AS text) || '-' || CAST(:client_id AS text);
 \endpipeline
 INSERT INTO pgb.ledger (ref, amount) VALUES ('v' || CAST(:r AS text) || '-' || CAST(:client_id AS text), 100);
 \startpipeline

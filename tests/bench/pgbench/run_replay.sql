@@ -1,7 +1,7 @@
 \set r random(1, 1000)
 \startpipeline
 BEGIN ISOLATION LEVEL READ COMMITTED;
-SELECT pg_advisory_xact_lock(1936289646, hashtext('1' || ':' || 'd' || 'k' || CAST(:r AS text)));
-SELECT fingerprint, response, state, token FROM pgb.sqlonce_keys WHERE scope = 'd' AND idempotency_key = 'k' || CAST(:r AS text);
+SELECT pg_try_advisory_xact_lock(1936289646, hashtext('1' || ':' || 'd' || 'k' || CAST(:r AS text))), k.fingerprint, k.response, k.state, k.token
+ FROM (SELECT 1) AS one LEFT JOIN pgb.sqlonce_keys AS k ON k.scope = 'd' AND k.idempotency_key = 'k' || CAST(:r AS text);
 \endpipeline
 ROLLBACK;
