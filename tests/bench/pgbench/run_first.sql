@@ -1,4 +1,4 @@
-\set r random(1, 1000000000)
+\set r random(1, 1000000000000000)
 \startpipeline
 BEGIN ISOLATION LEVEL READ COMMITTED;
 SELECT pg_try_advisory_xact_lock(1936289646, hashtext('3' || ':' || 'srv' || 'v' || CAST(:r AS text) || '-' || CAST(:client_id AS text))), k.fingerprint, k.response, k.state, k.token
