@@ -73,7 +73,7 @@ const (
 
 // stats counts what the consumers saw.
 type stats struct {
-	first, done, failed, redelivered, crashes atomic.Int64
+	first, done, failed, redelivered, crashes, busy atomic.Int64
 }
 
 func runInbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
@@ -197,7 +197,7 @@ func scenario[TTx any](t *testing.T, f harness.Factory[TTx], useInbox bool) {
 		if extra == 0 {
 			t.Fatalf("without the inbox no message was applied twice: the redeliveries did not happen (%v)", &st)
 		}
-		t.Logf("without the inbox: %d messages, %d extra applications", messages, extra)
+		t.Logf("without the inbox: %d messages, %d extra applications (%v)", messages, extra, &st)
 		return
 	}
 	for i := range messages {
@@ -213,13 +213,13 @@ func scenario[TTx any](t *testing.T, f harness.Factory[TTx], useInbox bool) {
 	if st.done.Load() == 0 || st.failed.Load() == 0 || st.redelivered.Load() == 0 || st.crashes.Load() == 0 {
 		t.Errorf("a forced redelivery did not happen: %+v", &st)
 	}
-	t.Logf("%d messages, %d published, %d first runs, %d already done, %d failed attempts, %d redeliveries, %d consumer restarts",
-		messages, published, st.first.Load(), st.done.Load(), st.failed.Load(), st.redelivered.Load(), st.crashes.Load())
+	t.Logf("%d messages, %d published, %d first runs, %d already done, %d failed attempts, %d redeliveries, %d consumer restarts, %d retries asked by the database",
+		messages, published, st.first.Load(), st.done.Load(), st.failed.Load(), st.redelivered.Load(), st.crashes.Load(), st.busy.Load())
 }
 
 func (s *stats) String() string {
-	return fmt.Sprintf("first=%d done=%d failed=%d redelivered=%d crashes=%d",
-		s.first.Load(), s.done.Load(), s.failed.Load(), s.redelivered.Load(), s.crashes.Load())
+	return fmt.Sprintf("first=%d done=%d failed=%d redelivered=%d crashes=%d busy=%d",
+		s.first.Load(), s.done.Load(), s.failed.Load(), s.redelivered.Load(), s.crashes.Load(), s.busy.Load())
 }
 
 var errWorkFailed = errors.New("the work failed")
@@ -297,6 +297,17 @@ func consume[TTx any](ctx context.Context, db harness.DB[TTx], in *inbox.Inbox[T
 			switch {
 			case errors.Is(err, errWorkFailed):
 				st.failed.Add(1)
+				if err := msg.Nak(); err != nil {
+					return false, err
+				}
+				continue
+			case sqlonce.IsRetryable(err) && ctx.Err() == nil:
+				// The database asked for a retry (on SQLite, a writer
+				// starved past the busy timeout while others held the
+				// lock through their slow commits): nothing committed, so
+				// the consumer does what any consumer does, and has the
+				// broker deliver the message again.
+				st.busy.Add(1)
 				if err := msg.Nak(); err != nil {
 					return false, err
 				}
