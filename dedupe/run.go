@@ -77,10 +77,8 @@ func (s *Store[TTx]) Run(ctx context.Context, req Request, fn func(ctx context.C
 	switch {
 	case errors.Is(err, driver.ErrNoRun):
 		return s.runInTx(ctx, req, fn)
-	case errors.Is(err, driver.ErrTxEnded):
-		return sqlonce.Result{}, fmt.Errorf("%w: %w", sqlonce.ErrInvalidArgument, err)
 	case err != nil:
-		return sqlonce.Result{}, err
+		return ended(ctx, sqlonce.Result{}, err)
 	case !out.Won:
 		return existing(req, out.Existing)
 	}
@@ -91,6 +89,23 @@ func (s *Store[TTx]) Run(ctx context.Context, req Request, fn func(ctx context.C
 	return sqlonce.Result{Outcome: sqlonce.FirstRun, Response: resp}, nil
 }
 
+// ended finishes Run: an error that says fn committed or rolled back the
+// transaction it was given matches sqlonce.ErrInvalidArgument. A driver
+// may say so itself (driver.ErrTxEnded), or the transaction's next
+// statement does (sql.ErrTxDone, pgx.ErrTxClosed). A transaction that ctx
+// ended is not fn's doing: database/sql rolls it back then.
+func ended(ctx context.Context, res sqlonce.Result, err error) (sqlonce.Result, error) {
+	switch {
+	case err == nil:
+		return res, nil
+	case errors.Is(err, driver.ErrTxEnded):
+		return sqlonce.Result{}, fmt.Errorf("%w: %w", sqlonce.ErrInvalidArgument, err)
+	case ctx.Err() == nil && dberr.TxDone(err):
+		return sqlonce.Result{}, fmt.Errorf("%w: %w (%w)", sqlonce.ErrInvalidArgument, driver.ErrTxEnded, err)
+	}
+	return sqlonce.Result{}, err
+}
+
 // runInTx is Run for drivers without a Runner: DoResponse in a transaction
 // of the Store's own.
 func (s *Store[TTx]) runInTx(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) ([]byte, error)) (sqlonce.Result, error) {
@@ -99,16 +114,7 @@ func (s *Store[TTx]) runInTx(ctx context.Context, req Request, fn func(ctx conte
 		res, err = s.run(ctx, tx, req, func(ctx context.Context) ([]byte, error) { return fn(ctx, tx) }, true)
 		return err
 	})
-	switch {
-	case err != nil && ctx.Err() == nil && dberr.TxDone(err):
-		// fn committed or rolled back tx, so the response could not be
-		// recorded on it. (A context that ended rolls a database/sql
-		// transaction back too: that is not fn's doing.)
-		return sqlonce.Result{}, fmt.Errorf("%w: %w (%w)", sqlonce.ErrInvalidArgument, driver.ErrTxEnded, err)
-	case err != nil:
-		return sqlonce.Result{}, err
-	}
-	return res, nil
+	return ended(ctx, res, err)
 }
 
 // RunJSON is Run for a Go value, as DoJSON is DoResponse's: the first

@@ -54,7 +54,7 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 			// is. If it changed since (taken over, completed late by its
 			// lease holder), the row fails the INSERT.
 			if _, err := e.q.KeyRunDelete(ctx, e.on(tx), mysqldb.KeyRunDeleteParams{Scope: scope, IdempotencyKey: key, Token: row.Token, Now: now}); err != nil {
-				return ended(ctx, err)
+				return err
 			}
 		}
 		// A nonce, as for a claim in a transaction (see claim).
@@ -68,7 +68,7 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 			return fmt.Errorf("%w: key %q in scope %q was recorded by another transaction: %w", sqlonce.ErrStaleRead, p.Key.Key, p.Scope, err)
 		}
 		if err != nil {
-			return ended(ctx, err)
+			return err
 		}
 		if err := e.appendRest(ctx, tx, scope, key, token, resp); err != nil {
 			return err
@@ -80,15 +80,4 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 		return driver.RunResult{}, err
 	}
 	return res, nil
-}
-
-// ended tells a transaction that fn committed or rolled back. One that
-// ctx ended is not fn's doing: database/sql rolls it back then, and a
-// statement whose ctx ends between database/sql's check of ctx and its
-// check of the transaction gets sql.ErrTxDone.
-func ended(ctx context.Context, err error) error {
-	if errors.Is(err, sql.ErrTxDone) && ctx.Err() == nil {
-		return fmt.Errorf("%w (%w)", driver.ErrTxEnded, err)
-	}
-	return err
 }
