@@ -72,21 +72,27 @@ func (e engine) on(tx *sql.Tx) mysqldb.DBTX {
 	if e.stmts == nil {
 		return tx
 	}
-	return prepared{tx: tx, c: e.stmts}
+	return prepared{on: tx, tx: tx, c: e.stmts}
 }
 
+// onDB returns what the generated queries run on outside a transaction:
+// the driver's handle, with its prepared statements. e.db must not be nil.
+func (e engine) onDB() mysqldb.DBTX { return prepared{on: e.db, c: e.stmts} }
+
 // prepared runs the generated queries as statements prepared on the
-// driver's handle. A transaction from another *sql.DB cannot use them
-// (database/sql refuses before sending anything): it runs them unprepared.
+// driver's handle: in tx, or on the handle itself when tx is nil. A
+// transaction from another *sql.DB cannot use them (database/sql refuses
+// before sending anything): it runs them unprepared.
 type prepared struct {
+	on mysqldb.DBTX // tx, or the driver's *sql.DB
 	tx *sql.Tx
 	c  *stmtCache
 }
 
 func (p prepared) stmt(ctx context.Context, query string) *sql.Stmt {
 	st := p.c.get(ctx, query)
-	if st == nil {
-		return nil
+	if st == nil || p.tx == nil {
+		return st
 	}
 	return p.tx.StmtContext(ctx, st)
 }
@@ -104,7 +110,7 @@ func (p prepared) ExecContext(ctx context.Context, query string, args ...any) (s
 			return res, err
 		}
 	}
-	return p.tx.ExecContext(ctx, query, args...)
+	return p.on.ExecContext(ctx, query, args...)
 }
 
 func (p prepared) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
@@ -114,18 +120,21 @@ func (p prepared) QueryContext(ctx context.Context, query string, args ...any) (
 			return rows, err
 		}
 	}
-	return p.tx.QueryContext(ctx, query, args...)
+	return p.on.QueryContext(ctx, query, args...)
 }
 
 func (p prepared) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	if st := p.stmt(ctx, query); st != nil {
+		if p.tx == nil {
+			return st.QueryRowContext(ctx, args...) // prepared on this very handle
+		}
 		// A Row's error shows only at Scan; probe the refusal first with
 		// the cheap check database/sql makes before sending anything.
 		if _, err := st.QueryContext(canceled, args...); !foreign(err) {
 			return st.QueryRowContext(ctx, args...)
 		}
 	}
-	return p.tx.QueryRowContext(ctx, query, args...)
+	return p.on.QueryRowContext(ctx, query, args...)
 }
 
 // canceled makes the probe in QueryRowContext return before it sends
@@ -137,40 +146,5 @@ var canceled = func() context.Context {
 }()
 
 func (p prepared) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
-	return p.tx.PrepareContext(ctx, query)
-}
-
-// onDB returns what the generated queries run on outside a transaction:
-// the driver's handle, with its prepared statements. e.db must not be nil.
-func (e engine) onDB() mysqldb.DBTX { return preparedDB{db: e.db, c: e.stmts} }
-
-// preparedDB is prepared for statements run on the handle itself.
-type preparedDB struct {
-	db *sql.DB
-	c  *stmtCache
-}
-
-func (p preparedDB) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if st := p.c.get(ctx, query); st != nil {
-		return st.ExecContext(ctx, args...)
-	}
-	return p.db.ExecContext(ctx, query, args...)
-}
-
-func (p preparedDB) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if st := p.c.get(ctx, query); st != nil {
-		return st.QueryContext(ctx, args...)
-	}
-	return p.db.QueryContext(ctx, query, args...)
-}
-
-func (p preparedDB) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if st := p.c.get(ctx, query); st != nil {
-		return st.QueryRowContext(ctx, args...)
-	}
-	return p.db.QueryRowContext(ctx, query, args...)
-}
-
-func (p preparedDB) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
-	return p.db.PrepareContext(ctx, query)
+	return p.on.PrepareContext(ctx, query)
 }
