@@ -98,11 +98,7 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 		// with a statement of its own, so that under READ COMMITTED it sees
 		// what that run committed.
 		pl = pipeline{}
-		lock := e.q.KeyLock(ctx, &pl, []pgdb.KeyLockParams{{Scope: p.Scope, IdempotencyKey: p.Key.Key}})
-		pl.then(func() (err error) {
-			lock.Exec(func(_ int, e error) { err = e })
-			return err
-		})
+		pl.thenExec(e.q.KeyLock(ctx, &pl, []pgdb.KeyLockParams{{Scope: p.Scope, IdempotencyKey: p.Key.Key}}))
 		pl.then(e.lookup(ctx, &pl, get, &row, &found))
 		if err := pl.send(ctx, conn); err != nil {
 			return res, err
@@ -128,22 +124,14 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 		// Expired, or a lapsed lease: delete the row seen if it still is.
 		// If it changed since (taken over, completed late by its lease
 		// holder), the row fails the INSERT.
-		del := e.q.KeyRunDelete(ctx, &pl, []pgdb.KeyRunDeleteParams{{Scope: p.Scope, IdempotencyKey: p.Key.Key, Token: row.Token, Now: get.Now}})
-		pl.then(func() (err error) {
-			del.Exec(func(_ int, e error) { err = e })
-			return err
-		})
+		pl.thenExec(e.q.KeyRunDelete(ctx, &pl, []pgdb.KeyRunDeleteParams{{Scope: p.Scope, IdempotencyKey: p.Key.Key, Token: row.Token, Now: get.Now}}))
 		minToken = row.Token + 1
 	}
-	ins := e.q.KeyRunInsert(ctx, &pl, []pgdb.KeyRunInsertParams{{
+	pl.thenExec(e.q.KeyRunInsert(ctx, &pl, []pgdb.KeyRunInsertParams{{
 		Scope: p.Scope, IdempotencyKey: p.Key.Key,
 		Fingerprint: driver.NonNil(p.Fingerprint), Response: driver.NonNil(resp),
 		Now: get.Now, MinToken: minToken, TtlUs: p.TTL.Microseconds(),
-	}})
-	pl.then(func() (err error) {
-		ins.Exec(func(_ int, e error) { err = e })
-		return err
-	})
+	}}))
 	pl.commit()
 	if err := pl.send(ctx, conn); err != nil {
 		if dberr.PgUniqueViolation(err, "sqlonce_keys_pkey") {
@@ -223,6 +211,14 @@ func (p *pipeline) commit() {
 
 // then adds the reader of the statements queued last through SendBatch.
 func (p *pipeline) then(read func() error) { p.reads = append(p.reads, read) }
+
+// thenExec adds the reader of a sqlc :batchexec query of one statement.
+func (p *pipeline) thenExec(r interface{ Exec(func(int, error)) }) {
+	p.then(func() (err error) {
+		r.Exec(func(_ int, e error) { err = e })
+		return err
+	})
+}
 
 // send sends the batch on conn, runs the readers and returns the first
 // error. After an error the server skips the rest of the batch, so the
