@@ -110,9 +110,10 @@ type Runner[TTx any] interface {
 	// transaction back and is returned.
 	//
 	// An error matching sqlonce.ErrStaleRead means that another
-	// transaction recorded the key while fn ran; one matching
-	// sqlonce.ErrInProgress that the key is held and p.LockWait ran
-	// out. ErrNoRun asks the caller to run the operation another way.
+	// transaction recorded the key while fn ran; ErrTxEnded that fn
+	// committed or rolled back the transaction. ErrNoRun asks the caller
+	// to run the operation another way: the drivers return it for a
+	// bounded p.LockWait, which needs the key held before fn runs.
 	Run(ctx context.Context, p RunParams, fn func(ctx context.Context, tx TTx) ([]byte, error)) (RunResult, error)
 }
 
