@@ -56,6 +56,15 @@ var (
 	// transaction with a fresh snapshot resolves it.
 	ErrStaleRead = errors.New("sqlonce: read did not see the row the statement saw")
 
+	// ErrCommitUnknown is returned by operations that commit a transaction
+	// of their own (dedupe.Store.Run, leases, purges, token.Store.Issue,
+	// inbox.Inbox.Handle, httpidem) when the connection was lost while
+	// COMMIT was under way: the transaction may or may not have committed,
+	// and nothing on the client can tell which. Send the request again with
+	// the same key: if the first commit went through, the repeat answers
+	// AlreadyDone (with the recorded response); if not, it runs the work.
+	ErrCommitUnknown = errors.New("sqlonce: connection lost at commit; the outcome is unknown, retry with the same key")
+
 	// ErrNoDB is returned by operations that run their own transactions
 	// (dedupe leases, purges, token.Store.Issue, inbox.Inbox.Handle) on a
 	// driver built without a database handle.
