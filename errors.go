@@ -12,8 +12,9 @@ var (
 	ErrInvalidKey = errors.New("sqlonce: invalid key")
 
 	// ErrInvalidArgument is returned before any SQL runs for an argument
-	// that can never work: a nil func, a negative duration, a limit out of
-	// range, a transition with a zero state.
+	// that can never work: a nil transaction (a nil *sql.Tx, a nil pgx.Tx),
+	// a nil func, a negative duration, a limit out of range, a transition
+	// with a zero state.
 	ErrInvalidArgument = errors.New("sqlonce: invalid argument")
 
 	// ErrResponseTooLarge is returned by dedupe when a response to record is

@@ -182,7 +182,8 @@ func (s *Store[TTx]) check(req Request) (time.Duration, error) {
 //
 // When fn returns an error, Do undoes the claim and returns that error
 // unchanged; roll tx back. Errors:
-//   - sqlonce.ErrInvalidKey, sqlonce.ErrInvalidArgument: bad input, no SQL run;
+//   - sqlonce.ErrInvalidKey, sqlonce.ErrInvalidArgument: bad input (a nil
+//     tx among it), no SQL run;
 //   - sqlonce.ErrKeyReuse: the key was recorded with another fingerprint;
 //   - sqlonce.ErrInProgress: the key is held by a lease, or by another
 //     transaction and the Store does not wait;
@@ -252,6 +253,9 @@ func decoded[T any](req Request, res sqlonce.Result, err error, first T) (T, sql
 }
 
 func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx context.Context) ([]byte, error), record bool) (sqlonce.Result, error) {
+	if err := keys.CheckTx(tx); err != nil {
+		return sqlonce.Result{}, err
+	}
 	ttl, err := s.check(req)
 	if err != nil {
 		return sqlonce.Result{}, err
@@ -336,6 +340,9 @@ func existing(req Request, e driver.Existing) (sqlonce.Result, error) {
 // deleted once. limit must be 1..100000
 // (sqlonce.ErrInvalidArgument otherwise, before any SQL runs).
 func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (int64, error) {
+	if err := keys.CheckTx(tx); err != nil {
+		return 0, err
+	}
 	if err := checkPurgeLimit(limit); err != nil {
 		return 0, err
 	}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/keys"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 	"github.com/sqlonce/sqlonce/internal/testclock"
 )
@@ -108,6 +109,9 @@ func (s *Store[TTx]) Claim(ctx context.Context, req Request, d time.Duration) (*
 // other callers only once tx commits: commit it before doing the work. It
 // needs no database handle on the driver.
 func (s *Store[TTx]) ClaimTx(ctx context.Context, tx TTx, req Request, d time.Duration) (*Lease, sqlonce.Result, error) {
+	if err := keys.CheckTx(tx); err != nil {
+		return nil, sqlonce.Result{}, err
+	}
 	ttl, err := s.checkClaim(req, d)
 	if err != nil {
 		return nil, sqlonce.Result{}, err
@@ -198,6 +202,9 @@ func (s *Store[TTx]) Complete(ctx context.Context, l *Lease, response []byte) er
 // completion commits together with a write that records the work's result,
 // or rolls back with it, leaving the lease held.
 func (s *Store[TTx]) CompleteTx(ctx context.Context, tx TTx, l *Lease, response []byte) error {
+	if err := keys.CheckTx(tx); err != nil {
+		return err
+	}
 	if err := s.checkComplete(l, response); err != nil {
 		return err
 	}
@@ -223,6 +230,9 @@ func (s *Store[TTx]) Release(ctx context.Context, l *Lease) error {
 
 // ReleaseTx is Release in the caller's transaction.
 func (s *Store[TTx]) ReleaseTx(ctx context.Context, tx TTx, l *Lease) error {
+	if err := keys.CheckTx(tx); err != nil {
+		return err
+	}
 	if err := checkLease(l); err != nil {
 		return err
 	}
@@ -251,6 +261,9 @@ func (s *Store[TTx]) Extend(ctx context.Context, l *Lease, d time.Duration) erro
 
 // ExtendTx is Extend in the caller's transaction.
 func (s *Store[TTx]) ExtendTx(ctx context.Context, tx TTx, l *Lease, d time.Duration) error {
+	if err := keys.CheckTx(tx); err != nil {
+		return err
+	}
 	if err := checkLease(l); err != nil {
 		return err
 	}

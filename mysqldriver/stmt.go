@@ -69,7 +69,9 @@ func (c *stmtCache) get(ctx context.Context, query string) *sql.Stmt {
 
 // on returns what the generated queries run on for tx.
 func (e engine) on(tx *sql.Tx) mysqldb.DBTX {
-	if e.stmts == nil {
+	// A nil tx must never fall through to the handle's statements, which
+	// would commit at once; the strategies refuse one before calling.
+	if e.stmts == nil || tx == nil {
 		return tx
 	}
 	return prepared{on: tx, tx: tx, c: e.stmts}

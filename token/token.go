@@ -121,6 +121,9 @@ func (s *Store[TTx]) Issue(ctx context.Context, scope string) (string, error) {
 // IssueTx is Issue in the caller's transaction: the token exists once tx
 // commits, and not at all if it rolls back.
 func (s *Store[TTx]) IssueTx(ctx context.Context, tx TTx, scope string) (string, error) {
+	if err := keys.CheckTx(tx); err != nil {
+		return "", err
+	}
 	if err := keys.Check("scope", scope); err != nil {
 		return "", err
 	}
@@ -158,6 +161,9 @@ func (s *Store[TTx]) IssueTx(ctx context.Context, tx TTx, scope string) (string,
 // dedupe key, in the same transaction). The library never commits or
 // rolls back tx.
 func (s *Store[TTx]) Consume(ctx context.Context, tx TTx, scope, token string) (sqlonce.Result, error) {
+	if err := keys.CheckTx(tx); err != nil {
+		return sqlonce.Result{}, err
+	}
 	if err := keys.Check("scope", scope); err != nil {
 		return sqlonce.Result{}, err
 	}
@@ -211,6 +217,9 @@ func hash(token string) ([]byte, error) {
 // reports how many. limit must be 1..100000 (sqlonce.ErrInvalidArgument
 // otherwise, before any SQL runs).
 func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (int64, error) {
+	if err := keys.CheckTx(tx); err != nil {
+		return 0, err
+	}
 	if err := checkPurge("limit", limit); err != nil {
 		return 0, err
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/keys"
 )
 
 // Inserter runs inserts whose duplicate on a named unique constraint means
@@ -65,6 +66,9 @@ func New[TTx any](d sqlonce.Driver[TTx]) *Inserter[TTx] {
 // rollback to the savepoint leaves tx open with its earlier writes, and
 // their locks, in place; MySQL has already rolled all of tx back.)
 func (u *Inserter[TTx]) Insert(ctx context.Context, tx TTx, constraint string, insert func(ctx context.Context) error) (sqlonce.Result, error) {
+	if err := keys.CheckTx(tx); err != nil {
+		return sqlonce.Result{}, err
+	}
 	if constraint == "" {
 		return sqlonce.Result{}, fmt.Errorf("%w: empty constraint name", sqlonce.ErrInvalidArgument)
 	}

@@ -1,4 +1,5 @@
-// Package keys validates scopes and keys before any SQL runs.
+// Package keys validates scopes, keys and transactions before any SQL
+// runs.
 package keys
 
 import (
