@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
 	"github.com/sqlonce/sqlonce/httpidem"
 	"github.com/sqlonce/sqlonce/internal/exampledb"
 	"github.com/sqlonce/sqlonce/mysqldriver"

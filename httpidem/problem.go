@@ -73,3 +73,31 @@ func (m *Middleware[TTx]) problem(w http.ResponseWriter, status int, code, detai
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
 }
+
+func (m *Middleware[TTx]) replay(w http.ResponseWriter, r *http.Request, recorded []byte) {
+	rec, err := decode(recorded)
+	if err != nil {
+		m.internal(w, r, err, notRecords)
+		return
+	}
+	rec.header.Set(ReplayHeader, "true")
+	rec.writeTo(w)
+}
+
+func (m *Middleware[TTx]) inProgress(w http.ResponseWriter) {
+	m.problem(w, http.StatusConflict, CodeInProgress, "a request with this Idempotency-Key is still being processed; retry it unchanged later")
+}
+
+func (m *Middleware[TTx]) reused(w http.ResponseWriter) {
+	m.problem(w, http.StatusUnprocessableEntity, CodeKeyReused, "this Idempotency-Key was used with a different request; use a new key for a new request")
+}
+
+const (
+	notDone    = "the request was not carried out; retry it with the same Idempotency-Key"
+	notRecords = "the request was carried out but its response could not be recorded"
+)
+
+func (m *Middleware[TTx]) internal(w http.ResponseWriter, r *http.Request, err error, detail string) {
+	m.onError(r, err)
+	m.problem(w, http.StatusInternalServerError, CodeInternal, detail)
+}

@@ -1,0 +1,71 @@
+package httpidem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+)
+
+// serveLease is lease mode: the key is claimed and committed as leased
+// before the handler runs, then completed with the recorded response or
+// released.
+func (m *Middleware[TTx]) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, body []byte, req dedupe.Request) {
+	ctx := r.Context()
+	lease, res, err := m.store.Claim(ctx, req, m.lease)
+	switch {
+	case errors.Is(err, sqlonce.ErrInProgress):
+		m.inProgress(w)
+		return
+	case errors.Is(err, sqlonce.ErrKeyReuse):
+		m.reused(w)
+		return
+	case err != nil:
+		if ctx.Err() == nil {
+			m.internal(w, r, err, notDone)
+		}
+		return
+	case res.AlreadyDone():
+		m.replay(w, r, res.Response)
+		return
+	}
+	// The lease's bookkeeping must happen even when the client has gone:
+	// the work may have been done.
+	bg := context.WithoutCancel(ctx)
+	release := func() {
+		if err := m.store.Release(bg, lease); err != nil {
+			m.onError(r, fmt.Errorf("httpidem: release lease on key %q: %w", req.Key, err))
+		}
+	}
+	rec := newRecorder(m.maxResponse)
+	fail := &failure{}
+	hctx := context.WithValue(context.WithValue(ctx, leaseKey{}, lease), failKey{}, fail)
+	if p := serve(next, rec, withBody(hctx, r, body)); p != nil {
+		release()
+		panic(p)
+	}
+	switch {
+	case fail.err != nil:
+		release()
+	case rec.overrun:
+		release()
+		m.internal(w, r, fmt.Errorf("%w: the handler wrote more than %d bytes", sqlonce.ErrResponseTooLarge, m.maxResponse), notRecords)
+		return
+	case !m.record(rec.finalStatus()):
+		release()
+	default:
+		if err := m.store.Complete(bg, lease, rec.encode(m.respHeaders)); err != nil {
+			// The work is done and its answer is the client's; only the
+			// record failed. A lost lease means another request took the
+			// key over after this one overran the lease.
+			if errors.Is(err, sqlonce.ErrResponseTooLarge) {
+				release()
+			}
+			m.onError(r, fmt.Errorf("httpidem: complete lease on key %q: %w", req.Key, err))
+		}
+	}
+	rec.writeTo(w)
+}

@@ -1,0 +1,119 @@
+package httpidem
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/internal/owntx"
+)
+
+const (
+	// Header is the request field that carries the key.
+	Header = "Idempotency-Key"
+
+	// ReplayHeader marks a response replayed from the record of an
+	// earlier request with the same key, with the value "true". A first
+	// response never carries it.
+	ReplayHeader = "Idempotent-Replayed"
+
+	// DefaultMaxBody is the largest request body, in bytes, the middleware
+	// accepts unless WithMaxBody says otherwise: 1 MiB.
+	DefaultMaxBody = 1 << 20
+
+	// DefaultLease is the lease WithLease(0) takes: 30 seconds.
+	DefaultLease = 30 * time.Second
+
+	// txAttempts bounds the runs of one request in transactional mode when
+	// the database asks for a retry (deadlock, serialization failure).
+	txAttempts = owntx.Attempts
+)
+
+// Middleware makes the handlers it wraps idempotent per Idempotency-Key.
+// Build one with New and wrap handlers with Wrap. It is safe for
+// concurrent use.
+type Middleware[TTx any] struct {
+	config
+	principal func(*http.Request) string
+	store     *dedupe.Store[TTx]
+	runTx     func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
+}
+
+// New returns a Middleware on the driver. principal names the
+// authenticated caller of a request (a user id, an API client id): keys
+// are scoped by it, and by the method and the route, so that one caller
+// can neither trigger nor read another's replay, and guessing a key gets
+// nothing (draft section 5: a composite key of the client's key and what
+// the server knows of the client). A request with a key whose principal is
+// "" is answered 401. Return a constant for endpoints open to anonymous
+// callers only when they may share keys.
+//
+// Transactional mode is the default; WithLease selects lease mode. New
+// returns an error matching sqlonce.ErrInvalidArgument for a nil driver or
+// principal or an invalid option.
+func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string, opts ...Option) (*Middleware[TTx], error) {
+	if d == nil || d.Engine() == nil {
+		return nil, invalid("nil driver")
+	}
+	if principal == nil {
+		return nil, invalid("nil principal func")
+	}
+	c := config{
+		methods:     map[string]bool{http.MethodPost: true, http.MethodPatch: true},
+		required:    func(*http.Request) bool { return true },
+		route:       defaultRoute,
+		respHeaders: canonical(DefaultResponseHeaders), // ETag is Etag to net/http
+		record:      RecordAll,
+		maxBody:     DefaultMaxBody,
+		ttl:         dedupe.DefaultTTL,
+		maxResponse: dedupe.DefaultMaxResponseSize,
+		onError:     logError,
+	}
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: option %d is nil", sqlonce.ErrInvalidArgument, i)
+		}
+		if err := opt(&c); err != nil {
+			return nil, err
+		}
+	}
+	// A duplicate must be told 409 at once, not held until the first
+	// request's transaction ends.
+	store, err := dedupe.New(d, dedupe.WithNoWait(), dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(c.maxResponse))
+	if err != nil {
+		return nil, err
+	}
+	m := &Middleware[TTx]{config: c, principal: principal, store: store}
+	e := d.Engine()
+	m.runTx = func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error { return e.InTx(ctx, fn) }
+	if c.txFunc != nil {
+		run, ok := c.txFunc.(func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error)
+		if !ok {
+			return nil, invalid("WithTxFunc is for another transaction type than the driver's")
+		}
+		m.runTx = run
+	}
+	return m, nil
+}
+
+// Purge deletes expired keys, batch at a time (dedupe.DefaultPurgeBatch
+// for 0), as dedupe.Store.Purge does: run it from a periodic job. Keys of
+// every dedupe store on the same table are purged alike.
+func (m *Middleware[TTx]) Purge(ctx context.Context, batch int) (int64, error) {
+	return m.store.Purge(ctx, batch)
+}
+
+func defaultRoute(r *http.Request) string {
+	if r.Pattern != "" {
+		return r.Pattern
+	}
+	return r.URL.Path
+}
+
+func logError(r *http.Request, err error) {
+	slog.Default().ErrorContext(r.Context(), "httpidem", "method", r.Method, "path", r.URL.Path, "err", err)
+}

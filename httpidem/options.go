@@ -1,0 +1,284 @@
+package httpidem
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+)
+
+// DefaultResponseHeaders are the response header fields recorded with a
+// response and replayed, unless WithResponseHeaders says otherwise: the
+// ones that describe the representation and the created resource. Fields
+// that belong to one exchange (Set-Cookie, Date, tracing ids) are left
+// out: a replay carries the first answer, not the first exchange.
+var DefaultResponseHeaders = []string{
+	"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language",
+	"Content-Location", "Content-Type", "ETag", "Last-Modified", "Link", "Location", "Vary",
+}
+
+// RecordFunc decides from a response's status code whether the response
+// is recorded with its key. A recorded response is replayed to every
+// repeat of the key; one that is not recorded leaves the key free, so that
+// a retry runs the handler again. In transactional mode it also decides
+// the handler's transaction: committed with the key when recorded, rolled
+// back otherwise.
+type RecordFunc func(status int) bool
+
+// RecordAll records every response, success or error: the draft's
+// "respond with the result of the previously completed operation, success
+// or an error". It is the default.
+func RecordAll(int) bool { return true }
+
+// RecordSuccess records 2xx responses only: a client that got an error
+// may retry with the same key and have the request run again.
+func RecordSuccess(status int) bool { return status >= 200 && status < 300 }
+
+// Option configures a Middleware.
+type Option func(*config) error
+
+type config struct {
+	methods     map[string]bool
+	required    func(*http.Request) bool
+	route       func(*http.Request) string
+	fpHeaders   []string
+	respHeaders []string
+	record      RecordFunc
+	maxBody     int64
+	ttl         time.Duration
+	maxResponse int
+	lease       time.Duration
+	noRepeat    time.Duration
+	docs        string
+	txFunc      any
+	onError     func(*http.Request, error)
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: httpidem: "+format, append([]any{sqlonce.ErrInvalidArgument}, args...)...)
+}
+
+// WithMethods sets the request methods the middleware handles (POST and
+// PATCH otherwise, the methods that are not idempotent). Requests with
+// other methods pass straight through.
+func WithMethods(methods ...string) Option {
+	return func(c *config) error {
+		if len(methods) == 0 {
+			return invalid("no methods")
+		}
+		c.methods = make(map[string]bool, len(methods))
+		for _, m := range methods {
+			c.methods[strings.ToUpper(m)] = true
+		}
+		return nil
+	}
+}
+
+// WithRequired decides which handled requests must carry an
+// Idempotency-Key: a request for which it returns true and that has none
+// is answered 400 (draft section 2.7), unless WithNoRepeatSubmit derives a
+// key. Without this option every handled request must. Use it to require
+// the key on some routes only (r.Pattern, r.URL.Path).
+func WithRequired(required func(r *http.Request) bool) Option {
+	return func(c *config) error {
+		if required == nil {
+			return invalid("nil required func")
+		}
+		c.required = required
+		return nil
+	}
+}
+
+// WithRoute names the route a request belongs to, for the key's scope.
+// By default it is r.Pattern, the net/http ServeMux pattern that matched
+// (set when the middleware wraps a handler registered on a ServeMux), or
+// r.URL.Path when there is none. Routers other than ServeMux have their
+// own way to name the matched route.
+func WithRoute(route func(r *http.Request) string) Option {
+	return func(c *config) error {
+		if route == nil {
+			return invalid("nil route func")
+		}
+		c.route = route
+		return nil
+	}
+}
+
+// WithFingerprintHeaders adds request header fields to the request
+// fingerprint, which otherwise covers the method, the path and query, and
+// the body. A key presented again with a different fingerprint is answered
+// 422. Add the fields that change what the request does (Content-Type, an
+// API version header).
+func WithFingerprintHeaders(names ...string) Option {
+	return func(c *config) error {
+		c.fpHeaders = canonical(names)
+		return nil
+	}
+}
+
+// WithResponseHeaders sets the response header fields recorded with a
+// response and replayed (DefaultResponseHeaders otherwise). The first
+// response always carries every field the handler set.
+func WithResponseHeaders(names ...string) Option {
+	return func(c *config) error {
+		c.respHeaders = canonical(names)
+		return nil
+	}
+}
+
+func canonical(names []string) []string {
+	out := make([]string, 0, len(names))
+	seen := map[string]bool{}
+	for _, n := range names {
+		n = http.CanonicalHeaderKey(n)
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// WithRecord sets which responses are recorded (RecordAll otherwise).
+func WithRecord(record RecordFunc) Option {
+	return func(c *config) error {
+		if record == nil {
+			return invalid("nil record func")
+		}
+		c.record = record
+		return nil
+	}
+}
+
+// WithMaxBody sets the largest request body accepted, in bytes
+// (DefaultMaxBody otherwise). A larger one is answered 413 before the
+// handler runs. The middleware reads the body to fingerprint it and hands
+// the handler a copy to read.
+func WithMaxBody(n int64) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return invalid("max body %d is negative", n)
+		}
+		c.maxBody = n
+		return nil
+	}
+}
+
+// WithTTL sets how long a key and its recorded response live
+// (dedupe.DefaultTTL, 24 hours, otherwise). The draft asks servers to
+// publish this expiration policy. After it, the key is free again.
+func WithTTL(ttl time.Duration) Option {
+	return func(c *config) error {
+		if ttl <= 0 {
+			return invalid("TTL %v is not positive", ttl)
+		}
+		c.ttl = ttl
+		return nil
+	}
+}
+
+// WithMaxResponseSize sets the largest response body recorded, in bytes
+// (dedupe.DefaultMaxResponseSize otherwise, at most
+// dedupe.MaxResponseSize). A handler that writes more gets a 500 answer
+// and, in transactional mode, its work rolled back: size it above the
+// handler's largest answer.
+func WithMaxResponseSize(n int) Option {
+	return func(c *config) error {
+		if n < 0 || n > dedupe.MaxResponseSize {
+			return invalid("max response size %d is outside 0..%d", n, dedupe.MaxResponseSize)
+		}
+		c.maxResponse = n
+		return nil
+	}
+}
+
+// WithLease switches to lease mode, for handlers whose work has effects
+// outside the database (a payment provider, mail): the key is claimed with
+// a lease of d (DefaultLease for 0) in a short transaction of its own and
+// committed before the handler runs; the recorded response completes it,
+// a response that is not recorded releases it. Concurrent requests with
+// the key are answered 409 while the lease holds. A holder that crashes
+// leaves the lease to lapse after d, and a retry then runs the handler
+// again: give the outside system the key or the lease's token (LeaseFrom)
+// so that a repeated call is harmless there, and choose d longer than the
+// handler's own time limit. The handler's context ends when the client
+// goes away, and whatever the handler then answers is recorded like any
+// answer: detach work that must run to its end (context.WithoutCancel).
+// It needs a driver built with a database handle.
+func WithLease(d time.Duration) Option {
+	return func(c *config) error {
+		if d == 0 {
+			d = DefaultLease
+		}
+		if d < time.Microsecond {
+			return invalid("lease %v is shorter than 1µs", d)
+		}
+		c.lease = d
+		return nil
+	}
+}
+
+// WithNoRepeatSubmit guards requests that carry no Idempotency-Key, such as
+// HTML form posts, against repeat submits: their key is derived from the
+// principal, the method, the route and the request fingerprint (path,
+// query, body, fingerprint headers), and lives for window. Within it the
+// same submit by the same caller runs once; repeats get the first
+// response (with ReplayHeader), or 409 while it runs. A different body is
+// a different submit. After the window the same submit runs again. A
+// request that carries a key is handled by its key.
+func WithNoRepeatSubmit(window time.Duration) Option {
+	return func(c *config) error {
+		if window <= 0 {
+			return invalid("window %v is not positive", window)
+		}
+		c.noRepeat = window
+		return nil
+	}
+}
+
+// WithDocs gives the problems the middleware answers with a documentation
+// URL: each problem's type becomes url#code and its title the problem's
+// own, and a Link header with rel="describedby" points at url (draft
+// section 2.7). Publish the key's format, the expiration policy and these
+// codes there. Without it problems have type "about:blank".
+func WithDocs(url string) Option {
+	return func(c *config) error {
+		c.docs = url
+		return nil
+	}
+}
+
+// WithTxFunc sets how transactional mode runs a request's transaction,
+// in place of a transaction on the driver's database handle at the
+// server's default isolation level: run must begin a transaction, call fn
+// with it, commit when fn returns nil and roll back otherwise, returning
+// fn's error. pgx users can pass a func around pgx.BeginTxFunc with the
+// options they need; database/sql users one around db.BeginTx. TTx must be
+// the driver's transaction type (New returns sqlonce.ErrInvalidArgument
+// otherwise).
+func WithTxFunc[TTx any](run func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error) Option {
+	return func(c *config) error {
+		if run == nil {
+			return invalid("nil tx func")
+		}
+		c.txFunc = run
+		return nil
+	}
+}
+
+// WithErrorLog receives the errors the middleware cannot hand to anyone
+// else: a database failure answered 500, a lease that could not be
+// completed or released. slog.Default logs them otherwise.
+func WithErrorLog(log func(r *http.Request, err error)) Option {
+	return func(c *config) error {
+		if log == nil {
+			return invalid("nil error log")
+		}
+		c.onError = log
+		return nil
+	}
+}

@@ -1,0 +1,157 @@
+package httpidem
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/internal/keys"
+)
+
+// Wrap returns next made idempotent; its type fits routers' Use methods.
+//
+// A request with a handled method is checked before next runs: its
+// Idempotency-Key (400 when malformed, or missing where required), its
+// principal (401 when empty), its body (413 over the limit). Then the key
+// decides: a new key runs next and records its response; a key recorded
+// earlier with the same request fingerprint replays the response byte for
+// byte, marked with ReplayHeader; with another fingerprint, 422; a key
+// whose first request is still running, 409. Errors are RFC 9457 problem
+// details (application/problem+json).
+//
+// next's response is buffered until it is recorded: streaming and
+// http.Flusher are not available to it. In transactional mode next may be
+// run more than once for one request, each time in a fresh transaction,
+// when the database reports a deadlock or a serialization failure.
+func (m *Middleware[TTx]) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !m.methods[r.Method] {
+			next.ServeHTTP(w, r)
+			return
+		}
+		key, present, err := parseKey(r.Header.Values(Header))
+		if err != nil {
+			m.problem(w, http.StatusBadRequest, CodeKeyInvalid, err.Error())
+			return
+		}
+		if present && (key == "" || len(key) > sqlonce.MaxKeyLen) {
+			m.problem(w, http.StatusBadRequest, CodeKeyInvalid, fmt.Sprintf("the Idempotency-Key value must be 1 to %d characters", sqlonce.MaxKeyLen))
+			return
+		}
+		derived := !present && m.noRepeat > 0
+		if !present && !derived && m.required(r) {
+			m.problem(w, http.StatusBadRequest, CodeKeyMissing, "this operation requires an Idempotency-Key header with a unique key per operation, sent again unchanged on every retry")
+			return
+		}
+		if !present && !derived && m.lease > 0 {
+			next.ServeHTTP(w, r) // no key and no transaction to hand over
+			return
+		}
+		var principal string
+		if present || derived {
+			if principal = m.principal(r); principal == "" {
+				m.problem(w, http.StatusUnauthorized, CodeNoPrincipal, "idempotency keys are kept per authenticated caller; authenticate the request")
+				return
+			}
+		}
+		body, ok := m.readBody(w, r)
+		if !ok {
+			return
+		}
+		var req *dedupe.Request
+		if present || derived {
+			fp := m.fingerprint(r, body)
+			kind, ttl := byte('k'), time.Duration(0)
+			if derived {
+				key, kind, ttl = hex.EncodeToString(fp), 's', m.noRepeat
+			}
+			req = &dedupe.Request{Scope: scope(kind, principal, r.Method, m.route(r)), Key: key, Fingerprint: fp, TTL: ttl}
+		}
+		if m.lease > 0 {
+			m.serveLease(w, r, next, body, *req)
+			return
+		}
+		m.serveTx(w, r, next, body, req)
+	})
+}
+
+// readBody reads the request body whole, refusing one over the limit,
+// and reports whether the request goes on.
+func (m *Middleware[TTx]) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	tooLarge := func() ([]byte, bool) {
+		m.problem(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, fmt.Sprintf("the request body is limited to %d bytes", m.maxBody))
+		return nil, false
+	}
+	if r.ContentLength > m.maxBody {
+		return tooLarge() // refused before a byte is read
+	}
+	if r.Body == nil {
+		return nil, true
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, m.maxBody+1))
+	var maxErr *http.MaxBytesError
+	switch {
+	case errors.As(err, &maxErr) || int64(len(body)) > m.maxBody:
+		return tooLarge()
+	case err != nil:
+		m.problem(w, http.StatusBadRequest, CodeBodyUnreadable, "the request body could not be read in full")
+		return nil, false
+	}
+	return body, true
+}
+
+// fingerprint hashes what makes two requests with one key the same
+// request: method, path, query, body and the configured header fields.
+func (m *Middleware[TTx]) fingerprint(r *http.Request, body []byte) []byte {
+	parts := [][]byte{[]byte(r.Method), []byte(r.URL.EscapedPath()), []byte(r.URL.RawQuery), body}
+	for _, h := range m.fpHeaders {
+		parts = append(parts, []byte(h), []byte(strings.Join(r.Header.Values(h), "\n")))
+	}
+	return dedupe.Fingerprint(parts...)
+}
+
+// scope is a key's namespace: the caller, the method and the route. The
+// principal is length-prefixed so that no choice of principal and route
+// spells another pair's scope; kind keeps client keys and derived submit
+// keys apart. A scope the store would refuse (too long for the table, not
+// valid UTF-8, a NUL byte) is replaced by its hash, which no readable scope
+// can equal (those start with kind and a digit).
+func scope(kind byte, principal, method, route string) string {
+	s := string(kind) + strconv.Itoa(len(principal)) + ":" + principal + " " + method + " " + route
+	if keys.Check("scope", s) == nil {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return string(kind) + "#" + hex.EncodeToString(sum[:])
+}
+
+var (
+	errNotRecorded = errors.New("httpidem: response not recorded")
+	errPanicked    = errors.New("httpidem: handler panicked")
+)
+
+// serve runs h and returns what it panicked with, if it did.
+func serve(h http.Handler, w http.ResponseWriter, r *http.Request) (panicked any) {
+	defer func() { panicked = recover() }()
+	h.ServeHTTP(w, r)
+	return nil
+}
+
+// withBody returns r for the handler: ctx, and a fresh reader over the
+// body the middleware read.
+func withBody(ctx context.Context, r *http.Request, body []byte) *http.Request {
+	r2 := r.WithContext(ctx)
+	r2.Body = io.NopCloser(bytes.NewReader(body))
+	r2.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	return r2
+}
