@@ -13,6 +13,15 @@
 // otherwise spends two (prepare and execute) unless the DSN sets
 // interpolateParams=true. A transaction from another handle, or a driver
 // built with nil, runs the same statements unprepared.
+//
+// Every driver built on one *sql.DB shares those statements: build one
+// driver and share it, or build one per request, the server holds each
+// statement at most once per connection of the pool either way, and the
+// server-wide max_prepared_stmt_count is not spent. There is nothing to
+// close. The shared statements do not keep a *sql.DB alive: once no
+// driver on it is reachable they are closed (and the server frees them)
+// when the garbage collector notices, and closing the *sql.DB frees them
+// on the server at once.
 package mysqldriver
 
 import (
@@ -36,13 +45,15 @@ type Driver struct {
 
 var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 
-// New returns a driver. db is used only by operations that run their own
-// short transactions (dedupe leases and purge); pass nil when every call
-// runs inside a transaction of yours.
+// New returns a driver. db is used by operations that run their own short
+// transactions (dedupe leases and purge), and its prepared statements,
+// shared by every driver on db, by every call; pass nil when every call
+// runs inside a transaction of yours (the statements then run unprepared).
+// A driver holds nothing that needs closing.
 func New(db *sql.DB) *Driver {
 	e := engine{db: db, q: mysqldb.New()}
 	if db != nil {
-		e.stmts = &stmtCache{db: db}
+		e.stmts = cacheFor(db)
 	}
 	return &Driver{e: e}
 }

@@ -3,8 +3,10 @@ package mysqldriver
 import (
 	"context"
 	"database/sql"
+	"runtime"
 	"sync"
 	"time"
+	"weak"
 
 	"github.com/sqlonce/sqlonce/internal/dbsqlc/mysqldb"
 )
@@ -15,8 +17,19 @@ import (
 // a database handle prepares each once on it; a transaction then runs them
 // through Tx.StmtContext, which database/sql prepares once per connection
 // and reuses: one round trip per statement.
+//
+// Every driver built on one *sql.DB shares one cache (cacheFor): the server
+// holds each statement once per connection of the pool, however many
+// drivers a program builds, so the server-wide max_prepared_stmt_count is
+// never spent by a service that builds a driver per request.
 type stmtCache struct {
 	db *sql.DB
+	*stmts
+}
+
+// stmts is the part of a stmtCache that its cleanup closes: it must not
+// refer to the stmtCache itself, or the cache would never be collected.
+type stmts struct {
 	mu sync.Mutex
 	m  map[string]*sql.Stmt
 	// preparing and retryAt keep callers from queueing for a connection:
@@ -24,6 +37,52 @@ type stmtCache struct {
 	// prepare gave up, callers run it unprepared.
 	preparing map[string]bool
 	retryAt   map[string]time.Time
+}
+
+// close closes every statement, on every connection that prepared it.
+func (s *stmts) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for q, st := range s.m {
+		_ = st.Close()
+		delete(s.m, q)
+	}
+}
+
+// caches maps each *sql.DB to the one stmtCache its drivers share. Both
+// sides are weak, so that the registry keeps neither alive: a cache lives
+// while a driver refers to it, and a *sql.DB, closed or not, can be
+// collected once neither the program nor a driver refers to it (each
+// prepared statement refers to its *sql.DB, so a strong cache here would
+// keep every handle ever used alive). When the last driver on a handle is
+// collected, a cleanup closes the cache's statements (the server frees
+// them on every connection) and drops the entry; a driver built on the
+// handle later prepares them anew.
+var caches = struct {
+	mu sync.Mutex
+	m  map[weak.Pointer[sql.DB]]weak.Pointer[stmtCache]
+}{m: map[weak.Pointer[sql.DB]]weak.Pointer[stmtCache]{}}
+
+// cacheFor returns the statement cache shared by the drivers built on db.
+func cacheFor(db *sql.DB) *stmtCache {
+	k := weak.Make(db)
+	caches.mu.Lock()
+	defer caches.mu.Unlock()
+	if c := caches.m[k].Value(); c != nil {
+		return c
+	}
+	c := &stmtCache{db: db, stmts: &stmts{}}
+	self := weak.Make(c)
+	caches.m[k] = self
+	runtime.AddCleanup(c, func(s *stmts) {
+		caches.mu.Lock()
+		if caches.m[k] == self {
+			delete(caches.m, k)
+		}
+		caches.mu.Unlock()
+		s.close()
+	}, c.stmts)
+	return c
 }
 
 // prepareWait bounds the wait for a pool connection to prepare on. A pool
