@@ -134,6 +134,8 @@ type worker[TTx any] struct {
 	id       int
 	rng      *rand.Rand
 	noFaults bool
+	n        *node[TTx] // where the current attempt runs
+	next     int        // the node of the next attempt
 }
 
 func (w *worker[TTx]) newAttempt(op string, try int) *Attempt {
@@ -142,6 +144,7 @@ func (w *worker[TTx]) newAttempt(op string, try int) *Attempt {
 
 // newAttemptOf starts an attempt whose fault, if any, is one of faults.
 func (w *worker[TTx]) newAttemptOf(op string, try int, faults []Fault) *Attempt {
+	w.pick()
 	a := &Attempt{ID: w.r.ids.Add(1), Worker: w.id, Op: op, Try: try}
 	isos := w.r.cfg.Isolations
 	a.Iso = isos[w.rng.IntN(len(isos))]
@@ -229,7 +232,7 @@ func (w *worker[TTx]) inTx(a *Attempt, body func(ctx context.Context, tx TTx, f 
 	a.InTx = true
 	ctx, cancel := context.WithTimeout(w.r.ctx, attemptTimeout)
 	defer cancel()
-	tx, err := w.r.db.Begin(ctx, a.Iso)
+	tx, err := w.n.db.Begin(ctx, a.Iso)
 	if err != nil {
 		a.Err = beginError{err}
 		return
@@ -259,7 +262,7 @@ func (w *worker[TTx]) inTx(a *Attempt, body func(ctx context.Context, tx TTx, f 
 		return
 	}
 	a.CommitStart = w.r.tick()
-	err = w.r.db.Commit(ctx, tx)
+	err = w.n.db.Commit(ctx, tx)
 	a.CommitEnd = w.r.tick()
 	a.Commit = w.classifyCommit(err)
 	a.Err = err
@@ -268,7 +271,7 @@ func (w *worker[TTx]) inTx(a *Attempt, body func(ctx context.Context, tx TTx, f 
 func (w *worker[TTx]) rollback(tx TTx) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_ = w.r.db.Rollback(ctx, tx)
+	_ = w.n.db.Rollback(ctx, tx)
 }
 
 // classifyCommit tells a commit that provably did not happen from one whose
@@ -283,7 +286,7 @@ func (w *worker[TTx]) classifyCommit(err error) CommitState {
 		return RolledBack
 	case serverRefused(err):
 		return RolledBack
-	case w.r.db.Dialect() != "postgres" && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+	case w.n.db.Dialect() != "postgres" && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// database/sql checks the context before COMMIT and returns its
 		// error without sending it; go-sql-driver's COMMIT itself does not
 		// watch the context, nor does modernc.org/sqlite's.
@@ -330,7 +333,7 @@ func (w *worker[TTx]) newFaultCtl(cancel context.CancelFunc, a *Attempt) *faultC
 // killLater kills tx's connection from another session after a random
 // delay, unless the attempt ends first.
 func (f *faultCtl[TTx]) killLater(ctx context.Context, tx TTx) {
-	id, err := f.w.r.db.ConnID(ctx, tx)
+	id, err := f.w.n.db.ConnID(ctx, tx)
 	if err != nil {
 		return // the attempt fails on its own
 	}
@@ -376,7 +379,7 @@ func (f *faultCtl[TTx]) inFn(ctx context.Context, tx TTx) error {
 		f.cancel()
 	case FaultKill:
 		f.fired = true
-		id, err := f.w.r.db.ConnID(ctx, tx)
+		id, err := f.w.n.db.ConnID(ctx, tx)
 		if err != nil {
 			return err
 		}
@@ -388,7 +391,7 @@ func (f *faultCtl[TTx]) inFn(ctx context.Context, tx TTx) error {
 func (w *worker[TTx]) kill(id int64) {
 	ctx, cancel := context.WithTimeout(w.r.ctx, 10*time.Second)
 	defer cancel()
-	if err := w.r.db.Kill(ctx, id); err != nil {
+	if err := w.n.db.Kill(ctx, id); err != nil {
 		w.r.note("kill failed", 1)
 	}
 }

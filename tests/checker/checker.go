@@ -14,7 +14,6 @@ import (
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/statemachine"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
-	"github.com/sqlonce/sqlonce/unique"
 )
 
 // The workloads, by the strategy they drive.
@@ -148,6 +147,13 @@ type Config[TTx any] struct {
 	// ConnectRetry is how long a worker keeps retrying to begin a
 	// transaction before giving up an operation (2s).
 	ConnectRetry time.Duration
+	// Nodes are more views of db's database, each on another node of a
+	// cluster whose nodes all take writes (Galera). Each worker sends each
+	// attempt to the next node in turn, db included, as clients behind a
+	// round-robin balancer do, so that the duplicates of a key and a
+	// lease's claim and completion meet on different nodes. The
+	// invariants are checked through db.
+	Nodes []harness.DB[TTx]
 }
 
 func (c *Config[TTx]) defaults() {
@@ -200,8 +206,7 @@ type run[TTx any] struct {
 	ctx   context.Context
 	db    harness.DB[TTx]
 	cfg   Config[TTx]
-	store *dedupe.Store[TTx]
-	ins   *unique.Inserter[TTx]
+	nodes []*node[TTx] // db first, then cfg.Nodes
 	sm    *statemachine.Machine[string]
 
 	lclock atomic.Int64 // logical clock: orders reports against commits
@@ -247,16 +252,18 @@ func (r *run[TTx]) logf(format string, args ...any) {
 func Run[TTx any](t testing.TB, db harness.DB[TTx], cfg Config[TTx]) *Report {
 	t.Helper()
 	cfg.defaults()
-	store, err := dedupe.New(db.Driver(), dedupe.WithTTL(keyTTL))
-	if err != nil {
-		t.Fatal(err)
-	}
 	r := &run[TTx]{
-		t: t, ctx: context.Background(), db: db, cfg: cfg, store: store,
-		ins:     unique.New(db.Driver()),
+		t: t, ctx: context.Background(), db: db, cfg: cfg,
 		sm:      statemachine.Must(statemachine.New(statemachine.Edge("created", "paid"))),
 		windows: map[string]*atomic.Int64{},
 		notes:   map[string]int{},
+	}
+	for _, ndb := range append([]harness.DB[TTx]{db}, cfg.Nodes...) {
+		n, err := newNode(ndb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.nodes = append(r.nodes, n)
 	}
 	if r.cfg.Dedupe == nil {
 		r.cfg.Dedupe = r.storeDedupe
@@ -281,7 +288,7 @@ func Run[TTx any](t testing.TB, db harness.DB[TTx], cfg Config[TTx]) *Report {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			w := &worker[TTx]{r: r, id: i, rng: newRand(cfg.Seed, uint64(i))}
+			w := newWorker(r, i, newRand(cfg.Seed, uint64(i)))
 			w.loop()
 		}()
 	}
@@ -390,20 +397,20 @@ func retryConn(ctx context.Context, fn func() error) error {
 }
 
 // storeDedupe is the real thing.
-func (r *run[TTx]) storeDedupe(ctx context.Context, _ harness.DB[TTx], tx TTx, c DedupeCall, fn func(ctx context.Context) ([]byte, error)) (sqlonce.Result, error) {
+func (r *run[TTx]) storeDedupe(ctx context.Context, db harness.DB[TTx], tx TTx, c DedupeCall, fn func(ctx context.Context) ([]byte, error)) (sqlonce.Result, error) {
 	req := dedupe.Request{Scope: c.Scope, Key: c.Key}
 	if c.Respond {
-		return r.store.DoResponse(ctx, tx, req, fn)
+		return r.nodeOf(db).store.DoResponse(ctx, tx, req, fn)
 	}
-	return r.store.Do(ctx, tx, req, func(ctx context.Context) error {
+	return r.nodeOf(db).store.Do(ctx, tx, req, func(ctx context.Context) error {
 		_, err := fn(ctx)
 		return err
 	})
 }
 
 // storeRun is the real thing.
-func (r *run[TTx]) storeRun(ctx context.Context, _ harness.DB[TTx], c DedupeCall, fn func(ctx context.Context, tx TTx) ([]byte, error)) (sqlonce.Result, error) {
-	return r.store.Run(ctx, dedupe.Request{Scope: c.Scope, Key: c.Key}, fn)
+func (r *run[TTx]) storeRun(ctx context.Context, db harness.DB[TTx], c DedupeCall, fn func(ctx context.Context, tx TTx) ([]byte, error)) (sqlonce.Result, error) {
+	return r.nodeOf(db).store.Run(ctx, dedupe.Request{Scope: c.Scope, Key: c.Key}, fn)
 }
 
 // SelectThenInsert is the anti-pattern the design notes warn about, shaped

@@ -50,7 +50,9 @@
 // is caught answering AlreadyDone before anything committed; swapped in
 // for Store.Run, work committed before its key is recorded is caught
 // doubling effects. The restart subpackage runs the workload while the
-// database server is killed and started again.
+// database server is killed and started again; the galera subpackage runs
+// it over the three nodes of a MariaDB Galera cluster (Config.Nodes), one
+// of which is killed and rejoins mid-run.
 //
 //	go test -race -count=1 ./checker/... -v
 //	SQLONCE_CHECKER_DURATION=5m go test -count=1 ./checker/ -run 'TestPostgres|TestMySQL' -v

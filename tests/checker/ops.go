@@ -75,8 +75,8 @@ func (w *worker[TTx]) key(op string) string {
 func (w *worker[TTx]) dedupeStep(ctx context.Context, tx TTx, a *Attempt, f *faultCtl[TTx], scope, key string, respond bool, inner func(ctx context.Context) error) error {
 	c := DedupeCall{Scope: scope, Key: key, Ref: scope + ":" + key, Respond: respond}
 	st := a.step(c.Ref, "")
-	res, err := w.r.cfg.Dedupe(ctx, w.r.db, tx, c, func(ctx context.Context) ([]byte, error) {
-		if err := w.r.db.Tx(tx).LedgerInsert(ctx, c.Ref, a.ID); err != nil {
+	res, err := w.r.cfg.Dedupe(ctx, w.n.db, tx, c, func(ctx context.Context) ([]byte, error) {
+		if err := w.n.db.Tx(tx).LedgerInsert(ctx, c.Ref, a.ID); err != nil {
 			return nil, err
 		}
 		if inner != nil {
@@ -145,8 +145,8 @@ func (w *worker[TTx]) uniqueOp() {
 	w.operation(Unique, func(a *Attempt) {
 		w.inTx(a, func(ctx context.Context, tx TTx, f *faultCtl[TTx]) error {
 			st := a.step(code, "")
-			res, err := w.r.ins.Insert(ctx, tx, "orders_code_key", func(ctx context.Context) error {
-				if _, err := w.r.db.Tx(tx).OrderInsert(ctx, code, "a"+strconv.FormatInt(a.ID, 10), a.ID); err != nil {
+			res, err := w.n.ins.Insert(ctx, tx, "orders_code_key", func(ctx context.Context) error {
+				if _, err := w.n.db.Tx(tx).OrderInsert(ctx, code, "a"+strconv.FormatInt(a.ID, 10), a.ID); err != nil {
 					return err
 				}
 				return f.inFn(ctx, tx)
@@ -165,7 +165,7 @@ func (w *worker[TTx]) optimisticOp() {
 	i := w.rng.IntN(len(w.r.optIDs))
 	id := w.r.optIDs[i]
 	ctx, cancel := context.WithTimeout(w.r.ctx, attemptTimeout)
-	v, err := w.r.db.Pool().OrderGetVersion(ctx, id)
+	v, err := w.n.db.Pool().OrderGetVersion(ctx, id)
 	cancel()
 	if err != nil {
 		w.r.note("optimistic read failed", 1)
@@ -177,7 +177,7 @@ func (w *worker[TTx]) optimisticOp() {
 		w.inTx(a, func(ctx context.Context, tx TTx, f *faultCtl[TTx]) error {
 			st := a.step(key, "")
 			res, err := func() (sqlonce.Result, error) {
-				biz := w.r.db.Tx(tx)
+				biz := w.n.db.Tx(tx)
 				rows, err := biz.OrderAddAmount(ctx, id, v, 1)
 				if err != nil {
 					return sqlonce.Result{}, err
@@ -209,7 +209,7 @@ func (w *worker[TTx]) stateMachineOp() {
 	w.operation(StateMachine, func(a *Attempt) {
 		w.inTx(a, func(ctx context.Context, tx TTx, f *faultCtl[TTx]) error {
 			st := a.step("sm:"+key, "")
-			biz := w.r.db.Tx(tx)
+			biz := w.n.db.Tx(tx)
 			res, err := w.r.sm.Transition(ctx, "created", "paid",
 				func(ctx context.Context) (int64, error) {
 					n, err := biz.OrderSetStatus(ctx, id, "created", "paid")
@@ -237,10 +237,11 @@ func (w *worker[TTx]) leaseOp(key string) (settled, inProgress bool) {
 	w.r.leases.Store(key, true)
 	req := dedupe.Request{Scope: "lease", Key: key, TTL: keyTTL}
 	for try := range 20 {
+		w.pick()
 		a := &Attempt{ID: w.r.ids.Add(1), Worker: w.id, Op: Lease + " claim", Try: try}
 		ctx, cancel := context.WithTimeout(w.r.ctx, attemptTimeout)
 		st := a.step(ref, "claim")
-		l, res, err := w.r.store.Claim(testclock.With(ctx, w.r.vclock.Now()), req, w.r.cfg.Lease)
+		l, res, err := w.n.store.Claim(testclock.With(ctx, w.r.vclock.Now()), req, w.r.cfg.Lease)
 		cancel()
 		st.set(res, err, w.r.tick())
 		a.Err = err
@@ -299,14 +300,14 @@ func (w *worker[TTx]) holdLease(ref string, l *dedupe.Lease, fault Fault) bool {
 			st := a.step(ref, "complete")
 			st.Token = l.Token
 			err := func() error {
-				if err := w.r.db.Tx(tx).LedgerInsert(ctx, ref, a.ID); err != nil {
+				if err := w.n.db.Tx(tx).LedgerInsert(ctx, ref, a.ID); err != nil {
 					return err
 				}
 				if err := f.inFn(ctx, tx); err != nil {
 					return err
 				}
 				resp := []byte(fmt.Sprintf("%s by a%d token %d", ref, a.ID, l.Token))
-				if err := w.r.store.CompleteTx(ctx, tx, l, resp); err != nil {
+				if err := w.n.store.CompleteTx(ctx, tx, l, resp); err != nil {
 					return err
 				}
 				st.Response = resp
@@ -345,7 +346,7 @@ func (w *worker[TTx]) release(ref string, l *dedupe.Lease) {
 	defer cancel()
 	st := a.step(ref, "release")
 	st.Token = l.Token
-	err := w.r.store.Release(testclock.With(ctx, w.r.vclock.Now()), l)
+	err := w.n.store.Release(testclock.With(ctx, w.r.vclock.Now()), l)
 	st.set(sqlonce.Result{}, err, w.r.tick())
 	a.Err = err
 	w.r.record(a)
@@ -356,7 +357,8 @@ func (w *worker[TTx]) release(ref string, l *dedupe.Lease) {
 // done or free to take over, never still held.
 func (r *run[TTx]) recoverLeases(rep *Report, vEnd time.Time) {
 	r.vclock.Advance(vEnd.Add(2*r.cfg.Lease + time.Second))
-	w := &worker[TTx]{r: r, id: -1, rng: newRand(r.cfg.Seed, 1<<20), noFaults: true}
+	w := newWorker(r, -1, newRand(r.cfg.Seed, 1<<20))
+	w.noFaults = true
 	r.leases.Range(func(k, _ any) bool {
 		key := k.(string)
 		for range 5 {

@@ -89,7 +89,7 @@ func (w *worker[TTx]) runAttempt(a *Attempt, c DedupeCall, pinned bool) {
 		if a.Calls == 1 && a.Fault == FaultKillAsync {
 			f.killLater(ctx, tx)
 		}
-		if err := w.r.db.Tx(tx).LedgerInsert(ctx, c.Ref, a.ID); err != nil {
+		if err := w.n.db.Tx(tx).LedgerInsert(ctx, c.Ref, a.ID); err != nil {
 			return nil, err
 		}
 		if err := f.inFn(ctx, tx); err != nil {
@@ -131,7 +131,7 @@ func (w *worker[TTx]) callRun(ctx context.Context, c DedupeCall, fn func(ctx con
 			res, err = sqlonce.Result{}, errInjectedPanic
 		}
 	}()
-	return w.r.cfg.Run(ctx, w.r.db, c, fn)
+	return w.r.cfg.Run(ctx, w.n.db, c, fn)
 }
 
 // classifyRunCommit is classifyCommit for an error of Run after its fn

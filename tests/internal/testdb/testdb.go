@@ -269,7 +269,13 @@ type MySQL struct {
 // returns its name and DSN (parseTime=true).
 func EmptyMySQL(t testing.TB) (name, dsn string) {
 	t.Helper()
-	server := MySQLDSN(t)
+	return EmptyMySQLOn(t, MySQLDSN(t))
+}
+
+// EmptyMySQLOn is EmptyMySQL on the server of DSN server (a node of a
+// cluster); the DSN returned keeps server's parameters.
+func EmptyMySQLOn(t testing.TB, server string) (name, dsn string) {
+	t.Helper()
 	ctx := context.Background()
 	name = uniqueName("t_")
 	admin, err := sql.Open("mysql", server)
@@ -304,7 +310,14 @@ func EmptyMySQL(t testing.TB) (name, dsn string) {
 // maxConns bounds the pool (0: 8).
 func NewMySQL(t testing.TB, maxConns int) *MySQL {
 	t.Helper()
-	name, dsn := EmptyMySQL(t)
+	return NewMySQLOn(t, MySQLDSN(t), maxConns)
+}
+
+// NewMySQLOn is NewMySQL on the server of DSN server (a node of a
+// cluster); the database's DSN keeps server's parameters.
+func NewMySQLOn(t testing.TB, server string, maxConns int) *MySQL {
+	t.Helper()
+	name, dsn := EmptyMySQLOn(t, server)
 	ctx := context.Background()
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
