@@ -1,6 +1,10 @@
 package sqlonce
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
 
 // Sentinel errors shared by every strategy. Match them with errors.Is; the
 // errors returned wrap them with detail (which key, which constraint, which
@@ -64,7 +68,10 @@ var (
 	// and nothing on the client can tell which. Send the request again with
 	// the same key: if the first commit went through, the repeat answers
 	// AlreadyDone (with the recorded response); if not, it runs the work.
-	ErrCommitUnknown = errors.New("sqlonce: connection lost at commit; the outcome is unknown, retry with the same key")
+	//
+	// The original error stays in the chain. IsCommitUnknown also
+	// recognises a lost connection in the error of a COMMIT of yours.
+	ErrCommitUnknown = driver.ErrCommitUnknown
 
 	// ErrNoDB is returned by operations that run their own transactions
 	// (dedupe leases, purges, token.Store.Issue, inbox.Inbox.Handle) on a

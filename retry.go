@@ -3,7 +3,7 @@ package sqlonce
 import (
 	"errors"
 
-	"github.com/sqlonce/sqlonce/internal/dberr"
+	"github.com/sqlonce/sqlonce/internal/driver"
 )
 
 // IsRetryable reports whether err means "roll the transaction back and run
@@ -16,8 +16,18 @@ import (
 // SQLITE_BUSY_SNAPSHOT) and SQLITE_LOCKED, or ErrStaleRead.
 //
 // It recognises errors from the caller's own queries as well as from
-// sqlonce. After such an error the transaction must not be committed: on
-// PostgreSQL it is aborted, on MySQL a deadlock has already rolled it back.
+// sqlonce, for the database libraries of the drivers the program links:
+// each driver package (pgxdriver, mysqldriver, sqlitedriver) teaches it
+// its library's errors when imported, and the root package links no
+// database library itself. A program that imports only pgxdriver gets
+// false for a MySQL deadlock, which it cannot meet.
+//
+// It looks at every error of a wrapped or joined tree (errors.Join,
+// fmt.Errorf with several %w), not the first database error alone: a
+// duplicate key joined to the deadlock that rolled the transaction back
+// is retryable. After such an error the transaction must not be
+// committed: on PostgreSQL it is aborted, on MySQL a deadlock has already
+// rolled it back.
 func IsRetryable(err error) bool {
-	return errors.Is(err, ErrStaleRead) || dberr.Retryable(err)
+	return errors.Is(err, ErrStaleRead) || driver.Classify(err).Has(driver.Retryable)
 }

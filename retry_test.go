@@ -1,4 +1,4 @@
-package sqlonce
+package sqlonce_test
 
 import (
 	"context"
@@ -10,6 +10,11 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sqlonce/sqlonce"
+	// sqlonce.IsRetryable knows the errors of the drivers a program links.
+	_ "github.com/sqlonce/sqlonce/mysqldriver"
+	_ "github.com/sqlonce/sqlonce/pgxdriver"
 )
 
 func TestIsRetryable(t *testing.T) {
@@ -21,8 +26,8 @@ func TestIsRetryable(t *testing.T) {
 		want bool
 	}{
 		{"nil", nil, false},
-		{"stale read", ErrStaleRead, true},
-		{"stale read wrapped", fmt.Errorf("%w: version still reads 3", ErrStaleRead), true},
+		{"stale read", sqlonce.ErrStaleRead, true},
+		{"stale read wrapped", fmt.Errorf("%w: version still reads 3", sqlonce.ErrStaleRead), true},
 		{"pg 40001", pg(pgerrcode.SerializationFailure), true},
 		{"pg 40P01", pg(pgerrcode.DeadlockDetected), true},
 		{"pg 55P03", pg(pgerrcode.LockNotAvailable), true},
@@ -34,17 +39,23 @@ func TestIsRetryable(t *testing.T) {
 		{"mysql 1062", my(1062), false},
 		{"wrapped by a caller", fmt.Errorf("charge order 7: %w", pg(pgerrcode.SerializationFailure)), true},
 		{"joined", errors.Join(my(1213), errors.New("rollback to savepoint failed")), true},
-		{"sentinels that are not", ErrInProgress, false},
-		{"not found", ErrNotFound, false},
-		{"invalid transition", ErrInvalidTransition, false},
-		{"lease lost", ErrLeaseLost, false},
-		{"key reuse", ErrKeyReuse, false},
+		// A transaction the server rolled back is retryable whatever error
+		// comes first: unique.Insert's duplicate joined to the deadlock its
+		// savepoint rollback met.
+		{"duplicate joined to deadlock", errors.Join(my(1062), fmt.Errorf("rollback to savepoint: %w", my(1213))), true},
+		{"pg duplicate joined to serialization failure", errors.Join(pg(pgerrcode.UniqueViolation), pg(pgerrcode.SerializationFailure)), true},
+		{"stale read joined", errors.Join(my(1062), sqlonce.ErrStaleRead), true},
+		{"sentinels that are not", sqlonce.ErrInProgress, false},
+		{"not found", sqlonce.ErrNotFound, false},
+		{"invalid transition", sqlonce.ErrInvalidTransition, false},
+		{"lease lost", sqlonce.ErrLeaseLost, false},
+		{"key reuse", sqlonce.ErrKeyReuse, false},
 		{"no rows", sql.ErrNoRows, false},
 		{"canceled", context.Canceled, false},
 		{"deadline", context.DeadlineExceeded, false},
 	} {
-		if got := IsRetryable(tc.err); got != tc.want {
-			t.Errorf("%s: IsRetryable(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
+		if got := sqlonce.IsRetryable(tc.err); got != tc.want {
+			t.Errorf("%s: sqlonce.IsRetryable(%v) = %v, want %v", tc.name, tc.err, got, tc.want)
 		}
 	}
 }
@@ -52,8 +63,8 @@ func TestIsRetryable(t *testing.T) {
 // Every sentinel is distinct and says it comes from sqlonce, so that
 // errors.Is never confuses two of them and logs name the library.
 func TestSentinelsDistinct(t *testing.T) {
-	all := []error{ErrInvalidKey, ErrInvalidArgument, ErrResponseTooLarge, ErrKeyReuse, ErrInProgress,
-		ErrNotFound, ErrInvalidTransition, ErrLeaseLost, ErrTooManyRows, ErrStaleRead, ErrNoDB}
+	all := []error{sqlonce.ErrInvalidKey, sqlonce.ErrInvalidArgument, sqlonce.ErrResponseTooLarge, sqlonce.ErrKeyReuse, sqlonce.ErrInProgress,
+		sqlonce.ErrNotFound, sqlonce.ErrInvalidTransition, sqlonce.ErrLeaseLost, sqlonce.ErrTooManyRows, sqlonce.ErrStaleRead, sqlonce.ErrNoDB, sqlonce.ErrCommitUnknown}
 	for i, a := range all {
 		for j, b := range all {
 			if i != j && errors.Is(a, b) {

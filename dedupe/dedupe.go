@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/sqlonce/sqlonce"
-	"github.com/sqlonce/sqlonce/internal/dberr"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/keys"
 	"github.com/sqlonce/sqlonce/internal/owntx"
@@ -282,7 +281,7 @@ func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx c
 	// duplicate that took the key since, then delete that duplicate's
 	// committed key.
 	unclaim := func(cause error) {
-		if !dberr.TxMayBeGone(cause) {
+		if !driver.Classify(cause).Has(driver.TxRolledBack) {
 			_ = s.engine.Unclaim(ctx, tx, k, c.Token)
 		}
 	}
@@ -308,7 +307,7 @@ func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx c
 }
 
 func (s *Store[TTx]) claimError(req Request, err error) error {
-	if s.lockWait > 0 && dberr.LockNotAvailable(err) {
+	if s.lockWait > 0 && driver.Classify(err).Has(driver.LockNotAvailable) {
 		if errors.Is(err, driver.ErrTxRolledBack) {
 			// tx is gone: IsRetryable must say so.
 			return fmt.Errorf("%w: key %q in scope %q is held by another transaction: %w", sqlonce.ErrInProgress, req.Key, req.Scope, err)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/sqlonce/sqlonce"
-	"github.com/sqlonce/sqlonce/internal/dberr"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 	"github.com/sqlonce/sqlonce/internal/testclock"
@@ -100,7 +99,7 @@ func ended(ctx context.Context, res sqlonce.Result, err error) (sqlonce.Result, 
 		return res, nil
 	case errors.Is(err, driver.ErrTxEnded):
 		return sqlonce.Result{}, fmt.Errorf("%w: %w", sqlonce.ErrInvalidArgument, err)
-	case ctx.Err() == nil && dberr.TxDone(err):
+	case ctx.Err() == nil && driver.Classify(err).Has(driver.TxDone):
 		return sqlonce.Result{}, fmt.Errorf("%w: %w (%w)", sqlonce.ErrInvalidArgument, driver.ErrTxEnded, err)
 	}
 	return sqlonce.Result{}, err

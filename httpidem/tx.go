@@ -8,7 +8,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/internal/dberr"
+	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 )
 
@@ -69,7 +69,7 @@ func (m *Middleware[TTx]) serveTx(w http.ResponseWriter, r *http.Request, next h
 		case ctx.Err() != nil:
 			// The client is gone and the transaction rolled back: nobody
 			// to answer, nothing to report.
-		case sqlonce.IsRetryable(err) && !dberr.LockNotAvailable(err) && attempt < txAttempts && owntx.Pause(ctx, attempt):
+		case sqlonce.IsRetryable(err) && !driver.Classify(err).Has(driver.LockNotAvailable) && attempt < txAttempts && owntx.Pause(ctx, attempt):
 			continue
 		default:
 			m.internal(w, r, err, notDone)

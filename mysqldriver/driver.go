@@ -33,7 +33,6 @@ import (
 	"time"
 
 	"github.com/sqlonce/sqlonce"
-	"github.com/sqlonce/sqlonce/internal/dberr"
 	"github.com/sqlonce/sqlonce/internal/dbsqlc/mysqldb"
 	"github.com/sqlonce/sqlonce/internal/driver"
 )
@@ -86,7 +85,7 @@ func (e engine) Guard(ctx context.Context, tx *sql.Tx, fn func(ctx context.Conte
 }
 
 func (engine) IsDuplicate(err error, constraint string) bool {
-	return dberr.MySQLDuplicate(err, constraint)
+	return duplicate(err, constraint)
 }
 
 func myNow(t time.Time) sql.NullTime {
@@ -131,7 +130,7 @@ func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimPara
 		}
 	}()
 	c, err = e.claim(ctx, tx, p)
-	if err != nil && prev.RollbackOnTimeout == 1 && dberr.LockNotAvailable(err) {
+	if err != nil && prev.RollbackOnTimeout == 1 && driver.Classify(err).Has(driver.LockNotAvailable) {
 		err = fmt.Errorf("%w (innodb_rollback_on_timeout=ON): %w", driver.ErrTxRolledBack, err)
 	}
 	return c, err
@@ -174,7 +173,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 			}
 			return driver.Claim{Won: true, Token: token}, nil
 		}
-		if !dberr.MySQLDuplicate(err, "PRIMARY") {
+		if !duplicate(err, "PRIMARY") {
 			return driver.Claim{}, err
 		}
 		// The failed INSERT left a shared lock on the existing row; a locking

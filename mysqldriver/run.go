@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 
 	"github.com/sqlonce/sqlonce"
-	"github.com/sqlonce/sqlonce/internal/dberr"
 	"github.com/sqlonce/sqlonce/internal/dbsqlc/mysqldb"
 	"github.com/sqlonce/sqlonce/internal/driver"
 )
@@ -64,7 +63,7 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 			Response: driver.NonNil(resp[:min(len(resp), responsePiece)]), State: driver.StateDone,
 			Token: sql.NullInt64{Int64: token, Valid: true}, Now: now, TtlUs: p.TTL.Microseconds(),
 		})
-		if dberr.MySQLDuplicate(err, "PRIMARY") {
+		if duplicate(err, "PRIMARY") {
 			return fmt.Errorf("%w: key %q in scope %q was recorded by another transaction: %w", sqlonce.ErrStaleRead, p.Key.Key, p.Scope, err)
 		}
 		if err != nil {

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sqlonce/sqlonce"
-	"github.com/sqlonce/sqlonce/internal/dberr"
 	"github.com/sqlonce/sqlonce/internal/dbsqlc/pgdb"
 	"github.com/sqlonce/sqlonce/internal/driver"
 )
@@ -72,7 +71,7 @@ func (e engine) Guard(ctx context.Context, tx pgx.Tx, fn func(ctx context.Contex
 }
 
 func (engine) IsDuplicate(err error, constraint string) bool {
-	return dberr.PgUniqueViolation(err, constraint)
+	return uniqueViolation(err, constraint)
 }
 
 func pgNow(t time.Time) pgtype.Timestamptz {

@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlonce/sqlonce"
-	"github.com/sqlonce/sqlonce/internal/dberr"
 	"github.com/sqlonce/sqlonce/internal/dbsqlc/pgdb"
 	"github.com/sqlonce/sqlonce/internal/driver"
 )
@@ -134,7 +133,7 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 	}}))
 	pl.commit()
 	if err := pl.send(ctx, conn); err != nil {
-		if dberr.PgUniqueViolation(err, "sqlonce_keys_pkey") {
+		if uniqueViolation(err, "sqlonce_keys_pkey") {
 			return res, fmt.Errorf("%w: key %q in scope %q was recorded by another transaction: %w", sqlonce.ErrStaleRead, p.Key.Key, p.Scope, err)
 		}
 		return res, err

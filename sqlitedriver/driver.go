@@ -77,7 +77,6 @@ import (
 	"time"
 
 	"github.com/sqlonce/sqlonce"
-	"github.com/sqlonce/sqlonce/internal/dberr"
 	"github.com/sqlonce/sqlonce/internal/dbsqlc/sqlitedb"
 	"github.com/sqlonce/sqlonce/internal/driver"
 )
@@ -124,16 +123,22 @@ func (e engine) Guard(ctx context.Context, tx *sql.Tx, fn func(ctx context.Conte
 // reports them, and the name of an index on expressions (which SQLite
 // reports by name).
 func (engine) IsDuplicate(err error, constraint string) bool {
-	target, primary, ok := dberr.SQLiteUnique(err)
+	for _, d := range duplicates(err) {
+		if d.matches(constraint) {
+			return true
+		}
+	}
+	return false
+}
+
+func (d duplicate) matches(constraint string) bool {
 	switch {
-	case !ok:
-		return false
 	case constraint == "":
 		return true
 	case strings.EqualFold(constraint, "PRIMARY"):
-		return primary
+		return d.primary
 	}
-	return target == constraint || strings.EqualFold(target, "index '"+constraint+"'")
+	return d.target == constraint || strings.EqualFold(d.target, "index '"+constraint+"'")
 }
 
 // IsDuplicateInTx also matches a unique index by its name: it reads the
@@ -144,7 +149,7 @@ func (e engine) IsDuplicateInTx(ctx context.Context, tx *sql.Tx, err error, cons
 	if e.IsDuplicate(err, constraint) {
 		return true
 	}
-	target, _, ok := dberr.SQLiteUnique(err)
+	target, _, ok := firstDuplicate(err)
 	if !ok || target == "" {
 		return false
 	}

@@ -83,14 +83,21 @@ func (u *Inserter[TTx]) Insert(ctx context.Context, tx TTx, constraint string, i
 	if err != nil {
 		// Guard returns insert's error itself only when the rollback to the
 		// savepoint worked; a failed rollback is joined to it and tx is not
-		// usable, so that is never AlreadyDone.
-		if unchanged(err, insertErr) && u.isDuplicate(ctx, tx, err, constraint) {
+		// usable, so that is never AlreadyDone. Nor is a duplicate that
+		// insert returned together with an error that ended or doomed tx
+		// (a deadlock, a lost connection): the row it collided with may be
+		// gone with a rollback, and the caller must run tx again.
+		if unchanged(err, insertErr) && !driver.Classify(err).Has(notDone) && u.isDuplicate(ctx, tx, err, constraint) {
 			return sqlonce.Result{Outcome: sqlonce.AlreadyDone}, nil
 		}
 		return sqlonce.Result{}, err
 	}
 	return sqlonce.Result{Outcome: sqlonce.FirstRun}, nil
 }
+
+// notDone are the classes of error that forbid an AlreadyDone whatever
+// else the error holds.
+const notDone = driver.Retryable | driver.TxRolledBack | driver.TxDone | driver.ConnLost
 
 func (u *Inserter[TTx]) isDuplicate(ctx context.Context, tx TTx, err error, constraint string) bool {
 	if d, ok := u.engine.(driver.DuplicateInTx[TTx]); ok {

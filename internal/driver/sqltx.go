@@ -12,7 +12,9 @@ import (
 // SQLite), whose transactions and savepoints work alike.
 
 // SQLInTx runs fn in a transaction begun on db with the server's default
-// options, and commits it if fn succeeds. db must not be nil. A panic in
+// options, and commits it if fn succeeds; a COMMIT whose outcome is
+// unknown returns an error matching ErrCommitUnknown (see CommitError).
+// db must not be nil. A panic in
 // fn rolls the transaction back, giving its connection back to the pool,
 // and goes on.
 func SQLInTx(ctx context.Context, db *sql.DB, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
@@ -32,7 +34,8 @@ func SQLInTx(ctx context.Context, db *sql.DB, fn func(ctx context.Context, tx *s
 	if err = fn(ctx, tx); err != nil {
 		return err
 	}
-	return tx.Commit()
+	live := ctx.Err() == nil
+	return CommitError(tx.Commit(), live)
 }
 
 // savepoints names savepoints uniquely: MySQL silently replaces an older

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sqlonce/sqlonce"
-	"github.com/sqlonce/sqlonce/internal/dberr"
 	"github.com/sqlonce/sqlonce/internal/driver"
 )
 
@@ -31,7 +30,7 @@ func Run[TTx any](ctx context.Context, e driver.Engine[TTx], fn func(ctx context
 func Retry(ctx context.Context, attempt func() error) error {
 	for n := 1; ; n++ {
 		err := attempt()
-		if err == nil || n == Attempts || !sqlonce.IsRetryable(err) || dberr.LockNotAvailable(err) {
+		if err == nil || n == Attempts || !sqlonce.IsRetryable(err) || driver.Classify(err).Has(driver.LockNotAvailable) {
 			return err
 		}
 		if !Pause(ctx, n) {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/internal/dberr"
+	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/optimistic"
 	"github.com/sqlonce/sqlonce/statemachine"
 	"github.com/sqlonce/sqlonce/unique"
@@ -454,7 +454,7 @@ func variants[TTx any](b backend[TTx], rdb *redis.Client, redisPrefix string, cf
 }
 
 func uniqueViolation(err error) bool {
-	return dberr.PgUniqueViolation(err, "") || dberr.MySQLDuplicate(err, "")
+	return driver.Classify(err).Has(driver.Unique)
 }
 
 func orderIDs(reqs []*request) []int64 {

@@ -1,4 +1,4 @@
-package dberr
+package sqlitedriver
 
 import (
 	"context"
@@ -9,7 +9,15 @@ import (
 	"testing"
 
 	_ "modernc.org/sqlite"
+
+	"github.com/sqlonce/sqlonce/internal/driver"
 )
+
+func has(err error, c driver.Class) bool { return driver.Classify(err).Has(c) }
+
+func Retryable(err error) bool        { return has(err, driver.Retryable) }
+func LockNotAvailable(err error) bool { return has(err, driver.LockNotAvailable) }
+func TxMayBeGone(err error) bool      { return has(err, driver.TxRolledBack) }
 
 // openSQLite opens a database file of its own for t, with a busy timeout
 // of busyMS and transactions that begin as txlock says.
@@ -24,7 +32,8 @@ func openSQLite(t *testing.T, path, txlock string, busyMS int) *sql.DB {
 }
 
 // The classification is checked on errors a real SQLite returns, so that a
-// change in modernc.org/sqlite's messages or codes shows here.
+// change in modernc.org/sqlite's messages or codes shows here. The tests
+// module checks mattn/go-sqlite3's the same way.
 func TestSQLiteErrors(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "t.db")
@@ -53,7 +62,7 @@ func TestSQLiteErrors(t *testing.T) {
 		{"INSERT INTO k VALUES ('x', 'y')", "k.x, k.y", true},
 	} {
 		_, err := db.ExecContext(ctx, tc.q)
-		target, primary, ok := SQLiteUnique(err)
+		target, primary, ok := firstDuplicate(err)
 		if !ok || target != tc.target || primary != tc.primary {
 			t.Errorf("%s: %v: got %q primary=%v ok=%v, want %q primary=%v", tc.q, err, target, primary, ok, tc.target, tc.primary)
 		}
@@ -66,7 +75,7 @@ func TestSQLiteErrors(t *testing.T) {
 		"INSERT INTO nope VALUES (1)",
 	} {
 		_, err := db.ExecContext(ctx, q)
-		if _, _, ok := SQLiteUnique(err); ok {
+		if _, _, ok := firstDuplicate(err); ok {
 			t.Errorf("%s: %v taken for a duplicate", q, err)
 		}
 	}

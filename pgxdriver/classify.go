@@ -1,0 +1,48 @@
+package pgxdriver
+
+import (
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+// Every program that links this package classifies pgx's errors, from
+// sqlonce and from its own queries alike (sqlonce.IsRetryable).
+func init() { driver.Register(driver.ClassifierFunc(classify)) }
+
+// classify reads one error of a tree: a *pgconn.PgError by its SQLSTATE,
+// pgx.ErrTxClosed. The network errors pgconn returns after sending
+// (io.ErrUnexpectedEOF, a *net.OpError, both unwrapped by pgconn) are the
+// standard library's, classified by package driver; an error pgconn
+// returns before sending anything (a closed connection, a context that had
+// ended) is none of them.
+func classify(err error) driver.Class {
+	if err == pgx.ErrTxClosed {
+		return driver.TxDone
+	}
+	pgErr, ok := err.(*pgconn.PgError)
+	if !ok {
+		return 0
+	}
+	switch pgErr.Code {
+	case pgerrcode.SerializationFailure, pgerrcode.DeadlockDetected:
+		return driver.Retryable
+	case pgerrcode.LockNotAvailable:
+		return driver.Retryable | driver.LockNotAvailable
+	case pgerrcode.UniqueViolation:
+		return driver.Unique
+	}
+	return 0
+}
+
+// uniqueViolation reports whether an error of err's tree is a unique
+// violation on the named constraint. An empty constraint matches any.
+func uniqueViolation(err error, constraint string) bool {
+	return driver.Walk(err, func(e error) bool {
+		pgErr, ok := e.(*pgconn.PgError)
+		return ok && pgErr.Code == pgerrcode.UniqueViolation &&
+			(constraint == "" || pgErr.ConstraintName == constraint)
+	})
+}
