@@ -22,6 +22,16 @@
 // driver on it is reachable they are closed (and the server frees them)
 // when the garbage collector notices, and closing the *sql.DB frees them
 // on the server at once.
+//
+// On a Galera cluster (MariaDB Galera, Percona XtraDB Cluster) the DSN
+// must set wsrep_sync_wait=1: a node applies what another node committed
+// a little after that commit, and sqlonce reads rows written by earlier
+// transactions (a lease at Complete, a token at Consume). The driver asks
+// the server once, at its first call, and on a Galera node whose session
+// reads without that wait it refuses every call with an error matching
+// sqlonce.ErrInvalidArgument that says so. docs/deployments.md has the
+// rest: conflicts between nodes come back as retryable deadlocks at
+// COMMIT, and WithNoWait sees a key held on its own node only.
 package mysqldriver
 
 import (
@@ -50,7 +60,7 @@ var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 // runs inside a transaction of yours (the statements then run unprepared).
 // A driver holds nothing that needs closing.
 func New(db *sql.DB) *Driver {
-	e := engine{db: db, q: mysqldb.New()}
+	e := engine{db: db, q: mysqldb.New(), wsrep: &wsrepCheck{}}
 	if db != nil {
 		e.stmts = cacheFor(db)
 	}
@@ -70,6 +80,7 @@ type engine struct {
 	db    *sql.DB
 	q     *mysqldb.Queries
 	stmts *stmtCache // nil without db: statements run unprepared
+	wsrep *wsrepCheck
 }
 
 // Transaction control, not a query on sqlonce's tables: sqlc's MySQL engine
@@ -79,6 +90,9 @@ const (
 )
 
 func (e engine) Guard(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context) error) error {
+	if err := e.checkTx(ctx, tx); err != nil {
+		return err
+	}
 	// A failed statement rolls back alone on MySQL, but fn may have run
 	// several: the savepoint undoes all of them.
 	return driver.SQLSavepoint(ctx, tx, false, fn)
@@ -96,6 +110,9 @@ func myNow(t time.Time) sql.NullTime {
 }
 
 func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (driver.Claim, error) {
+	if err := e.checkTx(ctx, tx); err != nil {
+		return driver.Claim{}, err
+	}
 	if p.LockWait > 0 {
 		return e.claimBounded(ctx, tx, p)
 	}
@@ -268,6 +285,9 @@ func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, token int
 }
 
 func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
+	if err := e.checkTx(ctx, tx); err != nil {
+		return false, err
+	}
 	scope, key := []byte(k.Scope), []byte(k.Key)
 	n, err := e.q.KeyComplete(ctx, e.on(tx), mysqldb.KeyCompleteParams{
 		Response: driver.NonNil(response[:min(len(response), responsePiece)]), Now: myNow(now), TtlUs: ttl.Microseconds(),
@@ -282,6 +302,9 @@ func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token in
 }
 
 func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, now time.Time) (bool, error) {
+	if err := e.checkTx(ctx, tx); err != nil {
+		return false, err
+	}
 	n, err := e.q.KeyRelease(ctx, e.on(tx), mysqldb.KeyReleaseParams{
 		Now: myNow(now), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token,
 	})
@@ -289,6 +312,9 @@ func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int
 }
 
 func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, lease time.Duration, now time.Time) (bool, error) {
+	if err := e.checkTx(ctx, tx); err != nil {
+		return false, err
+	}
 	scope, key := []byte(k.Scope), []byte(k.Key)
 	n, err := e.q.KeyExtend(ctx, e.on(tx), mysqldb.KeyExtendParams{
 		Now: myNow(now), LeaseUs: lease.Microseconds(),
@@ -309,6 +335,9 @@ func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time)
 func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if e.db == nil {
 		return sqlonce.ErrNoDB
+	}
+	if err := e.checkTx(ctx, nil); err != nil {
+		return err
 	}
 	// The server's default isolation level, not READ COMMITTED although
 	// sqlonce's own statements need no snapshot: with binlog_format=STATEMENT

@@ -32,6 +32,9 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 	if p.LockWait > 0 {
 		return driver.RunResult{}, driver.ErrNoRun
 	}
+	if err := e.checkTx(ctx, nil); err != nil {
+		return driver.RunResult{}, err
+	}
 	now := myNow(p.Now)
 	scope, key := []byte(p.Scope), []byte(p.Key.Key)
 	row, err := e.q.KeyLookup(ctx, e.onDB(), mysqldb.KeyLookupParams{Now: now, Scope: scope, IdempotencyKey: key})

@@ -1,10 +1,9 @@
-package galera_test
+package galera
 
 import (
 	"context"
 	"database/sql"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
@@ -16,12 +15,6 @@ import (
 func isDeadlock(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == 1213
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	galera.StopShared()
-	os.Exit(code)
 }
 
 // TestCluster shows the harness does what the other tests rely on: a row
