@@ -41,6 +41,28 @@
 // (SQLite). The dialect follows from the driver; it is never probed at run
 // time. sqlonce never commits or rolls back the caller's transaction.
 //
+// # Observing
+//
+// An [Observer] receives one [Event] per operation: the strategy, the
+// operation, the scope (never the key), the outcome (first run, replayed,
+// in progress, key reuse, lease lost...), the attempts and what made
+// sqlonce retry, the time spent deciding the key and in the caller's
+// function, and the response size. Attach it once, to the driver, with
+// [Observe]: every strategy built on the returned driver reports to it.
+// optimistic and statemachine take no driver; they report to the Observer
+// in their ctx ([ContextWithObserver]). [SlogObserver] logs the events with
+// log/slog; the module github.com/sqlonce/sqlonce/sqlonceotel turns them
+// into OpenTelemetry metrics and spans, and only programs that import it
+// depend on OpenTelemetry.
+//
+// The Observer is an interface called after each operation rather than a
+// middleware around it: the strategies stay free of any import beyond the
+// standard library, an operation without an Observer pays one nil check
+// and no allocation, and one Observer serves every strategy. The price is
+// that an Observer cannot change the context the caller's function sees:
+// a span made from an Event is a sibling, not a parent, of the spans the
+// function starts.
+//
 // # Schema
 //
 // The tables come as goose migrations in

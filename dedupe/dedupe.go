@@ -11,6 +11,7 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/obs"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 	"github.com/sqlonce/sqlonce/internal/testclock"
 )
@@ -41,6 +42,7 @@ type Store[TTx any] struct {
 	ttl         time.Duration
 	maxResponse int
 	lockWait    time.Duration
+	observer    sqlonce.Observer
 }
 
 // Option configures a Store.
@@ -128,7 +130,7 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 			return nil, err
 		}
 	}
-	return &Store[TTx]{engine: d.Engine(), ttl: o.ttl, maxResponse: o.maxResponse, lockWait: o.lockWait}, nil
+	return &Store[TTx]{engine: d.Engine(), ttl: o.ttl, maxResponse: o.maxResponse, lockWait: o.lockWait, observer: obs.Of(d)}, nil
 }
 
 // Request names the operation to run once.
@@ -191,11 +193,13 @@ func (s *Store[TTx]) check(req Request) (time.Duration, error) {
 //     that committed after the snapshot this way; MySQL may deadlock).
 //
 // The library never commits or rolls back tx.
-func (s *Store[TTx]) Do(ctx context.Context, tx TTx, req Request, fn func(ctx context.Context) error) (sqlonce.Result, error) {
+func (s *Store[TTx]) Do(ctx context.Context, tx TTx, req Request, fn func(ctx context.Context) error) (res sqlonce.Result, err error) {
+	op := obs.Start(s.observer, "dedupe", "Do", req.Scope, req.Key)
+	defer func() { op.End(ctx, res, err) }()
 	if fn == nil {
 		return sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
 	}
-	return s.run(ctx, tx, req, func(ctx context.Context) ([]byte, error) { return nil, fn(ctx) }, false)
+	return s.run(ctx, tx, req, func(ctx context.Context) ([]byte, error) { return nil, fn(ctx) }, false, &op)
 }
 
 // DoResponse is Do for operations whose answer a repeat must get back
@@ -206,11 +210,13 @@ func (s *Store[TTx]) Do(ctx context.Context, tx TTx, req Request, fn func(ctx co
 // A response longer than the Store's limit, or than a MySQL server's
 // max_allowed_packet, returns an error matching sqlonce.ErrResponseTooLarge
 // after undoing the claim; roll tx back.
-func (s *Store[TTx]) DoResponse(ctx context.Context, tx TTx, req Request, fn func(ctx context.Context) ([]byte, error)) (sqlonce.Result, error) {
+func (s *Store[TTx]) DoResponse(ctx context.Context, tx TTx, req Request, fn func(ctx context.Context) ([]byte, error)) (res sqlonce.Result, err error) {
+	op := obs.Start(s.observer, "dedupe", "DoResponse", req.Scope, req.Key)
+	defer func() { op.End(ctx, res, err) }()
 	if fn == nil {
 		return sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
 	}
-	return s.run(ctx, tx, req, fn, true)
+	return s.run(ctx, tx, req, fn, true, &op)
 }
 
 // DoJSON is DoResponse for a Go value: the first run's value is recorded as
@@ -219,8 +225,11 @@ func (s *Store[TTx]) DoResponse(ctx context.Context, tx TTx, req Request, fn fun
 // round-trips (exported fields, times as RFC 3339).
 func DoJSON[T, TTx any](ctx context.Context, s *Store[TTx], tx TTx, req Request, fn func(ctx context.Context) (T, error)) (T, sqlonce.Result, error) {
 	var zero T
+	op := obs.Start(s.observer, "dedupe", "DoJSON", req.Scope, req.Key)
 	if fn == nil {
-		return zero, sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
+		err := fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
+		op.End(ctx, sqlonce.Result{}, err)
+		return zero, sqlonce.Result{}, err
 	}
 	var first T
 	res, err := s.run(ctx, tx, req, func(ctx context.Context) ([]byte, error) {
@@ -230,8 +239,10 @@ func DoJSON[T, TTx any](ctx context.Context, s *Store[TTx], tx TTx, req Request,
 		}
 		first = v
 		return json.Marshal(v)
-	}, true)
-	return decoded(req, res, err, first)
+	}, true, &op)
+	v, res, err := decoded(req, res, err, first)
+	op.End(ctx, res, err)
+	return v, res, err
 }
 
 // decoded finishes DoJSON and RunJSON: first on FirstRun, the recorded
@@ -251,7 +262,7 @@ func decoded[T any](req Request, res sqlonce.Result, err error, first T) (T, sql
 	return v, res, nil
 }
 
-func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx context.Context) ([]byte, error), record bool) (sqlonce.Result, error) {
+func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx context.Context) ([]byte, error), record bool, op *obs.Op) (sqlonce.Result, error) {
 	if err := keys.CheckTx(tx); err != nil {
 		return sqlonce.Result{}, err
 	}
@@ -267,6 +278,7 @@ func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx c
 		LockWait:    s.lockWait,
 		Now:         testclock.Now(ctx),
 	})
+	op.Decided()
 	if err != nil {
 		return sqlonce.Result{}, s.claimError(req, err)
 	}
@@ -285,7 +297,9 @@ func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx c
 			_ = s.engine.Unclaim(ctx, tx, k, c.Token)
 		}
 	}
+	op.WorkStart()
 	resp, err := fn(ctx)
+	op.WorkEnd()
 	if err != nil {
 		unclaim(err)
 		return sqlonce.Result{}, err
@@ -338,7 +352,13 @@ func existing(req Request, e driver.Existing) (sqlonce.Result, error) {
 // being taken over, another purger's batch), and each key is still
 // deleted once. limit must be 1..100000
 // (sqlonce.ErrInvalidArgument otherwise, before any SQL runs).
-func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (int64, error) {
+func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (n int64, err error) {
+	op := obs.Start(s.observer, "dedupe", "PurgeTx", "", "")
+	defer func() { op.Rows(n); op.Done(ctx, err) }()
+	return s.purgeTx(ctx, tx, limit)
+}
+
+func (s *Store[TTx]) purgeTx(ctx context.Context, tx TTx, limit int) (int64, error) {
 	if err := keys.CheckTx(tx); err != nil {
 		return 0, err
 	}
@@ -367,19 +387,20 @@ func checkPurgeLimit(limit int) error {
 // (from a cron job on every node, say): each expired key is removed by
 // exactly one of them. A batch that deadlocks is retried. It needs a
 // driver built with a database handle (sqlonce.ErrNoDB otherwise).
-func (s *Store[TTx]) Purge(ctx context.Context, batch int) (int64, error) {
+func (s *Store[TTx]) Purge(ctx context.Context, batch int) (total int64, err error) {
+	op := obs.Start(s.observer, "dedupe", "Purge", "", "")
+	defer func() { op.Rows(total); op.Done(ctx, err) }()
 	if batch == 0 {
 		batch = DefaultPurgeBatch
 	}
 	if err := checkPurgeLimit(batch); err != nil {
 		return 0, err
 	}
-	var total int64
 	for {
 		var n int64
 		err := owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
 			var err error
-			n, err = s.PurgeTx(ctx, tx, batch)
+			n, err = s.purgeTx(ctx, tx, batch)
 			return err
 		})
 		if err != nil {

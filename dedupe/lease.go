@@ -8,6 +8,7 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/obs"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 	"github.com/sqlonce/sqlonce/internal/testclock"
 )
@@ -86,17 +87,15 @@ type Lease struct {
 //
 // Claim retries its transaction itself after a deadlock or a serialization
 // failure.
-func (s *Store[TTx]) Claim(ctx context.Context, req Request, d time.Duration) (*Lease, sqlonce.Result, error) {
+func (s *Store[TTx]) Claim(ctx context.Context, req Request, d time.Duration) (l *Lease, res sqlonce.Result, err error) {
+	op := obs.Start(s.observer, "dedupe", "Claim", req.Scope, req.Key)
+	defer func() { op.End(ctx, res, err) }()
 	if _, err := s.checkClaim(req, d); err != nil {
 		return nil, sqlonce.Result{}, err
 	}
-	var (
-		l   *Lease
-		res sqlonce.Result
-	)
-	err := owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
+	err = owntx.RunObserved(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
 		var err error
-		l, res, err = s.ClaimTx(ctx, tx, req, d)
+		l, res, err = s.claimTx(ctx, tx, req, d, &op)
 		return err
 	})
 	if err != nil {
@@ -108,7 +107,13 @@ func (s *Store[TTx]) Claim(ctx context.Context, req Request, d time.Duration) (*
 // ClaimTx is Claim in the caller's transaction. The lease is visible to
 // other callers only once tx commits: commit it before doing the work. It
 // needs no database handle on the driver.
-func (s *Store[TTx]) ClaimTx(ctx context.Context, tx TTx, req Request, d time.Duration) (*Lease, sqlonce.Result, error) {
+func (s *Store[TTx]) ClaimTx(ctx context.Context, tx TTx, req Request, d time.Duration) (l *Lease, res sqlonce.Result, err error) {
+	op := obs.Start(s.observer, "dedupe", "ClaimTx", req.Scope, req.Key)
+	defer func() { op.End(ctx, res, err) }()
+	return s.claimTx(ctx, tx, req, d, &op)
+}
+
+func (s *Store[TTx]) claimTx(ctx context.Context, tx TTx, req Request, d time.Duration, op *obs.Op) (*Lease, sqlonce.Result, error) {
 	if err := keys.CheckTx(tx); err != nil {
 		return nil, sqlonce.Result{}, err
 	}
@@ -124,6 +129,7 @@ func (s *Store[TTx]) ClaimTx(ctx context.Context, tx TTx, req Request, d time.Du
 		LockWait:    s.lockWait,
 		Now:         testclock.Now(ctx),
 	})
+	op.Decided()
 	if err != nil {
 		return nil, sqlonce.Result{}, s.claimError(req, err)
 	}
@@ -189,19 +195,27 @@ func (s *Store[TTx]) checkComplete(l *Lease, response []byte) error {
 // expired and was purged. A lease that lapsed but that nobody took over
 // can still be completed. A response over the Store's limit returns
 // sqlonce.ErrResponseTooLarge before any SQL runs.
-func (s *Store[TTx]) Complete(ctx context.Context, l *Lease, response []byte) error {
+func (s *Store[TTx]) Complete(ctx context.Context, l *Lease, response []byte) (err error) {
+	op := obs.Start(s.observer, "dedupe", "Complete", leaseScope(l), leaseKey(l))
+	defer func() { op.Done(ctx, err) }()
 	if err := s.checkComplete(l, response); err != nil {
 		return err
 	}
-	return owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
-		return s.CompleteTx(ctx, tx, l, response)
+	return owntx.RunObserved(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+		return s.completeTx(ctx, tx, l, response)
 	})
 }
 
 // CompleteTx is Complete in the caller's transaction, so that the
 // completion commits together with a write that records the work's result,
 // or rolls back with it, leaving the lease held.
-func (s *Store[TTx]) CompleteTx(ctx context.Context, tx TTx, l *Lease, response []byte) error {
+func (s *Store[TTx]) CompleteTx(ctx context.Context, tx TTx, l *Lease, response []byte) (err error) {
+	op := obs.Start(s.observer, "dedupe", "CompleteTx", leaseScope(l), leaseKey(l))
+	defer func() { op.Done(ctx, err) }()
+	return s.completeTx(ctx, tx, l, response)
+}
+
+func (s *Store[TTx]) completeTx(ctx context.Context, tx TTx, l *Lease, response []byte) error {
 	if err := keys.CheckTx(tx); err != nil {
 		return err
 	}
@@ -219,17 +233,25 @@ func (s *Store[TTx]) CompleteTx(ctx context.Context, tx TTx, l *Lease, response 
 // nor extend it afterwards. It returns an error matching
 // sqlonce.ErrLeaseLost, and changes nothing, when the token is no longer
 // current.
-func (s *Store[TTx]) Release(ctx context.Context, l *Lease) error {
+func (s *Store[TTx]) Release(ctx context.Context, l *Lease) (err error) {
+	op := obs.Start(s.observer, "dedupe", "Release", leaseScope(l), leaseKey(l))
+	defer func() { op.Done(ctx, err) }()
 	if err := checkLease(l); err != nil {
 		return err
 	}
-	return owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
-		return s.ReleaseTx(ctx, tx, l)
+	return owntx.RunObserved(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+		return s.releaseTx(ctx, tx, l)
 	})
 }
 
 // ReleaseTx is Release in the caller's transaction.
-func (s *Store[TTx]) ReleaseTx(ctx context.Context, tx TTx, l *Lease) error {
+func (s *Store[TTx]) ReleaseTx(ctx context.Context, tx TTx, l *Lease) (err error) {
+	op := obs.Start(s.observer, "dedupe", "ReleaseTx", leaseScope(l), leaseKey(l))
+	defer func() { op.Done(ctx, err) }()
+	return s.releaseTx(ctx, tx, l)
+}
+
+func (s *Store[TTx]) releaseTx(ctx context.Context, tx TTx, l *Lease) error {
 	if err := keys.CheckTx(tx); err != nil {
 		return err
 	}
@@ -247,20 +269,28 @@ func (s *Store[TTx]) ReleaseTx(ctx context.Context, tx TTx, l *Lease) error {
 // matching sqlonce.ErrLeaseLost, and changes nothing, when the token is no
 // longer current: stop the work then, someone else may be doing it. d must
 // be at least a microsecond.
-func (s *Store[TTx]) Extend(ctx context.Context, l *Lease, d time.Duration) error {
+func (s *Store[TTx]) Extend(ctx context.Context, l *Lease, d time.Duration) (err error) {
+	op := obs.Start(s.observer, "dedupe", "Extend", leaseScope(l), leaseKey(l))
+	defer func() { op.Done(ctx, err) }()
 	if err := checkLease(l); err != nil {
 		return err
 	}
 	if err := checkDuration(d); err != nil {
 		return err
 	}
-	return owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
-		return s.ExtendTx(ctx, tx, l, d)
+	return owntx.RunObserved(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+		return s.extendTx(ctx, tx, l, d)
 	})
 }
 
 // ExtendTx is Extend in the caller's transaction.
-func (s *Store[TTx]) ExtendTx(ctx context.Context, tx TTx, l *Lease, d time.Duration) error {
+func (s *Store[TTx]) ExtendTx(ctx context.Context, tx TTx, l *Lease, d time.Duration) (err error) {
+	op := obs.Start(s.observer, "dedupe", "ExtendTx", leaseScope(l), leaseKey(l))
+	defer func() { op.Done(ctx, err) }()
+	return s.extendTx(ctx, tx, l, d)
+}
+
+func (s *Store[TTx]) extendTx(ctx context.Context, tx TTx, l *Lease, d time.Duration) error {
 	if err := keys.CheckTx(tx); err != nil {
 		return err
 	}
@@ -282,4 +312,19 @@ func leaseResult(op string, l *Lease, ok bool, err error) error {
 		return fmt.Errorf("%w: %s: key %q in scope %q, token %d", sqlonce.ErrLeaseLost, op, l.Key, l.Scope, l.Token)
 	}
 	return nil
+}
+
+// leaseScope and leaseKey are l's for an Event; a nil l is refused later.
+func leaseScope(l *Lease) string {
+	if l == nil {
+		return ""
+	}
+	return l.Scope
+}
+
+func leaseKey(l *Lease) string {
+	if l == nil {
+		return ""
+	}
+	return l.Key
 }

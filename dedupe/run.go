@@ -8,6 +8,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/obs"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 	"github.com/sqlonce/sqlonce/internal/testclock"
 )
@@ -42,7 +43,13 @@ import (
 // others roll back and answer AlreadyDone. Errors are those of
 // DoResponse, and sqlonce.ErrNoDB for a driver built without a database
 // handle.
-func (s *Store[TTx]) Run(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) ([]byte, error)) (sqlonce.Result, error) {
+func (s *Store[TTx]) Run(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) ([]byte, error)) (res sqlonce.Result, err error) {
+	op := obs.Start(s.observer, "dedupe", "Run", req.Scope, req.Key)
+	defer func() { op.End(ctx, res, err) }()
+	return s.runOwn(ctx, req, fn, &op)
+}
+
+func (s *Store[TTx]) runOwn(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) ([]byte, error), op *obs.Op) (sqlonce.Result, error) {
 	if fn == nil {
 		return sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
 	}
@@ -52,10 +59,12 @@ func (s *Store[TTx]) Run(ctx context.Context, req Request, fn func(ctx context.C
 	}
 	runner, ok := s.engine.(driver.Runner[TTx])
 	if !ok {
-		return s.runInTx(ctx, req, fn)
+		return s.runInTx(ctx, req, fn, op)
 	}
 	limited := func(ctx context.Context, tx TTx) ([]byte, error) {
+		op.WorkStart()
 		resp, err := fn(ctx, tx)
+		op.WorkEnd()
 		if err == nil && len(resp) > s.maxResponse {
 			return nil, fmt.Errorf("%w: %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(resp), req.Key, s.maxResponse)
 		}
@@ -71,11 +80,15 @@ func (s *Store[TTx]) Run(ctx context.Context, req Request, fn func(ctx context.C
 	var out driver.RunResult
 	err = owntx.Retry(ctx, func() (err error) {
 		out, err = runner.Run(ctx, p, limited)
+		if !errors.Is(err, driver.ErrNoRun) {
+			op.Tried(err)
+		}
 		return err
 	})
+	op.Decided()
 	switch {
 	case errors.Is(err, driver.ErrNoRun):
-		return s.runInTx(ctx, req, fn)
+		return s.runInTx(ctx, req, fn, op)
 	case err != nil:
 		return ended(ctx, sqlonce.Result{}, err)
 	case !out.Won:
@@ -107,10 +120,10 @@ func ended(ctx context.Context, res sqlonce.Result, err error) (sqlonce.Result, 
 
 // runInTx is Run for drivers without a Runner: DoResponse in a transaction
 // of the Store's own.
-func (s *Store[TTx]) runInTx(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) ([]byte, error)) (sqlonce.Result, error) {
+func (s *Store[TTx]) runInTx(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) ([]byte, error), op *obs.Op) (sqlonce.Result, error) {
 	var res sqlonce.Result
-	err := owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) (err error) {
-		res, err = s.run(ctx, tx, req, func(ctx context.Context) ([]byte, error) { return fn(ctx, tx) }, true)
+	err := owntx.RunObserved(ctx, s.engine, op, func(ctx context.Context, tx TTx) (err error) {
+		res, err = s.run(ctx, tx, req, func(ctx context.Context) ([]byte, error) { return fn(ctx, tx) }, true, op)
 		return err
 	})
 	return ended(ctx, res, err)
@@ -121,17 +134,22 @@ func (s *Store[TTx]) runInTx(ctx context.Context, req Request, fn func(ctx conte
 // a T.
 func RunJSON[T, TTx any](ctx context.Context, s *Store[TTx], req Request, fn func(ctx context.Context, tx TTx) (T, error)) (T, sqlonce.Result, error) {
 	var zero T
+	op := obs.Start(s.observer, "dedupe", "RunJSON", req.Scope, req.Key)
 	if fn == nil {
-		return zero, sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
+		err := fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
+		op.End(ctx, sqlonce.Result{}, err)
+		return zero, sqlonce.Result{}, err
 	}
 	var first T
-	res, err := s.Run(ctx, req, func(ctx context.Context, tx TTx) ([]byte, error) {
+	res, err := s.runOwn(ctx, req, func(ctx context.Context, tx TTx) ([]byte, error) {
 		v, err := fn(ctx, tx)
 		if err != nil {
 			return nil, err
 		}
 		first = v
 		return json.Marshal(v)
-	})
-	return decoded(req, res, err, first)
+	}, &op)
+	v, res, err := decoded(req, res, err, first)
+	op.End(ctx, res, err)
+	return v, res, err
 }

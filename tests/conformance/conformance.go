@@ -26,4 +26,5 @@ func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("HTTPIdem", func(t *testing.T) { runHTTPIdem(t, f) })
 	t.Run("Inbox", func(t *testing.T) { runInbox(t, f) })
 	t.Run("NilTx", func(t *testing.T) { runNilTx(t, f) })
+	t.Run("Observe", func(t *testing.T) { runObserve(t, f) })
 }

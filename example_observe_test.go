@@ -1,0 +1,81 @@
+package sqlonce_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/internal/exampledb"
+	"github.com/sqlonce/sqlonce/pgxdriver"
+)
+
+// Observe attaches an Observer to a driver once: every strategy built on
+// it reports its operations. SlogObserver logs them; first runs at Debug,
+// repeats at Info. The key ("pay-1") is never logged.
+func ExampleSlogObserver() {
+	ctx := context.Background()
+	pool := exampledb.Postgres("root_observe")
+	defer pool.Close()
+	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
+		Level: slog.LevelDebug,
+		// Stable output for the example: no times, no durations.
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			switch a.Key {
+			case slog.TimeKey, "duration", "wait", "work":
+				return slog.Attr{}
+			}
+			return a
+		},
+	}))
+	drv := sqlonce.Observe(pgxdriver.New(pool), sqlonce.SlogObserver(logger))
+	store, err := dedupe.New(drv)
+	if err != nil {
+		panic(err)
+	}
+	for range 2 {
+		_, err := store.Run(ctx, dedupe.Request{Scope: "payments", Key: "pay-1"},
+			func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+				_, err := tx.Exec(ctx, "INSERT INTO ledger (ref, amount) VALUES ('pay-1', 10)")
+				return []byte("ok"), err
+			})
+		if err != nil {
+			panic(err)
+		}
+	}
+	// Output:
+	// level=DEBUG msg=sqlonce strategy=dedupe operation=Run scope=payments outcome=first_run response_size=2
+	// level=INFO msg=sqlonce strategy=dedupe operation=Run scope=payments outcome=replayed response_size=2
+}
+
+// An Observer is any type with an Observe method, or a function made one
+// with ObserverFunc. It gets an Event per operation.
+func ExampleObserverFunc() {
+	ctx := context.Background()
+	pool := exampledb.Postgres("root_observe_func")
+	defer pool.Close()
+	counts := map[sqlonce.EventOutcome]int{} // one goroutine here; guard it otherwise
+	obs := sqlonce.ObserverFunc(func(ctx context.Context, e sqlonce.Event) {
+		counts[e.Outcome]++
+	})
+	store, err := dedupe.New(sqlonce.Observe(pgxdriver.New(pool), obs))
+	if err != nil {
+		panic(err)
+	}
+	for _, key := range []string{"a", "b", "a", "a"} {
+		_, err := store.Run(ctx, dedupe.Request{Scope: "jobs", Key: key},
+			func(ctx context.Context, tx pgx.Tx) ([]byte, error) { return nil, nil })
+		if err != nil {
+			panic(err)
+		}
+	}
+	fmt.Println(sqlonce.EventFirstRun, counts[sqlonce.EventFirstRun])
+	fmt.Println(sqlonce.EventReplayed, counts[sqlonce.EventReplayed])
+	// Output:
+	// first_run 2
+	// replayed 2
+}

@@ -1,0 +1,211 @@
+// Package obs is what the strategies call to report their operations to a
+// sqlonce.Observer. Every method is a no-op on an Op without an Observer,
+// and reads no clock then: a strategy without an Observer pays a nil
+// check per call site.
+package obs
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+// Of returns the Observer attached to d by sqlonce.Observe, or nil.
+func Of[TTx any](d sqlonce.Driver[TTx]) sqlonce.Observer {
+	if o, ok := d.(interface{ Observer() sqlonce.Observer }); ok {
+		return o.Observer()
+	}
+	return nil
+}
+
+// FromContext returns the Observer that sqlonce.ContextWithObserver put in
+// ctx, or nil.
+func FromContext(ctx context.Context) sqlonce.Observer {
+	o, _ := ctx.Value(driver.ObserverKey{}).(sqlonce.Observer)
+	return o
+}
+
+// Op is one operation being observed. Keep it on the stack: Start returns
+// it by value.
+type Op struct {
+	o         sqlonce.Observer
+	e         sqlonce.Event
+	workStart time.Time
+	last      error
+	key       string
+	takeover  bool
+}
+
+// Start begins observing an operation; o may be nil. key is the
+// operation's idempotency key or token, or "": the Event never holds it,
+// and the errors it carries have it redacted.
+func Start(o sqlonce.Observer, strategy, operation, scope, key string) Op {
+	if o == nil {
+		return Op{}
+	}
+	return Op{o: o, key: key, e: sqlonce.Event{Strategy: strategy, Operation: operation, Scope: scope, Start: time.Now()}}
+}
+
+// On reports whether the operation has an Observer.
+func (op *Op) On() bool { return op.o != nil }
+
+// Decided marks the moment the key was decided (claimed or found), which
+// ends Event.Wait. Only the first call counts.
+func (op *Op) Decided() {
+	if op.o != nil && op.e.Wait == 0 {
+		op.e.Wait = time.Since(op.e.Start)
+	}
+}
+
+// WorkStart marks the caller's function starting; it also ends the wait.
+func (op *Op) WorkStart() {
+	if op.o == nil {
+		return
+	}
+	op.Decided()
+	op.workStart = time.Now()
+}
+
+// WorkEnd marks the caller's function returning.
+func (op *Op) WorkEnd() {
+	if op.o != nil && !op.workStart.IsZero() {
+		op.e.Work += time.Since(op.workStart)
+		op.workStart = time.Time{}
+	}
+}
+
+// Tried counts an attempt of a transaction that ended with err.
+func (op *Op) Tried(err error) {
+	if op.o == nil {
+		return
+	}
+	if op.e.Attempts > 0 {
+		op.e.RetryCause = op.last
+	}
+	op.last = err
+	op.e.Attempts++
+}
+
+// Takeover records that the claim took over an expired key or a lapsed
+// lease.
+func (op *Op) Takeover() { op.takeover = true }
+
+// Rows records a Purge's count.
+func (op *Op) Rows(n int64) { op.e.Rows = n }
+
+// Status records an HTTP status code.
+func (op *Op) Status(code int) { op.e.HTTPStatus = code }
+
+// Scope sets the scope when it is known only after Start.
+func (op *Op) Scope(scope string) { op.e.Scope = scope }
+
+// End reports the operation with its result and error to the Observer.
+func (op *Op) End(ctx context.Context, res sqlonce.Result, err error) {
+	if op.o == nil {
+		return
+	}
+	e := &op.e
+	e.Duration = time.Since(e.Start)
+	e.Err = redact(err, op.key)
+	e.RetryCause = redact(e.RetryCause, op.key)
+	e.ResponseSize = len(res.Response)
+	if e.Attempts == 0 {
+		e.Attempts = 1
+	}
+	e.Outcome = Outcome(res, err)
+	if e.Outcome == sqlonce.EventFirstRun && op.takeover {
+		e.Outcome = sqlonce.EventTakeover
+	}
+	op.o.Observe(ctx, *e)
+}
+
+// Done is End for an operation that answers no Result.
+func (op *Op) Done(ctx context.Context, err error) { op.End(ctx, sqlonce.Result{}, err) }
+
+// Outcome classifies a strategy's answer.
+func Outcome(res sqlonce.Result, err error) sqlonce.EventOutcome {
+	switch {
+	case err == nil:
+		switch res.Outcome {
+		case sqlonce.FirstRun:
+			return sqlonce.EventFirstRun
+		case sqlonce.AlreadyDone:
+			if res.Response != nil {
+				return sqlonce.EventReplayed
+			}
+			return sqlonce.EventAlreadyDone
+		}
+		return sqlonce.EventDone
+	case errors.Is(err, sqlonce.ErrInProgress):
+		return sqlonce.EventInProgress
+	case errors.Is(err, sqlonce.ErrKeyReuse):
+		return sqlonce.EventKeyReuse
+	case errors.Is(err, sqlonce.ErrLeaseLost):
+		return sqlonce.EventLeaseLost
+	}
+	return sqlonce.EventError
+}
+
+// Relabel returns d with its Observer, if any, replaced by one that
+// reports d's events as strategy's, with operation names passed through
+// rename: inbox and httpidem, built on a dedupe.Store, report their
+// operations with the Store's detail (wait, work, attempts) under their
+// own names.
+func Relabel[TTx any](d sqlonce.Driver[TTx], strategy string, rename func(op string) string) sqlonce.Driver[TTx] {
+	o := Of(d)
+	if o == nil {
+		return d
+	}
+	return sqlonce.Observe(d, sqlonce.ObserverFunc(func(ctx context.Context, e sqlonce.Event) {
+		e.Strategy = strategy
+		e.Operation = rename(e.Operation)
+		o.Observe(ctx, e)
+	}))
+}
+
+// Bare returns d without its Observer, for a strategy that reports its
+// operations itself and builds on another that would report them too.
+func Bare[TTx any](d sqlonce.Driver[TTx]) sqlonce.Driver[TTx] {
+	if Of(d) == nil {
+		return d
+	}
+	return bare[TTx]{d}
+}
+
+type bare[TTx any] struct{ d sqlonce.Driver[TTx] }
+
+func (b bare[TTx]) Engine() driver.Engine[TTx] { return b.d.Engine() }
+
+// minRawKey is the shortest key that redact replaces where it appears
+// unquoted (a database's message: MySQL's "Duplicate entry 'scope-key'");
+// a shorter one would mangle the rest of the message ("Error 1062").
+const minRawKey = 6
+
+// redact hides key in err's message, keeping err for errors.Is and
+// errors.As: always where it is quoted, as sqlonce's errors name it, and
+// anywhere when it is at least minRawKey bytes long.
+func redact(err error, key string) error {
+	if err == nil || key == "" {
+		return err
+	}
+	return &redacted{err: err, key: key}
+}
+
+type redacted struct {
+	err error
+	key string
+}
+
+func (r *redacted) Error() string {
+	msg := strings.ReplaceAll(r.err.Error(), strconv.Quote(r.key), `"<key>"`)
+	if len(r.key) >= minRawKey {
+		msg = strings.ReplaceAll(msg, r.key, "<key>")
+	}
+	return msg
+}
+func (r *redacted) Unwrap() error { return r.err }

@@ -1,0 +1,224 @@
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/tests/internal/harness"
+)
+
+// recorder is an Observer that keeps every Event.
+type recorder struct {
+	mu     sync.Mutex
+	events []sqlonce.Event
+}
+
+func (r *recorder) Observe(_ context.Context, e sqlonce.Event) {
+	r.mu.Lock()
+	r.events = append(r.events, e)
+	r.mu.Unlock()
+}
+
+// count counts the events of strategy and operation by outcome.
+func (r *recorder) count(strategy, operation string) map[sqlonce.EventOutcome]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := map[sqlonce.EventOutcome]int{}
+	for _, e := range r.events {
+		if e.Strategy == strategy && e.Operation == operation {
+			n[e.Outcome]++
+		}
+	}
+	return n
+}
+
+func (r *recorder) last() sqlonce.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.events[len(r.events)-1]
+}
+
+// slogRecords parses the JSON lines a slog.JSONHandler wrote.
+func slogRecords(t testing.TB, buf *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	sc := bufio.NewScanner(bytes.NewReader(buf.Bytes()))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		var m map[string]any
+		must(t, json.Unmarshal(sc.Bytes(), &m))
+		out = append(out, m)
+	}
+	must(t, sc.Err())
+	return out
+}
+
+// runObserve: every dedupe operation reports one Event, and the events
+// (and the slog records made of them) add up to what the database holds.
+func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	t.Run("DedupeRaceCountsMatchDatabase", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, Racers+4)
+		rec := &recorder{}
+		var logs bytes.Buffer
+		logger := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		s, err := dedupe.New(sqlonce.Observe(db.Driver(), sqlonce.Observers(rec, sqlonce.SlogObserver(logger))))
+		must(t, err)
+
+		const keys, perKey = 8, 4
+		calls := keys * perKey
+		errs := race(calls, func(i int) error {
+			req := dedupe.Request{Scope: "observe", Key: fmt.Sprintf("secret-key-%d", i%keys)}
+			_, err := s.Run(ctx, req, drWork(db, req.Key, []byte("receipt"), nil))
+			return err
+		})
+		noErrors(t, errs)
+
+		rows, err := db.KeyCount(ctx)
+		must(t, err)
+		ledger, err := db.Pool().OrderCount(ctx) // orders untouched: 0
+		must(t, err)
+		if ledger != 0 {
+			t.Fatalf("orders: %d", ledger)
+		}
+		perRef, err := db.Pool().LedgerCountPerRef(ctx)
+		must(t, err)
+		var ledgerRows int64
+		for _, n := range perRef {
+			ledgerRows += n
+		}
+		got := rec.count("dedupe", "Run")
+		t.Logf("%s: %d calls, %d keys rows, %d ledger rows, events %v", db.Dialect(), calls, rows, ledgerRows, got)
+		if int64(got[sqlonce.EventFirstRun]) != rows || rows != keys || ledgerRows != keys {
+			t.Fatalf("first_run events %d, key rows %d, ledger rows %d, want %d", got[sqlonce.EventFirstRun], rows, ledgerRows, keys)
+		}
+		if int64(got[sqlonce.EventReplayed]) != int64(calls)-rows {
+			t.Fatalf("replayed events %d, want calls-rows = %d", got[sqlonce.EventReplayed], int64(calls)-rows)
+		}
+
+		rec.mu.Lock()
+		for _, e := range rec.events {
+			if e.Scope != "observe" || e.Attempts < 1 || e.Duration <= 0 || e.Duration < e.Wait+e.Work-time.Millisecond {
+				t.Errorf("event %+v", e)
+			}
+			if e.Outcome == sqlonce.EventFirstRun && e.Work <= 0 {
+				t.Errorf("first run without work time: %+v", e)
+			}
+			if e.ResponseSize != len("receipt") {
+				t.Errorf("response size %d: %+v", e.ResponseSize, e)
+			}
+		}
+		rec.mu.Unlock()
+
+		// The slog records are the same events, at their levels, and
+		// never name a key.
+		if strings.Contains(logs.String(), "secret-key") {
+			t.Fatalf("a log record holds an idempotency key:\n%s", logs.String())
+		}
+		byOutcome := map[string]int{}
+		for _, r := range slogRecords(t, &logs) {
+			if r["msg"] != "sqlonce" || r["strategy"] != "dedupe" || r["operation"] != "Run" || r["scope"] != "observe" {
+				t.Fatalf("record %v", r)
+			}
+			outcome := r["outcome"].(string)
+			byOutcome[outcome]++
+			want := map[string]string{"first_run": "DEBUG", "replayed": "INFO"}[outcome]
+			if _, retried := r["attempts"]; retried {
+				want = "INFO"
+			}
+			if r["level"] != want {
+				t.Errorf("%s logged at %v, want %s", outcome, r["level"], want)
+			}
+		}
+		if int64(byOutcome["first_run"]) != rows || int64(byOutcome["replayed"]) != int64(calls)-rows {
+			t.Fatalf("slog records by outcome %v; database: %d rows of %d calls", byOutcome, rows, calls)
+		}
+	})
+
+	t.Run("DedupeOutcomes", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		rec := &recorder{}
+		var logs bytes.Buffer
+		logger := slog.New(slog.NewJSONHandler(&logs, nil)) // Info and above
+		s, err := dedupe.New(sqlonce.Observe(db.Driver(), sqlonce.Observers(rec, sqlonce.SlogObserver(logger))))
+		must(t, err)
+		want := func(what string, op string, outcome sqlonce.EventOutcome) sqlonce.Event {
+			t.Helper()
+			e := rec.last()
+			if e.Strategy != "dedupe" || e.Operation != op || e.Outcome != outcome {
+				t.Fatalf("%s: event %s.%s %v (%v), want %s %v", what, e.Strategy, e.Operation, e.Outcome, e.Err, op, outcome)
+			}
+			return e
+		}
+		req := dedupe.Request{Scope: "obs", Key: "k1", Fingerprint: dedupe.Fingerprint([]byte("a"))}
+		must(t, harness.WithTx(ctx, db, harness.ReadCommitted, func(tx TTx) error {
+			_, err := s.Do(ctx, tx, req, func(ctx context.Context) error { return db.Tx(tx).LedgerInsert(ctx, "k1", 1) })
+			return err
+		}))
+		want("Do", "Do", sqlonce.EventFirstRun)
+		must(t, harness.WithTx(ctx, db, harness.ReadCommitted, func(tx TTx) error {
+			_, err := s.Do(ctx, tx, req, func(ctx context.Context) error { return errors.New("must not run") })
+			return err
+		}))
+		want("Do again", "Do", sqlonce.EventAlreadyDone)
+		other := req
+		other.Fingerprint = dedupe.Fingerprint([]byte("b"))
+		err = harness.WithTx(ctx, db, harness.ReadCommitted, func(tx TTx) error {
+			_, err := s.DoResponse(ctx, tx, other, func(ctx context.Context) ([]byte, error) { return nil, nil })
+			return err
+		})
+		if e := want("key reuse", "DoResponse", sqlonce.EventKeyReuse); !errors.Is(e.Err, sqlonce.ErrKeyReuse) || !errors.Is(err, sqlonce.ErrKeyReuse) || strings.Contains(e.Err.Error(), "k1") {
+			t.Fatalf("key reuse event error %v, call's %v", e.Err, err)
+		}
+
+		// Leases: claim, in progress, complete, replay, lost.
+		lreq := dedupe.Request{Scope: "obs", Key: "lease-1"}
+		l, _, err := s.Claim(ctx, lreq, time.Minute)
+		must(t, err)
+		want("Claim", "Claim", sqlonce.EventFirstRun)
+		_, _, err = s.Claim(ctx, lreq, time.Minute)
+		if !errors.Is(err, sqlonce.ErrInProgress) {
+			t.Fatalf("second claim: %v", err)
+		}
+		want("Claim held", "Claim", sqlonce.EventInProgress)
+		must(t, s.Complete(ctx, l, []byte("done")))
+		want("Complete", "Complete", sqlonce.EventDone)
+		_, res, err := s.Claim(ctx, lreq, time.Minute)
+		must(t, err)
+		if e := want("Claim done", "Claim", sqlonce.EventReplayed); e.ResponseSize != 4 || string(res.Response) != "done" {
+			t.Fatalf("replayed claim: %+v", e)
+		}
+		if err := s.Complete(ctx, l, []byte("again")); !errors.Is(err, sqlonce.ErrLeaseLost) {
+			t.Fatalf("stale complete: %v", err)
+		}
+		want("stale Complete", "Complete", sqlonce.EventLeaseLost)
+		n, err := s.Purge(ctx, 0)
+		must(t, err)
+		if e := want("Purge", "Purge", sqlonce.EventDone); e.Rows != n {
+			t.Fatalf("purge event rows %d, Purge %d", e.Rows, n)
+		}
+
+		// At Info: the already done, the refusals, the replay and the lost
+		// lease, not the first runs.
+		var levels []string
+		for _, r := range slogRecords(t, &logs) {
+			levels = append(levels, fmt.Sprint(r["operation"], ":", r["outcome"], ":", r["level"]))
+		}
+		wantLevels := "[Do:already_done:INFO DoResponse:key_reuse:INFO Claim:in_progress:INFO Claim:replayed:INFO Complete:lease_lost:WARN]"
+		if fmt.Sprint(levels) != wantLevels {
+			t.Fatalf("slog records %v, want %s", levels, wantLevels)
+		}
+	})
+}
