@@ -6,17 +6,20 @@ SQLC := go tool -modfile=tools/go.mod sqlc
 
 # The one test command: the library's unit tests and examples, then the
 # conformance suite, checker and migration tests against PostgreSQL and
-# MySQL/MariaDB, and the inbox against NATS JetStream (tests/broker), all
+# MySQL/MariaDB, the OpenTelemetry module (sqlonceotel, its own go.mod)
+# against all three databases, and the inbox against NATS JetStream (tests/broker), all
 # with the race detector. The tests module runs one
 # package at a time (-p 1): the checker alone opens ~70 connections, and
 # PostgreSQL's default max_connections is 100.
 test:
 	go test -race -count=1 ./...
+	cd sqlonceotel && go test -race -count=1 ./...
 	cd tests && go test -race -count=1 -p 1 -timeout 30m ./...
 
 lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
+	cd sqlonceotel && go vet ./...
 	cd tests && go vet ./...
 
 # Regenerate every sqlc package from queries/ and migrations/.
