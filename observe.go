@@ -182,8 +182,10 @@ func ContextWithObserver(ctx context.Context, obs Observer) context.Context {
 // "invalid_key", "invalid_argument", "response_too_large", "not_found",
 // "invalid_transition", "too_many_rows", "stale_read", "commit_unknown",
 // "no_db"), "canceled" or "deadline_exceeded" for a context's error,
-// "retryable" for any other error IsRetryable accepts, "other" for the
-// rest, and "" for nil.
+// "lock_timeout" for a lock wait that gave up, "retryable" for any other
+// error IsRetryable accepts (a deadlock, a serialization failure),
+// "conn_lost" for a connection that broke, "other" for the rest, and ""
+// for nil.
 func ErrorType(err error) string {
 	if err == nil {
 		return ""
@@ -193,8 +195,14 @@ func ErrorType(err error) string {
 			return s.name
 		}
 	}
-	if IsRetryable(err) {
+	c := driver.Classify(err)
+	switch {
+	case c.Has(driver.LockNotAvailable):
+		return "lock_timeout"
+	case c.Has(driver.Retryable):
 		return "retryable"
+	case c.Has(driver.ConnLost):
+		return "conn_lost"
 	}
 	return "other"
 }
