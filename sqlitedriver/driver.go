@@ -50,7 +50,9 @@
 //
 // The database clock is SQLite's, which is the host's clock, read with
 // unixepoch('subsec') at millisecond resolution; times are stored as
-// microseconds since the Unix epoch. sqlonce needs SQLite 3.42 or later
+// microseconds since the Unix epoch. SQLite reads it once per statement,
+// not per transaction, so each decision about a key (held, lapsed,
+// expired, done) is taken from one statement's reading. sqlonce needs SQLite 3.42 or later
 // (modernc.org/sqlite v1.23 or later).
 //
 // # Unique constraints
@@ -203,8 +205,10 @@ func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 }
 
 // claimAttempts bounds the loop for a key that vanishes between the claim
-// that found it and the read of it. The claim holds the write lock, so
-// that cannot happen; the bound keeps a broken invariant from looping.
+// that found it and the read of it (the claim holds the write lock, so
+// that cannot happen), or that expires or lapses in between, as the clock
+// moves on: the next claim takes it. The bound keeps a clock that steps
+// back from looping.
 const claimAttempts = 3
 
 func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (driver.Claim, error) {
@@ -235,6 +239,15 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 		}
 		if err != nil {
 			return driver.Claim{}, err
+		}
+		if row.Available == 1 {
+			// SQLite reads its clock per statement: the key was live at
+			// KeyClaim's "now" and has expired or lapsed at KeyGet's.
+			// Judged by KeyClaim's clock it is held, by KeyGet's it is
+			// not; reporting it either way would mix the two (a lapsed
+			// lease read as done: AlreadyDone for work nobody did).
+			// Claim again: the next KeyClaim's "now" is later still.
+			continue
 		}
 		if row.HasResponse == 1 && row.Response == nil {
 			row.Response = []byte{}

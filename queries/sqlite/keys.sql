@@ -36,10 +36,16 @@ RETURNING token;
 -- name: KeyGet :one
 -- Reads the live key a KeyClaim could not take. has_response tells an
 -- empty response from none: the driver reads a zero-length BLOB as nil.
+-- SQLite reads its clock once per statement, not per transaction: the
+-- key's state is judged here, with this statement's "now", never with
+-- KeyClaim's. available: the key expired or its lease lapsed between the
+-- two statements; the driver claims it again.
 SELECT
     fingerprint,
     response,
     CAST(response IS NOT NULL AS INTEGER) AS has_response,
+    CAST(expires_at <= coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)
+         OR (state = 2 AND locked_until <= coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)) AS INTEGER) AS available,
     CAST(state = 2 AND locked_until > coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) AS INTEGER) AS locked
 FROM sqlonce_keys
 WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key');

@@ -17,6 +17,7 @@ func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("DedupeExpiry", func(t *testing.T) { runDedupeExpiry(t, f) })
 	t.Run("DedupeNoWait", func(t *testing.T) { runDedupeNoWait(t, f) })
 	t.Run("DedupeLease", func(t *testing.T) { runDedupeLease(t, f) })
+	t.Run("DedupeLeaseDeadline", func(t *testing.T) { runDedupeLeaseDeadline(t, f) })
 	t.Run("DedupeRun", func(t *testing.T) { runDedupeRun(t, f) })
 	t.Run("Optimistic", func(t *testing.T) { runOptimistic(t, f) })
 	t.Run("StateMachine", func(t *testing.T) { runStateMachine(t, f) })

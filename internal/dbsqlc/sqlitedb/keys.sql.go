@@ -164,6 +164,8 @@ SELECT
     fingerprint,
     response,
     CAST(response IS NOT NULL AS INTEGER) AS has_response,
+    CAST(expires_at <= coalesce(CAST(?1 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)
+         OR (state = 2 AND locked_until <= coalesce(CAST(?1 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)) AS INTEGER) AS available,
     CAST(state = 2 AND locked_until > coalesce(CAST(?1 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) AS INTEGER) AS locked
 FROM sqlonce_keys
 WHERE scope = ?2 AND idempotency_key = ?3
@@ -179,11 +181,16 @@ type KeyGetRow struct {
 	Fingerprint []byte
 	Response    []byte
 	HasResponse int64
+	Available   int64
 	Locked      int64
 }
 
 // Reads the live key a KeyClaim could not take. has_response tells an
 // empty response from none: the driver reads a zero-length BLOB as nil.
+// SQLite reads its clock once per statement, not per transaction: the
+// key's state is judged here, with this statement's "now", never with
+// KeyClaim's. available: the key expired or its lease lapsed between the
+// two statements; the driver claims it again.
 func (q *Queries) KeyGet(ctx context.Context, db DBTX, arg KeyGetParams) (KeyGetRow, error) {
 	row := db.QueryRowContext(ctx, keyGet, arg.Now, arg.Scope, arg.IdempotencyKey)
 	var i KeyGetRow
@@ -191,6 +198,7 @@ func (q *Queries) KeyGet(ctx context.Context, db DBTX, arg KeyGetParams) (KeyGet
 		&i.Fingerprint,
 		&i.Response,
 		&i.HasResponse,
+		&i.Available,
 		&i.Locked,
 	)
 	return i, err
