@@ -42,8 +42,23 @@ func (e *failedError) Unwrap() error { return e.err }
 
 // TxFrom returns the transaction transactional mode runs the request's
 // handler in. Do the handler's database work in it: it commits together
-// with the key and the recorded response, or rolls back with them. ok is
-// false in lease mode and for requests the middleware passes through.
+// with the key and the recorded response, or rolls back with them. Every
+// request transactional mode handles runs in one, including a request
+// without a key where WithRequired lets it go without: nothing is
+// recorded for it, and its transaction commits or rolls back as the
+// RecordFunc decides for the answer's status, as with a key.
+//
+// ok is false, and tx the zero value (a nil pgx.Tx or *sql.Tx), in lease
+// mode, for requests whose method the middleware does not handle (GET
+// unless WithMethods says otherwise), outside the middleware, and when
+// TTx is not the driver's transaction type. A handler must check ok
+// before using tx:
+//
+//	tx, ok := httpidem.TxFrom[pgx.Tx](r.Context())
+//	if !ok {
+//		http.Error(w, "not in a transaction", http.StatusInternalServerError)
+//		return
+//	}
 func TxFrom[TTx any](ctx context.Context) (tx TTx, ok bool) {
 	tx, ok = ctx.Value(txKey[TTx]{}).(TTx)
 	return tx, ok

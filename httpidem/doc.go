@@ -11,7 +11,11 @@
 //	mux.Handle("POST /payments", m.Wrap(http.HandlerFunc(pay)))
 //
 //	func pay(w http.ResponseWriter, r *http.Request) {
-//		tx, _ := httpidem.TxFrom[pgx.Tx](r.Context())
+//		tx, ok := httpidem.TxFrom[pgx.Tx](r.Context())
+//		if !ok { // not served by the middleware's transactional mode
+//			http.Error(w, "no transaction", http.StatusInternalServerError)
+//			return
+//		}
 //		// Writes through tx commit together with the key and the answer.
 //		if _, err := tx.Exec(r.Context(), "INSERT ..."); err != nil {
 //			httpidem.Fail(r.Context(), err) // roll back; run again if retryable
@@ -30,26 +34,33 @@
 //   - The field is an Item Structured Field whose value is a String
 //     (section 2.1): Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324".
 //     The key is the string's value, parsed as RFC 9651 says (escapes,
-//     parameters ignored). A value that is not a String, an empty or
-//     over-long one, or more than one field, is answered 400 with
-//     code [CodeKeyInvalid].
+//     parameters ignored). A value that is not a String, an empty one or
+//     one longer than 255 bytes (sqlonce.MaxKeyLen, counted after
+//     unescaping), or more than one field, is answered 400 with code
+//     [CodeKeyInvalid].
 //   - A request that must carry a key and has none is answered 400
 //     ([CodeKeyMissing]). Which methods are handled ([WithMethods], POST
 //     and PATCH by default) and which requests must carry a key
 //     ([WithRequired]) is configurable.
-//   - A key is unique per caller, method and route (section 5's composite
-//     key): the principal function names the caller, so that one client
-//     can neither trigger nor read another's replay.
+//   - A key is unique per caller (section 5's composite key): the
+//     principal function names the caller, so that one client can neither
+//     trigger nor read another's replay.
 //   - The request fingerprint (section 2.4) is a SHA-256 hash of the
-//     method, path, query and body, and of the header fields named with
-//     [WithFingerprintHeaders]. The same key with a different fingerprint
-//     is answered 422 ([CodeKeyReused]).
+//     method, the route ([WithRoute]), the path, query and body, and of
+//     the header fields named with [WithFingerprintHeaders]. The same key
+//     with a different fingerprint, including the same key sent to
+//     another method or route, is answered 422 ([CodeKeyReused]): a key
+//     names one request.
 //   - A repeat after the first request completed gets its recorded answer
 //     (section 2.6): status, the header fields named with
 //     [WithResponseHeaders] and the body, byte for byte, marked with
 //     [ReplayHeader]. [WithRecord] says which answers are recorded:
 //     [RecordAll] (the default: "success or an error") or [RecordSuccess].
 //     An answer that is not recorded leaves the key free for a retry.
+//     Under RecordAll, in transactional mode, a 4xx or 5xx answer is
+//     recorded and the handler's writes commit with it: a handler that
+//     must undo its writes on an error calls [Fail], or the middleware
+//     is built with RecordSuccess.
 //   - A repeat while the first request is still running is answered 409
 //     ([CodeInProgress]) at once, with Retry-After: it does not wait.
 //   - Keys expire after [WithTTL] (24 hours by default; section 2.3 asks
@@ -101,8 +112,14 @@
 //
 // The request body is read (up to [WithMaxBody], 413 above it, before
 // the handler runs) to fingerprint it; the handler reads a copy. The
-// answer is buffered until recorded: no streaming, no http.Flusher, and
-// answers above [WithMaxResponseSize] are refused (500). Go's own
+// answer is buffered until recorded: no streaming, no http.Flusher. An
+// answer whose body is larger than [WithMaxResponseSize] cannot be
+// recorded: the client gets a 500 problem with code
+// [CodeResponseTooLarge] instead, and in transactional mode the
+// handler's work rolls back and the key stays free. Recorded header
+// fields do not count against that limit; each is bounded (at most 65,535
+// values, names up to 65,535 bytes), and an answer whose record would
+// exceed dedupe.MaxResponseSize in all is refused the same way. Go's own
 // http.Transport resends a request that carries an Idempotency-Key by
 // itself when a kept-alive connection breaks before the answer: the
 // middleware makes that safe.

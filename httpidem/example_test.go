@@ -57,7 +57,11 @@ func Example() {
 		panic(err)
 	}
 	pay := func(w http.ResponseWriter, r *http.Request) {
-		tx, _ := httpidem.TxFrom[pgx.Tx](r.Context())
+		tx, ok := httpidem.TxFrom[pgx.Tx](r.Context())
+		if !ok { // only outside the middleware's transactional mode
+			http.Error(w, "no transaction", http.StatusInternalServerError)
+			return
+		}
 		body, _ := io.ReadAll(r.Body)
 		var id int64
 		err := tx.QueryRow(r.Context(), "INSERT INTO ledger (ref, amount) VALUES ($1, 100) RETURNING id", string(body)).Scan(&id)

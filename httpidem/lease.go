@@ -47,25 +47,35 @@ func (m *Middleware[TTx]) serveLease(w http.ResponseWriter, r *http.Request, nex
 		release()
 		panic(p)
 	}
-	switch {
-	case fail.err != nil:
+	if fail.err != nil {
 		release()
-	case rec.overrun:
-		release()
-		m.internal(w, r, fmt.Errorf("%w: the handler wrote more than %d bytes", sqlonce.ErrResponseTooLarge, m.maxResponse), notRecords)
+		rec.writeTo(w)
 		return
-	case !m.record(rec.finalStatus()):
-		release()
-	default:
-		if err := m.store.Complete(bg, lease, rec.encode(m.respHeaders)); err != nil {
-			// The work is done and its answer is the client's; only the
-			// record failed. A lost lease means another request took the
-			// key over after this one overran the lease.
-			if errors.Is(err, sqlonce.ErrResponseTooLarge) {
-				release()
-			}
-			m.onError(r, fmt.Errorf("httpidem: complete lease on key %q: %w", req.Key, err))
+	}
+	var record []byte
+	err = fmt.Errorf("%w: the handler wrote a body of more than %d bytes", sqlonce.ErrResponseTooLarge, m.maxResponse)
+	if !rec.overrun {
+		record, err = rec.encode(m.respHeaders, dedupe.MaxResponseSize)
+	}
+	if err != nil {
+		// The work is done but its answer cannot be recorded: answer, and
+		// record, a problem that says so, so that a retry does not run the
+		// work again.
+		m.onError(r, fmt.Errorf("httpidem: key %q: %w", req.Key, err))
+		rec = newRecorder(dedupe.MaxResponseSize)
+		m.problem(rec, http.StatusInternalServerError, CodeResponseTooLarge, tooLargeDone)
+		record, err = rec.encode(problemHeaders, dedupe.MaxResponseSize)
+		if err != nil {
+			panic(err) // a problem's record is a few hundred bytes
 		}
+	}
+	if !m.record(rec.finalStatus()) {
+		release()
+	} else if err := m.store.Complete(bg, lease, record); err != nil {
+		// The work is done and its answer is the client's; only the
+		// record failed. A lost lease means another request took the
+		// key over after this one overran the lease.
+		m.onError(r, fmt.Errorf("httpidem: complete lease on key %q: %w", req.Key, err))
 	}
 	rec.writeTo(w)
 }

@@ -2,6 +2,7 @@ package httpidem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 )
 
@@ -45,16 +47,20 @@ type Middleware[TTx any] struct {
 
 // New returns a Middleware on the driver. principal names the
 // authenticated caller of a request (a user id, an API client id): keys
-// are scoped by it, and by the method and the route, so that one caller
-// can neither trigger nor read another's replay, and guessing a key gets
-// nothing (draft section 5: a composite key of the client's key and what
-// the server knows of the client). A request with a key whose principal is
+// are scoped by it, so that one caller can neither trigger nor read
+// another's replay, and guessing a key gets nothing (draft section 5: a
+// composite key of the client's key and what the server knows of the
+// client). A key names one request: the same key sent by the same caller
+// to another method or route is a reuse, answered 422. A request with a key whose principal is
 // "" is answered 401. Return a constant for endpoints open to anonymous
 // callers only when they may share keys.
 //
 // Transactional mode is the default; WithLease selects lease mode. New
 // returns an error matching sqlonce.ErrInvalidArgument for a nil driver or
-// principal or an invalid option.
+// principal or an invalid option, and one matching both
+// sqlonce.ErrInvalidArgument and sqlonce.ErrNoDB when the driver has no
+// database handle but needs one: lease mode always does, transactional
+// mode unless WithTxFunc runs the transactions.
 func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string, opts ...Option) (*Middleware[TTx], error) {
 	if d == nil || d.Engine() == nil {
 		return nil, invalid("nil driver")
@@ -83,12 +89,22 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 	}
 	// A duplicate must be told 409 at once, not held until the first
 	// request's transaction ends.
-	store, err := dedupe.New(d, dedupe.WithNoWait(), dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(c.maxResponse))
+	// WithMaxResponseSize bounds the body alone (the recorder checks it);
+	// the store takes the whole record, body and recorded header fields,
+	// up to what it can hold (encode checks that).
+	store, err := dedupe.New(d, dedupe.WithNoWait(), dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(dedupe.MaxResponseSize))
 	if err != nil {
 		return nil, err
 	}
 	m := &Middleware[TTx]{config: c, principal: principal, store: store}
 	e := d.Engine()
+	if (c.lease > 0 || c.txFunc == nil) && !hasDB(e) {
+		mode := "transactional mode without WithTxFunc"
+		if c.lease > 0 {
+			mode = "lease mode"
+		}
+		return nil, fmt.Errorf("%w: httpidem: %s needs a driver built with a database handle: %w", sqlonce.ErrInvalidArgument, mode, sqlonce.ErrNoDB)
+	}
 	m.runTx = func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error { return e.InTx(ctx, fn) }
 	if c.txFunc != nil {
 		run, ok := c.txFunc.(func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error)
@@ -105,6 +121,17 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 // every dedupe store on the same table are purged alike.
 func (m *Middleware[TTx]) Purge(ctx context.Context, batch int) (int64, error) {
 	return m.store.Purge(ctx, batch)
+}
+
+// hasDB reports whether the driver's engine has a database handle to
+// begin transactions on. InTx checks for the handle before anything else,
+// so a context that is already done tells without a round trip: a driver
+// with a handle fails on the context, one without on ErrNoDB.
+func hasDB[TTx any](e driver.Engine[TTx]) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := e.InTx(ctx, func(context.Context, TTx) error { return nil })
+	return !errors.Is(err, sqlonce.ErrNoDB)
 }
 
 func defaultRoute(r *http.Request) string {

@@ -17,6 +17,20 @@ const (
 	CodeBodyUnreadable = "request-body-unreadable"
 	CodeNoPrincipal    = "principal-missing"
 	CodeInternal       = "internal"
+
+	// CodeResponseTooLarge: the handler's answer could not be recorded
+	// (its body is over WithMaxResponseSize, or its record over
+	// dedupe.MaxResponseSize). In transactional mode the work rolled back
+	// and the key is free; in lease mode the work was done, and this
+	// problem is what the key replays.
+	CodeResponseTooLarge = "response-too-large"
+
+	// CodeOutcomeUnknown: the connection to the database was lost while
+	// the request's transaction committed (sqlonce.ErrCommitUnknown), or
+	// an error followed the commit: the work may or may not have been
+	// done. Sending the request again with the same Idempotency-Key
+	// replays its answer if it was, and runs it if it was not.
+	CodeOutcomeUnknown = "outcome-unknown"
 )
 
 // Problem is an RFC 9457 problem details object, as the middleware writes
@@ -50,7 +64,14 @@ var titles = map[string]string{
 	CodeBodyUnreadable: "Request body could not be read",
 	CodeNoPrincipal:    "No authenticated caller",
 	CodeInternal:       "The request could not be completed",
+
+	CodeResponseTooLarge: "The answer is too large to record",
+	CodeOutcomeUnknown:   "The outcome of the request is unknown",
 }
+
+// problemHeaders are the header fields a problem's record keeps, whatever
+// WithResponseHeaders says.
+var problemHeaders = []string{"Cache-Control", "Content-Type", "Link"}
 
 func (m *Middleware[TTx]) problem(w http.ResponseWriter, status int, code, detail string) {
 	p := Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Code: code}
@@ -93,11 +114,28 @@ func (m *Middleware[TTx]) reused(w http.ResponseWriter) {
 }
 
 const (
-	notDone    = "the request was not carried out; retry it with the same Idempotency-Key"
-	notRecords = "the request was carried out but its response could not be recorded"
+	notDone      = "the request was not carried out; retry it with the same Idempotency-Key"
+	notRecords   = "the request was carried out but its response could not be recorded"
+	tooLargeTx   = "the answer is larger than this server records; the request was not carried out"
+	tooLargeDone = "the request was carried out but its answer is larger than this server records"
+	unknownTx    = "the outcome of the request is unknown: the connection to the database was lost while it committed; send it again unchanged, with the same Idempotency-Key, to get its answer"
 )
 
 func (m *Middleware[TTx]) internal(w http.ResponseWriter, r *http.Request, err error, detail string) {
 	m.onError(r, err)
 	m.problem(w, http.StatusInternalServerError, CodeInternal, detail)
+}
+
+// tooLarge answers a handler's answer that cannot be recorded, in
+// transactional mode (the work rolled back).
+func (m *Middleware[TTx]) tooLarge(w http.ResponseWriter, r *http.Request, err error) {
+	m.onError(r, err)
+	m.problem(w, http.StatusInternalServerError, CodeResponseTooLarge, tooLargeTx)
+}
+
+// unknown answers a request whose transaction may or may not have
+// committed.
+func (m *Middleware[TTx]) unknown(w http.ResponseWriter, r *http.Request, err error) {
+	m.onError(r, err)
+	m.problem(w, http.StatusInternalServerError, CodeOutcomeUnknown, unknownTx)
 }

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
+
+	"github.com/sqlonce/sqlonce"
 )
 
 // recorder buffers a handler's response: nothing reaches the client until
@@ -69,27 +72,67 @@ func (r *recorder) writeTo(w http.ResponseWriter) {
 
 // A recorded response is stored as
 //
-//	version (1 byte) | status (uint16) | header count (uint16) |
+//	version (1 byte, 2) | status (uint16) | header count (uint16) |
 //	per header: name length (uint16), name, value count (uint16),
 //	            per value: length (uint32), value |
-//	body (the rest)
+//	body length (uint32) | body
 //
 // in big-endian order: compact, binary-safe and independent of the body's
-// content type.
-const recordVersion = 1
+// content type. Every count and length is checked against its field's
+// range when a record is written (one that does not fit is refused, never
+// truncated) and against the bytes that remain when it is read; the body
+// length must account for every byte left. Version 1, without the body
+// length (the body was the rest), is still read.
+const (
+	recordVersion1 = 1
+	recordVersion  = 2
+
+	// maxRecordCount bounds header fields per record, values per field and
+	// a field name's length: each is written as a uint16.
+	maxRecordCount = 1<<16 - 1
+)
+
+// errRecordTooLarge is wrapped by encode's error: the answer cannot be
+// recorded exactly.
+var errRecordTooLarge = fmt.Errorf("%w: httpidem: the answer cannot be recorded exactly", sqlonce.ErrResponseTooLarge)
 
 // encode records status, the headers named in keep (those present) and
-// the body.
-func (r *recorder) encode(keep []string) []byte {
-	var b []byte
-	b = append(b, recordVersion)
-	b = binary.BigEndian.AppendUint16(b, uint16(r.finalStatus()))
-	var names []string
-	for _, k := range keep {
-		if len(r.header.Values(k)) > 0 {
-			names = append(names, k)
-		}
+// the body. It refuses, with an error matching sqlonce.ErrResponseTooLarge,
+// an answer whose record would not read back exactly: a count or length
+// over its field's range, or a record over max bytes.
+func (r *recorder) encode(keep []string, max int) ([]byte, error) {
+	status := r.finalStatus()
+	if status < 100 || status > 999 {
+		return nil, fmt.Errorf("%w: status %d is not a three-digit code", errRecordTooLarge, status)
 	}
+	var names []string
+	size := 1 + 2 + 2 + 4 + r.body.Len()
+	for _, k := range keep {
+		vs := r.header.Values(k)
+		if len(vs) == 0 {
+			continue
+		}
+		if len(k) > maxRecordCount {
+			return nil, fmt.Errorf("%w: header field name of %d bytes, at most %d", errRecordTooLarge, len(k), maxRecordCount)
+		}
+		if len(vs) > maxRecordCount {
+			return nil, fmt.Errorf("%w: header field %s has %d values, at most %d", errRecordTooLarge, k, len(vs), maxRecordCount)
+		}
+		size += 2 + len(k) + 2
+		for _, v := range vs {
+			size += 4 + len(v)
+		}
+		names = append(names, k)
+	}
+	if len(names) > maxRecordCount {
+		return nil, fmt.Errorf("%w: %d header fields, at most %d", errRecordTooLarge, len(names), maxRecordCount)
+	}
+	if size > max {
+		return nil, fmt.Errorf("%w: the record of the answer is %d bytes, at most %d", errRecordTooLarge, size, max)
+	}
+	b := make([]byte, 0, size)
+	b = append(b, recordVersion)
+	b = binary.BigEndian.AppendUint16(b, uint16(status))
 	b = binary.BigEndian.AppendUint16(b, uint16(len(names)))
 	for _, k := range names {
 		vs := r.header.Values(k)
@@ -101,22 +144,28 @@ func (r *recorder) encode(keep []string) []byte {
 			b = append(b, v...)
 		}
 	}
-	return append(b, r.body.Bytes()...)
+	b = binary.BigEndian.AppendUint32(b, uint32(r.body.Len()))
+	return append(b, r.body.Bytes()...), nil
 }
 
 var errBadRecord = errors.New("httpidem: recorded response is malformed")
 
-// decode is encode's inverse.
+// decode is encode's inverse. It refuses a record whose counts and
+// lengths do not account for its bytes exactly.
 func decode(b []byte) (*recorder, error) {
-	if len(b) < 5 || b[0] != recordVersion {
+	if len(b) < 5 || (b[0] != recordVersion && b[0] != recordVersion1) {
 		return nil, errBadRecord
 	}
+	version := b[0]
 	r := newRecorder(len(b))
 	r.status = int(binary.BigEndian.Uint16(b[1:]))
+	if r.status < 100 || r.status > 999 {
+		return nil, errBadRecord
+	}
 	n := int(binary.BigEndian.Uint16(b[3:]))
 	b = b[5:]
 	take := func(k int) ([]byte, bool) {
-		if len(b) < k {
+		if k < 0 || len(b) < k {
 			return nil, false
 		}
 		v := b[:k]
@@ -129,14 +178,18 @@ func decode(b []byte) (*recorder, error) {
 			return nil, errBadRecord
 		}
 		name, ok := take(int(binary.BigEndian.Uint16(l)))
-		if !ok {
+		if !ok || len(name) == 0 {
 			return nil, errBadRecord
 		}
 		c, ok := take(2)
 		if !ok {
 			return nil, errBadRecord
 		}
-		for range int(binary.BigEndian.Uint16(c)) {
+		count := int(binary.BigEndian.Uint16(c))
+		if count == 0 || r.header[string(name)] != nil {
+			return nil, errBadRecord // encode writes present fields once
+		}
+		for range count {
 			vl, ok := take(4)
 			if !ok {
 				return nil, errBadRecord
@@ -146,6 +199,12 @@ func decode(b []byte) (*recorder, error) {
 				return nil, errBadRecord
 			}
 			r.header[string(name)] = append(r.header[string(name)], string(v))
+		}
+	}
+	if version == recordVersion {
+		l, ok := take(4)
+		if !ok || int64(binary.BigEndian.Uint32(l)) != int64(len(b)) {
+			return nil, errBadRecord
 		}
 	}
 	r.body.Write(b)

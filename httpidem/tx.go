@@ -21,6 +21,11 @@ func (m *Middleware[TTx]) serveTx(w http.ResponseWriter, r *http.Request, next h
 			rec      *recorder
 			res      sqlonce.Result
 			panicked any
+			// committing is set when fn returns nil: any error runTx
+			// returns after that comes from COMMIT (or from what the
+			// caller's WithTxFunc does after fn), and the transaction may
+			// have committed.
+			committing bool
 		)
 		err := m.runTx(ctx, func(ctx context.Context, tx TTx) error {
 			run := func(ctx context.Context) ([]byte, error) {
@@ -36,19 +41,20 @@ func (m *Middleware[TTx]) serveTx(w http.ResponseWriter, r *http.Request, next h
 					return nil, &failedError{fail.err}
 				}
 				if rec.overrun {
-					return nil, fmt.Errorf("%w: the handler wrote more than %d bytes", sqlonce.ErrResponseTooLarge, m.maxResponse)
+					return nil, fmt.Errorf("%w: the handler wrote a body of more than %d bytes", sqlonce.ErrResponseTooLarge, m.maxResponse)
 				}
 				if !m.record(rec.finalStatus()) {
 					return nil, errNotRecorded // rolls the handler's writes back too
 				}
-				return rec.encode(m.respHeaders), nil
-			}
-			if req == nil {
-				_, err := run(ctx)
-				return err
+				return rec.encode(m.respHeaders, dedupe.MaxResponseSize)
 			}
 			var err error
-			res, err = m.store.DoResponse(ctx, tx, *req, run)
+			if req == nil {
+				_, err = run(ctx)
+			} else {
+				res, err = m.store.DoResponse(ctx, tx, *req, run)
+			}
+			committing = err == nil
 			return err
 		})
 		if panicked != nil {
@@ -58,14 +64,25 @@ func (m *Middleware[TTx]) serveTx(w http.ResponseWriter, r *http.Request, next h
 		switch {
 		case err == nil && req != nil && res.AlreadyDone():
 			m.replay(w, r, res.Response)
+		case err == nil:
+			rec.writeTo(w)
+		case committing && (errors.Is(err, sqlonce.ErrCommitUnknown) || !sqlonce.IsRetryable(err)):
+			// Only an error the database reports for the transaction
+			// (serialization failure, deadlock) says the commit did not
+			// happen; after anything else it may have.
+			if ctx.Err() == nil {
+				m.unknown(w, r, err)
+			}
 		case errors.As(err, &failed) && sqlonce.IsRetryable(failed.err) && attempt < txAttempts && owntx.Pause(ctx, attempt):
 			continue
-		case err == nil || errors.Is(err, errNotRecorded) || errors.As(err, &failed):
+		case errors.Is(err, errNotRecorded) || errors.As(err, &failed):
 			rec.writeTo(w)
 		case errors.Is(err, sqlonce.ErrInProgress):
 			m.inProgress(w)
 		case errors.Is(err, sqlonce.ErrKeyReuse):
 			m.reused(w)
+		case errors.Is(err, sqlonce.ErrResponseTooLarge):
+			m.tooLarge(w, r, err)
 		case ctx.Err() != nil:
 			// The client is gone and the transaction rolled back: nobody
 			// to answer, nothing to report.

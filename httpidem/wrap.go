@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -75,7 +74,7 @@ func (m *Middleware[TTx]) Wrap(next http.Handler) http.Handler {
 			if derived {
 				key, kind, ttl = hex.EncodeToString(fp), 's', m.noRepeat
 			}
-			req = &dedupe.Request{Scope: scope(kind, principal, r.Method, m.route(r)), Key: key, Fingerprint: fp, TTL: ttl}
+			req = &dedupe.Request{Scope: scope(kind, principal), Key: key, Fingerprint: fp, TTL: ttl}
 		}
 		if m.lease > 0 {
 			m.serveLease(w, r, next, body, *req)
@@ -111,23 +110,25 @@ func (m *Middleware[TTx]) readBody(w http.ResponseWriter, r *http.Request) ([]by
 }
 
 // fingerprint hashes what makes two requests with one key the same
-// request: method, path, query, body and the configured header fields.
+// request: method, route, path, query, body and the configured header
+// fields. A key names one request, so the same key sent to another method
+// or route is a reuse (422), not a new request.
 func (m *Middleware[TTx]) fingerprint(r *http.Request, body []byte) []byte {
-	parts := [][]byte{[]byte(r.Method), []byte(r.URL.EscapedPath()), []byte(r.URL.RawQuery), body}
+	parts := [][]byte{[]byte(r.Method), []byte(m.route(r)), []byte(r.URL.EscapedPath()), []byte(r.URL.RawQuery), body}
 	for _, h := range m.fpHeaders {
 		parts = append(parts, []byte(h), []byte(strings.Join(r.Header.Values(h), "\n")))
 	}
 	return dedupe.Fingerprint(parts...)
 }
 
-// scope is a key's namespace: the caller, the method and the route. The
-// principal is length-prefixed so that no choice of principal and route
-// spells another pair's scope; kind keeps client keys and derived submit
-// keys apart. A scope the store would refuse (too long for the table, not
-// valid UTF-8, a NUL byte) is replaced by its hash, which no readable scope
-// can equal (those start with kind and a digit).
-func scope(kind byte, principal, method, route string) string {
-	s := string(kind) + strconv.Itoa(len(principal)) + ":" + principal + " " + method + " " + route
+// scope is a key's namespace: the caller alone. Method and route are in
+// the fingerprint instead, so that a key reused on another endpoint is
+// refused (422) rather than run as a new request. kind keeps client keys
+// and derived submit keys apart. A scope the store would refuse (too long
+// for the table, not valid UTF-8, a NUL byte) is replaced by its hash,
+// which no readable scope can equal (those have ':' after kind).
+func scope(kind byte, principal string) string {
+	s := string(kind) + ":" + principal
 	if keys.Check("scope", s) == nil {
 		return s
 	}

@@ -57,6 +57,7 @@ func startHTTP[TTx any](t *testing.T, db harness.DB[TTx], hook func(w http.Respo
 	must(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("/orders/", m.Wrap(http.HandlerFunc(s.order)))
+	mux.Handle("/refunds/", m.Wrap(http.HandlerFunc(s.order)))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if now := s.now.Load(); now != nil {
 			r = r.WithContext(testclock.With(r.Context(), *now))
@@ -237,6 +238,7 @@ func runHTTPIdem[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("Tx/TxFunc", func(t *testing.T) { httpTxFunc(t, f) })
 	t.Run("Tx/RetriesWhatTheDatabaseRefuses", func(t *testing.T) { httpTxRetry(t, f) })
 	t.Run("Lease/InProgressAndRelease", func(t *testing.T) { httpLease(t, f) })
+	t.Run("Tx/OutcomeUnknownAfterCommit", func(t *testing.T) { httpTxOutcomeUnknown(t, f) })
 }
 
 // runHTTPIdemMode runs the cases both modes share.
@@ -341,6 +343,114 @@ func runHTTPIdemMode[TTx any](t *testing.T, f harness.Factory[TTx], lease bool) 
 			t.Fatalf("handler ran %d times, want 1", n)
 		}
 		ddLedger(t, db, "order", 1)
+	})
+
+	t.Run("KeyReuseAcrossMethodAndRoute422", func(t *testing.T) {
+		db := f(t, 0)
+		s := startHTTP(t, db, nil, with()...)
+		first := s.mustSend(t, req{path: "/orders/7", user: "alice", keys: quoted("k1"), body: "x"})
+		wantHTTPStatus(t, "POST /orders/7", first, http.StatusCreated)
+		// A key names one request: the same caller sending it to another
+		// method or route is refused, not run as a new request.
+		for name, other := range map[string]req{
+			"PATCH /orders/7": {method: http.MethodPatch, path: "/orders/7", user: "alice", keys: quoted("k1"), body: "x"},
+			"POST /refunds/7": {path: "/refunds/7", user: "alice", keys: quoted("k1"), body: "x"},
+		} {
+			r := s.mustSend(t, other)
+			wantHTTPStatus(t, name, r, http.StatusUnprocessableEntity)
+			if p := r.problem(t); p.Code != httpidem.CodeKeyReused {
+				t.Fatalf("%s: code %q", name, p.Code)
+			}
+		}
+		sameAnswer(t, "the first request again", first, s.mustSend(t, req{path: "/orders/7", user: "alice", keys: quoted("k1"), body: "x"}))
+		// Another caller's key of the same spelling is another key.
+		wantHTTPStatus(t, "bob on another route", s.mustSend(t, req{path: "/refunds/7", user: "bob", keys: quoted("k1"), body: "x"}), http.StatusCreated)
+		if n := s.runs.Load(); n != 2 {
+			t.Fatalf("handler ran %d times, want 2", n)
+		}
+		ddLedger(t, db, "order", 2)
+	})
+
+	t.Run("MaxResponseSizeCountsTheBody", func(t *testing.T) {
+		db := f(t, 0)
+		s := startHTTP(t, db, nil, with(httpidem.WithMaxResponseSize(256))...)
+		// The handler answers 32 random bytes and the request body, with
+		// Content-Type, Location and ETag recorded beside it: a 256-byte
+		// body fits, headers or not.
+		fits := req{user: "alice", ref: "fits", keys: quoted("fits"), body: strings.Repeat("b", 256-32)}
+		first := s.mustSend(t, fits)
+		wantHTTPStatus(t, "256-byte body", first, http.StatusCreated)
+		if len(first.body) != 256 {
+			t.Fatalf("body of %d bytes", len(first.body))
+		}
+		sameAnswer(t, "256-byte body again", first, s.mustSend(t, fits))
+		ddLedger(t, db, "fits", 1)
+
+		big := req{user: "alice", ref: "big", keys: quoted("big"), body: strings.Repeat("b", 257-32)}
+		r := s.mustSend(t, big)
+		wantHTTPStatus(t, "257-byte body", r, http.StatusInternalServerError)
+		if p := r.problem(t); p.Code != httpidem.CodeResponseTooLarge {
+			t.Fatalf("257-byte body: code %q", p.Code)
+		}
+		again := s.mustSend(t, big)
+		if s.lease {
+			// The work was done: its key replays the problem, and the
+			// work is not done again.
+			if !again.replayed() || again.status != http.StatusInternalServerError || !bytes.Equal(again.body, r.body) {
+				t.Fatalf("repeat of a done request: %d replayed=%v %q", again.status, again.replayed(), again.body)
+			}
+			ddLedger(t, db, "big", 1)
+		} else {
+			// Rolled back, key free: the repeat runs (and fails) again.
+			if again.replayed() || again.problem(t).Code != httpidem.CodeResponseTooLarge {
+				t.Fatalf("repeat of a rolled-back request: %d replayed=%v %q", again.status, again.replayed(), again.body)
+			}
+			ddLedger(t, db, "big", 0)
+		}
+		if len(s.middlewareErrors()) == 0 {
+			t.Fatal("an answer too large to record was not reported to the error log")
+		}
+	})
+
+	t.Run("HeaderValuesBeyondTheRecord", func(t *testing.T) {
+		db := f(t, 0)
+		var many atomic.Bool
+		many.Store(true)
+		s := startHTTP(t, db, func(w http.ResponseWriter, r *http.Request) int {
+			if many.Load() {
+				links := make([]string, 1<<16) // one more than a record counts
+				for i := range links {
+					links[i] = "</x>"
+				}
+				w.Header()["Link"] = links
+			}
+			return 0
+		}, with(httpidem.WithResponseHeaders("Content-Type", "Location", "ETag", "Link"))...)
+		q := req{user: "alice", keys: quoted("links"), body: "8 bytes!"}
+		r := s.mustSend(t, q)
+		wantHTTPStatus(t, "65,536 Link values", r, http.StatusInternalServerError)
+		if p := r.problem(t); p.Code != httpidem.CodeResponseTooLarge {
+			t.Fatalf("code %q", p.Code)
+		}
+		again := s.mustSend(t, q)
+		if s.lease {
+			// Done once; its key replays the problem, never a corrupted
+			// record (one value and the rest as body).
+			if !again.replayed() || !bytes.Equal(again.body, r.body) {
+				t.Fatalf("repeat: %d replayed=%v %d bytes", again.status, again.replayed(), len(again.body))
+			}
+			ddLedger(t, db, "order", 1)
+		} else {
+			if again.replayed() || again.status != http.StatusInternalServerError {
+				t.Fatalf("repeat: %d replayed=%v %d bytes", again.status, again.replayed(), len(again.body))
+			}
+			ddLedger(t, db, "order", 0)
+			many.Store(false)
+			ok := s.mustSend(t, q)
+			wantHTTPStatus(t, "with one Link value less", ok, http.StatusCreated)
+			sameAnswer(t, "replay", ok, s.mustSend(t, q))
+			ddLedger(t, db, "order", 1)
+		}
 	})
 
 	t.Run("ConcurrentClientsSameKey", func(t *testing.T) {
@@ -845,4 +955,55 @@ func httpTxRetry[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		t.Fatalf("%d transactions for %d requests: no conflict happened, so the retry went untested", attempts.Load(), clients)
 	}
 	t.Logf("%d transactions for %d requests", attempts.Load(), clients)
+}
+
+// httpTxOutcomeUnknown: when the transaction runner reports an error after
+// the handler's transaction reached COMMIT (sqlonce.ErrCommitUnknown, or
+// any error but one saying the database rolled it back), the client is
+// told the outcome is unknown, never that the request was not carried
+// out; a retry with the same key replays the answer if the commit went
+// through and runs the request if it did not.
+func httpTxOutcomeUnknown[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	db := f(t, 0)
+	var lose atomic.Value // "": commit normally; else the error the runner reports
+	lose.Store("")
+	s := startHTTP(t, db, nil, httpidem.WithTxFunc(func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+		how := lose.Swap("").(string)
+		err := harness.WithTx(ctx, db, harness.ReadCommitted, func(tx TTx) error {
+			if err := fn(ctx, tx); err != nil {
+				return err
+			}
+			if how == "rolled back" {
+				return errors.New("lost before commit") // rolls back
+			}
+			return nil
+		})
+		switch {
+		case err != nil && how != "rolled back":
+			return err
+		case how == "committed":
+			return fmt.Errorf("commit: %w", sqlonce.ErrCommitUnknown)
+		case how == "rolled back":
+			return fmt.Errorf("commit: %w", sqlonce.ErrCommitUnknown)
+		case how == "other":
+			return errors.New("the runner failed after COMMIT")
+		}
+		return err
+	}))
+	for _, how := range []string{"committed", "rolled back", "other"} {
+		lose.Store(how)
+		q := req{user: "alice", ref: how, keys: quoted(how), body: "x"}
+		r := s.mustSend(t, q)
+		wantHTTPStatus(t, how, r, http.StatusInternalServerError)
+		p := r.problem(t)
+		if p.Code != httpidem.CodeOutcomeUnknown || strings.Contains(p.Detail, "not carried out") {
+			t.Fatalf("%s: %+v", how, p)
+		}
+		again := s.mustSend(t, q)
+		wantHTTPStatus(t, how+", retried", again, http.StatusCreated)
+		if committed := how != "rolled back"; again.replayed() != committed {
+			t.Fatalf("%s: retry replayed=%v", how, again.replayed())
+		}
+		ddLedger(t, db, how, 1)
+	}
 }
