@@ -58,6 +58,14 @@
 // (at most [MaxResponseSize]); a larger one is an error matching
 // [github.com/sqlonce/sqlonce.ErrResponseTooLarge].
 //
+// # Batches
+//
+// [Store.DoBatch] claims many keys of one scope in the caller's
+// transaction in a constant number of statements and runs fn once with
+// the new ones: a consumer applying a batch of messages pays the round
+// trips of one claim, not one per message. Package
+// [github.com/sqlonce/sqlonce/inbox] wraps it for message consumers.
+//
 // # Fingerprints
 //
 // A key presented again with a different request is a client bug, or an

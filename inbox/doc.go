@@ -29,6 +29,16 @@
 // again. A redelivery that arrives while the first delivery's transaction
 // is still open waits for that transaction, then acks or applies.
 //
+// # Batches
+//
+// A consumer that pulls many messages at a time applies them with
+// [Inbox.HandleBatch] (or [Inbox.HandleBatchTx] in its own transaction):
+// the ids of the batch are claimed together, in one statement on
+// PostgreSQL and two on MySQL/MariaDB, and fn gets the ids not applied
+// before. A batch of 100 messages then costs the round trips of one
+// transaction, not of 100. Ack the whole batch when it returns nil; on an
+// error nothing of it was applied.
+//
 // Ids are remembered for [DefaultTTL] unless [WithTTL] says otherwise;
 // [Inbox.Purge] removes the expired ones. [Inbox.HandleTx] runs in the
 // caller's own transaction. Effects outside the database (an email, a

@@ -109,3 +109,49 @@ func ExampleInbox_HandleTx() {
 	// first run: ack order-created-7
 	// already done: ack order-created-7
 }
+
+// A consumer that pulls messages in batches applies each batch in one
+// transaction: the ids are claimed in one statement, and fn gets only the
+// ids not applied before. pay-1 was applied by an earlier batch whose ack
+// was lost.
+func ExampleInbox_HandleBatch() {
+	ctx := context.Background()
+	pool := exampledb.Postgres("inbox_batch")
+	defer pool.Close()
+
+	in, err := inbox.New(pgxdriver.New(pool), "ledger-writer")
+	if err != nil {
+		panic(err)
+	}
+	amounts := map[string]int64{"pay-1": 100, "pay-2": 250, "pay-3": 50}
+	apply := func(ctx context.Context, tx pgx.Tx, fresh []string) error {
+		for _, id := range fresh {
+			if _, err := tx.Exec(ctx, "INSERT INTO ledger (ref, amount) VALUES ($1, $2)", id, amounts[id]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if _, err := in.HandleBatch(ctx, []string{"pay-1"}, apply); err != nil {
+		panic(err)
+	}
+	batch := []string{"pay-1", "pay-2", "pay-3"}
+	res, err := in.HandleBatch(ctx, batch, apply)
+	if err != nil {
+		panic(err) // nak the batch: nothing of it was applied
+	}
+	for i, r := range res {
+		fmt.Println(batch[i], r) // ack each message, after the commit
+	}
+
+	var n, sum int64
+	if err := pool.QueryRow(ctx, "SELECT count(*), sum(amount) FROM ledger").Scan(&n, &sum); err != nil {
+		panic(err)
+	}
+	fmt.Println("ledger rows:", n, "total:", sum)
+	// Output:
+	// pay-1 already done
+	// pay-2 first run
+	// pay-3 first run
+	// ledger rows: 3 total: 400
+}

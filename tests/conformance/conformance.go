@@ -26,6 +26,7 @@ func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("Token", func(t *testing.T) { runToken(t, f) })
 	t.Run("HTTPIdem", func(t *testing.T) { runHTTPIdem(t, f) })
 	t.Run("Inbox", func(t *testing.T) { runInbox(t, f) })
+	t.Run("InboxBatch", func(t *testing.T) { runInboxBatch(t, f) })
 	t.Run("NilTx", func(t *testing.T) { runNilTx(t, f) })
 	t.Run("Observe", func(t *testing.T) { runObserve(t, f) })
 }

@@ -146,6 +146,9 @@ type path[TTx any] struct {
 	run  func(ctx context.Context, e *env[TTx], n int) error
 }
 
+// batchSize is the number of message ids a batch path claims.
+const batchSize = 100
+
 var response = []byte(`{"order_id":123456789,"status":"accepted"}`)
 
 func want(res sqlonce.Result, err error, first bool) error {
@@ -257,6 +260,29 @@ func paths[TTx any]() []path[TTx] {
 			return e.h.Tx(tx).LedgerInsert(ctx, fmt.Sprint("msg", n), 100)
 		})
 		return want(res, err, first)
+	}
+	handleBatch := func(ctx context.Context, e *env[TTx], n int, first bool) error {
+		in, err := inbox.New(e.d, "rt")
+		if err != nil {
+			return err
+		}
+		ids := make([]string, batchSize)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("b%d-%d", n, i)
+		}
+		res, err := in.HandleBatch(ctx, ids, func(ctx context.Context, tx TTx, fresh []string) error {
+			// One statement for the batch's effects, as a bulk insert is.
+			return e.h.Tx(tx).LedgerInsert(ctx, fmt.Sprint("batch", n), int64(len(fresh)))
+		})
+		if err != nil {
+			return err
+		}
+		for _, r := range res {
+			if r.FirstRun() != first {
+				return fmt.Errorf("got %v, want first run %v", r, first)
+			}
+		}
+		return nil
 	}
 	post := func(ctx context.Context, e *env[TTx], n int, first bool) error {
 		m, err := httpidem.New(e.d, func(*http.Request) string { return "u" })
@@ -432,6 +458,15 @@ func paths[TTx any]() []path[TTx] {
 				return err
 			}
 			return e.measure(func() error { return handle(ctx, e, n, false) })
+		}},
+		{"inbox.HandleBatch of 100 ids, first run", func(ctx context.Context, e *env[TTx], n int) error {
+			return e.measure(func() error { return handleBatch(ctx, e, n, true) })
+		}},
+		{"inbox.HandleBatch of 100 ids, replay", func(ctx context.Context, e *env[TTx], n int) error {
+			if err := handleBatch(ctx, e, n, true); err != nil {
+				return err
+			}
+			return e.measure(func() error { return handleBatch(ctx, e, n, false) })
 		}},
 		{"httpidem first run", func(ctx context.Context, e *env[TTx], n int) error {
 			return e.measure(func() error { return post(ctx, e, n, true) })

@@ -1,0 +1,54 @@
+package mysqldriver
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"math/rand/v2"
+
+	"github.com/sqlonce/sqlonce/internal/dbsqlc/mysqldb"
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+var _ driver.BatchClaimer[*sql.Tx] = engine{}
+
+// ClaimBatch claims every key of the batch in two statements: an INSERT of
+// them all, each new row named by one nonce, and a locking read that tells
+// the new rows (the nonce) from the existing ones.
+func (e engine) ClaimBatch(ctx context.Context, tx *sql.Tx, p driver.BatchParams) ([]driver.BatchClaim, error) {
+	list, err := json.Marshal(p.Keys)
+	if err != nil {
+		return nil, err
+	}
+	now := myNow(p.Now)
+	// Below any clock-based token, as a single in-transaction claim's.
+	nonce := 1 + rand.Int64N(1<<40)
+	if _, err := e.q.KeyInsertBatch(ctx, e.on(tx), mysqldb.KeyInsertBatchParams{
+		Scope: []byte(p.Scope), KeyList: string(list), Token: nonce, Now: now, TtlUs: p.TTL.Microseconds(),
+	}); err != nil {
+		return nil, err
+	}
+	rows, err := e.q.KeyGetBatch(ctx, e.on(tx), mysqldb.KeyGetBatchParams{Now: now, Scope: []byte(p.Scope), KeyList: string(list)})
+	if err != nil {
+		return nil, err
+	}
+	byKey := make(map[string]mysqldb.KeyGetBatchRow, len(rows))
+	for _, r := range rows {
+		byKey[string(r.IdempotencyKey)] = r
+	}
+	out := make([]driver.BatchClaim, len(p.Keys))
+	for i, k := range p.Keys {
+		r, ok := byKey[k]
+		switch {
+		case !ok || r.Available == 1:
+			// Purged since the insert, or to take over: alone.
+		case r.Token == nonce:
+			out[i] = driver.BatchClaim{Claim: driver.Claim{Won: true, Token: nonce}, Decided: true}
+		default:
+			out[i] = driver.BatchClaim{Claim: driver.Claim{Existing: driver.Existing{
+				Fingerprint: r.Fingerprint, Leased: r.State == driver.StateLeased,
+			}}, Decided: true}
+		}
+	}
+	return out, nil
+}

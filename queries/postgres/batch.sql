@@ -1,0 +1,40 @@
+-- name: KeyClaimBatch :many
+-- Claims the keys of a batch in one statement, as KeyClaim claims one:
+-- the new keys are inserted (inserted = true), the existing ones read
+-- (inserted = false). Keys are inserted in the array's order (batches sort
+-- them, so that two batches lock shared keys in one order). A key that
+-- another transaction committed while this one waited for it is not in the
+-- statement's snapshot and comes back in no row: the caller claims it
+-- alone, as it does an expired key or a lapsed lease (available).
+WITH input AS (
+    SELECT u.k, u.n
+    FROM unnest(sqlc.arg('keys')::text[]) WITH ORDINALITY AS u (k, n)
+), ins AS (
+    INSERT INTO sqlonce_keys (
+        scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
+    )
+    SELECT
+        sqlc.arg('scope'),
+        input.k,
+        '\x'::bytea,
+        1,
+        (extract(epoch FROM coalesce(sqlc.narg('now')::timestamptz, clock_timestamp())) * 1000000)::bigint,
+        NULL,
+        coalesce(sqlc.narg('now')::timestamptz, now()),
+        coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('ttl_us')::bigint * interval '1 microsecond'
+    FROM input
+    ORDER BY input.n
+    ON CONFLICT (scope, idempotency_key) DO NOTHING
+    RETURNING idempotency_key, token
+)
+SELECT ins.idempotency_key::text AS idempotency_key, true AS inserted, ins.token, '\x'::bytea AS fingerprint,
+       false AS locked, false AS available
+FROM ins
+UNION ALL
+SELECT k.idempotency_key::text, false, k.token, k.fingerprint,
+       (k.state = 2 AND k.locked_until > coalesce(sqlc.narg('now')::timestamptz, now()))::boolean,
+       (k.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+        OR (k.state = 2 AND k.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))::boolean
+FROM sqlonce_keys AS k
+WHERE k.scope = sqlc.arg('scope') AND k.idempotency_key = ANY (sqlc.arg('keys')::text[])
+  AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.idempotency_key = k.idempotency_key);

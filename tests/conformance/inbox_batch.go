@@ -1,0 +1,238 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/inbox"
+	"github.com/sqlonce/sqlonce/tests/internal/harness"
+)
+
+// runInboxBatch checks inbox.HandleBatch and dedupe.Store.DoBatch: each id
+// of a batch applied once, whatever other batches and single calls share it.
+func runInboxBatch[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	t.Run("NewRepeatedMixed", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		in, err := inbox.New(db.Driver(), "batcher")
+		must(t, err)
+		var calls atomic.Int64
+		apply := func(ids ...string) ([]sqlonce.Result, []string, error) {
+			var got []string
+			res, err := in.HandleBatch(ctx, ids, func(ctx context.Context, tx TTx, fresh []string) error {
+				calls.Add(1)
+				got = fresh
+				for _, id := range fresh {
+					if err := db.Tx(tx).LedgerInsert(ctx, id, 1); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			return res, got, err
+		}
+		res, fresh, err := apply("m3", "m1", "m2", "m1")
+		must(t, err)
+		wantOutcomes(t, "first batch", res, "FFFD")
+		if !slices.Equal(fresh, []string{"m3", "m1", "m2"}) {
+			t.Fatalf("fresh %v, want the new ids once, in the batch's order", fresh)
+		}
+		res, _, err = apply("m2", "m4", "m1")
+		must(t, err)
+		wantOutcomes(t, "mixed batch", res, "DFD")
+		before := calls.Load()
+		res, _, err = apply("m1", "m2", "m3", "m4")
+		must(t, err)
+		wantOutcomes(t, "repeated batch", res, "DDDD")
+		if calls.Load() != before {
+			t.Fatal("fn ran for a batch of applied ids")
+		}
+		for _, id := range []string{"m1", "m2", "m3", "m4"} {
+			ddLedger(t, db, id, 1)
+		}
+		// A single Handle sees what the batch applied.
+		res1, err := in.Handle(ctx, "m2", func(context.Context, TTx) error { return errors.New("ran") })
+		wantOutcome(t, "single after batch", res1, err, sqlonce.AlreadyDone, nil)
+	})
+
+	t.Run("FailureAppliesNothing", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		in, err := inbox.New(db.Driver(), "batcher")
+		must(t, err)
+		failed := errors.New("fn failed")
+		_, err = in.HandleBatch(ctx, []string{"a", "b"}, func(ctx context.Context, tx TTx, _ []string) error {
+			_ = db.Tx(tx).LedgerInsert(ctx, "a", 1)
+			return failed
+		})
+		if !errors.Is(err, failed) {
+			t.Fatalf("got %v, want fn's error", err)
+		}
+		ddLedger(t, db, "a", 0)
+		ddKeys(t, db, 0)
+	})
+
+	t.Run("ExpiredIdsRunAgain", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		in, err := inbox.New(db.Driver(), "batcher", inbox.WithTTL(time.Hour))
+		must(t, err)
+		t0 := clockBase()
+		handle := func(ctx context.Context, ids ...string) []sqlonce.Result {
+			res, err := in.HandleBatch(ctx, ids, func(context.Context, TTx, []string) error { return nil })
+			must(t, err)
+			return res
+		}
+		wantOutcomes(t, "first", handle(at(ctx, t0, 0), "x", "y"), "FF")
+		wantOutcomes(t, "within TTL", handle(at(ctx, t0, 30*time.Minute), "x", "y", "z"), "DDF")
+		wantOutcomes(t, "x and y expired", handle(at(ctx, t0, 80*time.Minute), "x", "y", "z"), "FFD")
+	})
+
+	t.Run("LeasedOrFingerprintedKeyRefusesTheBatch", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s, err := dedupe.New(db.Driver())
+		must(t, err)
+		_, _, err = s.Claim(ctx, dedupe.Request{Scope: "sc", Key: "leased"}, time.Minute)
+		must(t, err)
+		res, err := doRecord(ctx, db, s, dedupe.Request{Scope: "sc", Key: "fp", Fingerprint: []byte{1}}, "r")
+		wantOutcome(t, "fingerprinted", res, err, sqlonce.FirstRun, nil)
+		batch := func(ids ...string) error {
+			return harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+				_, err := s.DoBatch(ctx, tx, "sc", ids, func(context.Context, []string) error { return errors.New("ran") })
+				return err
+			})
+		}
+		if err := batch("a", "leased"); !errors.Is(err, sqlonce.ErrInProgress) {
+			t.Fatalf("leased key: %v, want ErrInProgress", err)
+		}
+		if err := batch("fp", "b"); !errors.Is(err, sqlonce.ErrKeyReuse) {
+			t.Fatalf("fingerprinted key: %v, want ErrKeyReuse", err)
+		}
+		for _, k := range []string{"a", "b"} {
+			if _, ok, err := db.Key(ctx, "sc", k); err != nil || ok {
+				t.Fatalf("key %s left behind by a refused batch: %v %v", k, ok, err)
+			}
+		}
+	})
+
+	t.Run("InvalidArguments", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		in, err := inbox.New(db.Driver(), "batcher")
+		must(t, err)
+		nop := func(context.Context, TTx, []string) error { return nil }
+		if _, err := in.HandleBatch(ctx, []string{"a", ""}, nop); !errors.Is(err, sqlonce.ErrInvalidKey) {
+			t.Fatalf("empty id: %v", err)
+		}
+		if _, err := in.HandleBatch(ctx, make([]string, inbox.MaxBatch+1), nop); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+			t.Fatalf("too many ids: %v", err)
+		}
+		if _, err := in.HandleBatch(ctx, []string{"a"}, nil); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+			t.Fatalf("nil fn: %v", err)
+		}
+		res, err := in.HandleBatch(ctx, nil, nop)
+		if err != nil || len(res) != 0 {
+			t.Fatalf("empty batch: %v %v", res, err)
+		}
+		ddKeys(t, db, 0)
+	})
+
+	// Racers consumers apply overlapping batches of the same ids, in
+	// shuffled orders, together with single Handle calls: every id is
+	// applied exactly once, and exactly one delivery reports it FirstRun.
+	t.Run("ConcurrentOverlappingBatches", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, Racers+4)
+		in, err := inbox.New(db.Driver(), "batcher")
+		must(t, err)
+		const ids, size = 60, 20
+		var first [ids]atomic.Int64
+		errs := race(Racers, func(i int) error {
+			rng := rand.New(rand.NewPCG(uint64(i), 7))
+			for range 3 {
+				start := rng.IntN(ids)
+				var batch []string
+				for j := range size {
+					batch = append(batch, fmt.Sprintf("id-%02d", (start+j)%ids))
+				}
+				rng.Shuffle(len(batch), func(a, b int) { batch[a], batch[b] = batch[b], batch[a] })
+				if i%4 == 3 {
+					batch = batch[:1] // some consumers handle one message at a time
+				}
+				var res []sqlonce.Result
+				var err error
+				for attempt := 0; ; attempt++ {
+					if len(batch) == 1 {
+						var r sqlonce.Result
+						r, err = in.Handle(ctx, batch[0], func(ctx context.Context, tx TTx) error {
+							return db.Tx(tx).LedgerInsert(ctx, batch[0], 1)
+						})
+						res = []sqlonce.Result{r}
+					} else {
+						res, err = in.HandleBatch(ctx, batch, func(ctx context.Context, tx TTx, fresh []string) error {
+							for _, id := range fresh {
+								if err := db.Tx(tx).LedgerInsert(ctx, id, 1); err != nil {
+									return err
+								}
+							}
+							return nil
+						})
+					}
+					if err == nil || !sqlonce.IsRetryable(err) || attempt > 100 {
+						break
+					}
+					time.Sleep(time.Duration(1+rng.IntN(20)) * time.Millisecond)
+				}
+				if err != nil {
+					return err
+				}
+				for j, r := range res {
+					if r.FirstRun() {
+						var n int
+						fmt.Sscanf(batch[j], "id-%d", &n)
+						first[n].Add(1)
+					}
+				}
+			}
+			return nil
+		})
+		noErrors(t, errs)
+		per, err := db.Pool().LedgerCountPerRef(ctx)
+		must(t, err)
+		for n := range ids {
+			id := fmt.Sprintf("id-%02d", n)
+			if per[id] > 1 || per[id] != first[n].Load() {
+				t.Errorf("%s: applied %d times, reported FirstRun %d times", id, per[id], first[n].Load())
+			}
+		}
+	})
+}
+
+// wantOutcomes fails t unless res has the outcomes spelled by want, one
+// letter per result: F FirstRun, D AlreadyDone.
+func wantOutcomes(t testing.TB, what string, res []sqlonce.Result, want string) {
+	t.Helper()
+	got := make([]byte, len(res))
+	for i, r := range res {
+		switch {
+		case r.FirstRun():
+			got[i] = 'F'
+		case r.AlreadyDone():
+			got[i] = 'D'
+		default:
+			got[i] = '?'
+		}
+	}
+	if string(got) != want {
+		t.Fatalf("%s: outcomes %s, want %s", what, got, want)
+	}
+}
