@@ -6,9 +6,9 @@ import (
 	"slices"
 
 	"github.com/sqlonce/sqlonce"
-	"github.com/sqlonce/sqlonce/internal/dberr"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/obs"
 	"github.com/sqlonce/sqlonce/internal/testclock"
 )
 
@@ -39,7 +39,26 @@ const MaxBatch = driver.MaxBatch
 // MaxBatch keys. When fn returns an error, DoBatch undoes the claims and
 // returns that error unchanged. A Store built WithNoWait or WithLockWait
 // claims the keys one at a time, each with its bounded wait.
-func (s *Store[TTx]) DoBatch(ctx context.Context, tx TTx, scope string, ids []string, fn func(ctx context.Context, fresh []string) error) ([]sqlonce.Result, error) {
+//
+// An Observer attached to the driver gets one Event per call, its Outcome
+// FirstRun when fn ran, and Rows the number of keys fn was given.
+func (s *Store[TTx]) DoBatch(ctx context.Context, tx TTx, scope string, ids []string, fn func(ctx context.Context, fresh []string) error) (results []sqlonce.Result, err error) {
+	op := obs.Start(s.observer, "dedupe", "DoBatch", scope, "")
+	defer func() {
+		var res sqlonce.Result
+		for _, r := range results {
+			if r.FirstRun() {
+				res.Outcome = sqlonce.FirstRun
+				break
+			}
+			res.Outcome = sqlonce.AlreadyDone
+		}
+		op.End(ctx, res, err)
+	}()
+	return s.doBatch(ctx, tx, scope, ids, fn, &op)
+}
+
+func (s *Store[TTx]) doBatch(ctx context.Context, tx TTx, scope string, ids []string, fn func(ctx context.Context, fresh []string) error, op *obs.Op) ([]sqlonce.Result, error) {
 	if fn == nil {
 		return nil, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
 	}
@@ -76,7 +95,7 @@ func (s *Store[TTx]) DoBatch(ctx context.Context, tx TTx, scope string, ids []st
 	}
 	won := make(map[string]int64, len(sorted))
 	unclaim := func(cause error) {
-		if dberr.TxMayBeGone(cause) {
+		if driver.Classify(cause).Has(driver.TxRolledBack) {
 			return
 		}
 		for k, token := range won {
@@ -105,6 +124,7 @@ func (s *Store[TTx]) DoBatch(ctx context.Context, tx TTx, scope string, ids []st
 		}
 	}
 
+	op.Decided()
 	results := make([]sqlonce.Result, len(ids))
 	var fresh []string
 	given := make(map[string]bool, len(won))
@@ -119,7 +139,11 @@ func (s *Store[TTx]) DoBatch(ctx context.Context, tx TTx, scope string, ids []st
 	if len(fresh) == 0 {
 		return results, nil
 	}
-	if err := fn(ctx, fresh); err != nil {
+	op.Rows(int64(len(fresh)))
+	op.WorkStart()
+	err := fn(ctx, fresh)
+	op.WorkEnd()
+	if err != nil {
 		unclaim(err)
 		return nil, err
 	}
