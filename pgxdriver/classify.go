@@ -1,6 +1,8 @@
 package pgxdriver
 
 import (
+	"reflect"
+
 	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,15 +17,17 @@ func init() { driver.Register(driver.ClassifierFunc(classify)) }
 // classify reads one error of a tree: a *pgconn.PgError by its SQLSTATE,
 // pgx.ErrTxClosed. The network errors pgconn returns after sending
 // (io.ErrUnexpectedEOF, a *net.OpError, both unwrapped by pgconn) are the
-// standard library's, classified by package driver; an error pgconn
-// returns before sending anything (a closed connection, a context that had
-// ended) is none of them.
+// standard library's, classified by package driver; pgconn's own "conn
+// closed" is one too (see isConnClosed).
 func classify(err error) driver.Class {
 	if err == pgx.ErrTxClosed {
 		return driver.TxDone
 	}
 	pgErr, ok := err.(*pgconn.PgError)
 	if !ok {
+		if isConnClosed(err) {
+			return driver.ConnLost
+		}
 		return 0
 	}
 	switch pgErr.Code {
@@ -36,6 +40,21 @@ func classify(err error) driver.Class {
 	}
 	return 0
 }
+
+// isConnClosed reports whether err is pgconn's error for a statement on a
+// closed connection. pgconn gives it, unexported and unwrapping nothing,
+// for the results of a statement or batch read after the connection
+// broke under them (the first read saw io.ErrUnexpectedEOF or a reset),
+// and for a statement it did not send because the connection had broken
+// before. A COMMIT that meets it may have committed: it counts as a lost
+// connection.
+func isConnClosed(err error) bool {
+	t := reflect.TypeOf(err)
+	return t.Kind() == reflect.Pointer && t.Elem().PkgPath() == pgconnPkg &&
+		t.Elem().Name() == "connLockError" && err.Error() == "conn closed"
+}
+
+var pgconnPkg = reflect.TypeFor[pgconn.PgError]().PkgPath()
 
 // uniqueViolation reports whether an error of err's tree is a unique
 // violation on the named constraint. An empty constraint matches any.

@@ -230,17 +230,35 @@ type txOptionsBeginner interface {
 	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
 }
 
-func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
+func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
 	// A nil *pgxpool.Pool passed to New is a non-nil Beginner.
 	if e.db == nil || isNilPointer(e.db) {
 		return sqlonce.ErrNoDB
 	}
-	run := func(tx pgx.Tx) error { return fn(ctx, tx) }
 	// READ COMMITTED whatever the server's default: sqlonce's own
 	// statements rely on constraints and row locks, never on a snapshot,
 	// and a stricter level would only add serialization failures.
+	var tx pgx.Tx
 	if b, ok := e.db.(txOptionsBeginner); ok {
-		return pgx.BeginTxFunc(ctx, b, pgx.TxOptions{IsoLevel: pgx.ReadCommitted}, run)
+		tx, err = b.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	} else {
+		tx, err = e.db.Begin(ctx)
 	}
-	return pgx.BeginFunc(ctx, e.db, run)
+	if err != nil {
+		return err
+	}
+	committed := false
+	defer func() {
+		// Also on a panic in fn, which goes on. After a failed COMMIT the
+		// Tx is closed and this does nothing.
+		if !committed {
+			_ = tx.Rollback(ctx)
+		}
+	}()
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	live := ctx.Err() == nil
+	committed = true
+	return commitError(tx.Commit(ctx), live)
 }

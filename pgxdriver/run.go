@@ -132,11 +132,14 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 		Now: get.Now, MinToken: minToken, TtlUs: p.TTL.Microseconds(),
 	}}))
 	pl.commit()
+	live := ctx.Err() == nil
 	if err := pl.send(ctx, conn); err != nil {
 		if uniqueViolation(err, "sqlonce_keys_pkey") {
 			return res, fmt.Errorf("%w: key %q in scope %q was recorded by another transaction: %w", sqlonce.ErrStaleRead, p.Key.Key, p.Scope, err)
 		}
-		return res, err
+		// The connection broke with COMMIT in the batch: the key and
+		// fn's work may have committed.
+		return res, commitError(err, live)
 	}
 	return driver.RunResult{Won: true, Response: resp}, nil
 }

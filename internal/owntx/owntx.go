@@ -27,6 +27,13 @@ func Run[TTx any](ctx context.Context, e driver.Engine[TTx], fn func(ctx context
 // Retry calls attempt, which runs a transaction of sqlonce's own, until it
 // succeeds or fails in a way that running it again cannot mend, at most
 // Attempts times, pausing between attempts.
+//
+// An error matching sqlonce.ErrCommitUnknown is returned, not resent:
+// the transaction may have committed, and a resend's answer would then
+// differ from the first attempt's (a lease's Complete answers
+// ErrLeaseLost, a Claim ErrInProgress against its own lease, a Run
+// AlreadyDone for work this very call did). Only the caller knows what
+// its request was; resending it with the same key is safe.
 func Retry(ctx context.Context, attempt func() error) error {
 	for n := 1; ; n++ {
 		err := attempt()

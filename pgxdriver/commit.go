@@ -1,0 +1,37 @@
+package pgxdriver
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+// commitError returns err, the error of a COMMIT that sqlonce sent (alone,
+// or last in a batch), marked with driver.ErrCommitUnknown unless the
+// outcome is known: the server answered (a *pgconn.PgError, or the
+// ROLLBACK an aborted transaction answers COMMIT with), the Tx was already
+// closed, or ctx had ended before COMMIT was to be sent (live false: pgx
+// checks the context before it sends). Every other error leaves it unknown, not only a
+// network error: when the connection breaks while a batch's results are
+// read, pgx reports the results after the first as "conn closed", the
+// error it also gives before sending anything.
+func commitError(err error, live bool) error {
+	if err == nil {
+		return nil
+	}
+	answered := driver.Walk(err, func(e error) bool {
+		_, ok := e.(*pgconn.PgError)
+		return ok
+	})
+	if answered || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, pgx.ErrTxClosed) {
+		return err
+	}
+	if !live {
+		return err // the context ended first: pgx sends nothing then
+	}
+	return fmt.Errorf("%w: %w", driver.ErrCommitUnknown, err)
+}
