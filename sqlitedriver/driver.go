@@ -147,16 +147,22 @@ func (d duplicate) matches(constraint string) bool {
 // index's table and columns from the schema and compares them with the
 // columns the error names. Index names compare without regard to case, as
 // SQLite compares them.
-func (e engine) IsDuplicateInTx(ctx context.Context, tx *sql.Tx, err error, constraint string) bool {
+func (e engine) IsDuplicateInTx(ctx context.Context, tx *sql.Tx, err error, constraint string) (bool, error) {
 	if e.IsDuplicate(err, constraint) {
-		return true
+		return true, nil
 	}
 	target, _, ok := firstDuplicate(err)
 	if !ok || target == "" {
-		return false
+		return false, nil
 	}
 	cols, lErr := indexColumns(ctx, tx, constraint)
-	return lErr == nil && cols != "" && cols == target
+	if errors.Is(lErr, sql.ErrNoRows) {
+		return false, nil // no index of that name: not this constraint
+	}
+	if lErr != nil {
+		return false, lErr
+	}
+	return cols != "" && cols == target, nil
 }
 
 // Catalog reads, not queries on sqlonce's tables: sqlc's SQLite engine

@@ -43,7 +43,9 @@ func New[TTx any](d sqlonce.Driver[TTx]) *Inserter[TTx] {
 // unique index created with CREATE UNIQUE INDEX, "PRIMARY", or the columns
 // as SQLite's error names them (see sqlitedriver). A duplicate on any other
 // constraint, and every other error, is returned unchanged (after the
-// rollback to the savepoint).
+// rollback to the savepoint). On SQLite, where the driver looks an index's
+// columns up in tx to judge a duplicate, a failed lookup returns its error
+// instead, matching ctx's error when ctx ended: never the raw duplicate.
 //
 // A row can collide on several unique constraints at once, and the server
 // reports only the first it checks: PostgreSQL goes in the order the
@@ -87,7 +89,17 @@ func (u *Inserter[TTx]) Insert(ctx context.Context, tx TTx, constraint string, i
 		// insert returned together with an error that ended or doomed tx
 		// (a deadlock, a lost connection): the row it collided with may be
 		// gone with a rollback, and the caller must run tx again.
-		if unchanged(err, insertErr) && !driver.Classify(err).Has(notDone) && u.isDuplicate(ctx, tx, err, constraint) {
+		if !unchanged(err, insertErr) || driver.Classify(err).Has(notDone) {
+			return sqlonce.Result{}, err
+		}
+		dup, lookupErr := u.isDuplicate(ctx, tx, err, constraint)
+		if lookupErr != nil {
+			// The duplicate cannot be judged (SQLite looks the index up):
+			// return why, never the raw duplicate, which would pass for a
+			// duplicate on another constraint.
+			return sqlonce.Result{}, fmt.Errorf("sqlonce/unique: look up constraint %q after a duplicate-key error (%v): %w", constraint, err, lookupErr)
+		}
+		if dup {
 			return sqlonce.Result{Outcome: sqlonce.AlreadyDone}, nil
 		}
 		return sqlonce.Result{}, err
@@ -99,11 +111,17 @@ func (u *Inserter[TTx]) Insert(ctx context.Context, tx TTx, constraint string, i
 // else the error holds.
 const notDone = driver.Retryable | driver.TxRolledBack | driver.TxDone | driver.ConnLost
 
-func (u *Inserter[TTx]) isDuplicate(ctx context.Context, tx TTx, err error, constraint string) bool {
+func (u *Inserter[TTx]) isDuplicate(ctx context.Context, tx TTx, err error, constraint string) (bool, error) {
 	if d, ok := u.engine.(driver.DuplicateInTx[TTx]); ok {
-		return d.IsDuplicateInTx(ctx, tx, err, constraint)
+		dup, lookupErr := d.IsDuplicateInTx(ctx, tx, err, constraint)
+		if cErr := ctx.Err(); lookupErr != nil && cErr != nil && !errors.Is(lookupErr, cErr) {
+			// The driver may report an interrupted query rather than the
+			// context's error: the caller must see the context's.
+			lookupErr = fmt.Errorf("%w (%v)", cErr, lookupErr)
+		}
+		return dup, lookupErr
 	}
-	return u.engine.IsDuplicate(err, constraint)
+	return u.engine.IsDuplicate(err, constraint), nil
 }
 
 // InsertOrGet is Insert for callers that need the row either way: on

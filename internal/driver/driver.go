@@ -55,9 +55,12 @@ type Engine[TTx any] interface {
 // tell which constraint a duplicate-key error is on: SQLite names the
 // columns, not the constraint, so the name is looked up in the schema. It
 // is called after Guard has rolled the failed insert back, with tx usable.
-// Callers use it in place of IsDuplicate when the engine has it.
+// Callers use it in place of IsDuplicate when the engine has it. An error
+// means the lookup failed (ctx ended, the connection was lost): the
+// duplicate cannot be judged, and must be reported as neither AlreadyDone
+// nor the raw duplicate.
 type DuplicateInTx[TTx any] interface {
-	IsDuplicateInTx(ctx context.Context, tx TTx, err error, constraint string) bool
+	IsDuplicateInTx(ctx context.Context, tx TTx, err error, constraint string) (bool, error)
 }
 
 // ErrTxRolledBack is wrapped by a Claim error after which the server has
