@@ -47,14 +47,17 @@
 //     trigger nor read another's replay.
 //   - The request fingerprint (section 2.4) is a SHA-256 hash of the
 //     method, the route ([WithRoute]), the path, query and body, and of
-//     the header fields named with [WithFingerprintHeaders]. The same key
-//     with a different fingerprint, including the same key sent to
-//     another method or route, is answered 422 ([CodeKeyReused]): a key
-//     names one request.
+//     the header fields named with [WithFingerprintHeaders];
+//     [WithFingerprint] puts a function of the application's in place of
+//     path, query and body ([FingerprintJSON]: canonical JSON, so that key
+//     order and white space do not count). The same key with a different
+//     fingerprint, including the same key sent to another method or
+//     route, is answered 422 ([CodeKeyReused]): a key names one request.
 //   - A repeat after the first request completed gets its recorded answer
 //     (section 2.6): status, the header fields named with
 //     [WithResponseHeaders] and the body, byte for byte, marked with
-//     [ReplayHeader]. [WithRecord] says which answers are recorded:
+//     [ReplayHeader]; [WithReplayHook] lets the application see and adjust
+//     a replay. [WithRecord] says which answers are recorded:
 //     [RecordAll] (the default: "success or an error") or [RecordSuccess].
 //     An answer that is not recorded leaves the key free for a retry.
 //     Under RecordAll, in transactional mode, a 4xx or 5xx answer is
@@ -62,13 +65,20 @@
 //     must undo its writes on an error calls [Fail], or the middleware
 //     is built with RecordSuccess.
 //   - A repeat while the first request is still running is answered 409
-//     ([CodeInProgress]) at once, with Retry-After: it does not wait.
+//     ([CodeInProgress]) at once, with Retry-After; with [WithWait] it is
+//     held, for a bounded time, until the first request ends and then
+//     gets its answer (409 only past the bound).
 //   - Keys expire after [WithTTL] (24 hours by default; section 2.3 asks
 //     that the policy be published); [Middleware.Purge] deletes expired ones.
 //   - Errors are RFC 9457 problem details, application/problem+json, with
 //     type, title, status, detail and a "code" extension ([Problem]).
 //     [WithDocs] points their type, and a Link header with
 //     rel="describedby", at the documentation the draft asks for.
+//   - Beyond the draft: when the connection to the database is lost
+//     while the request's transaction commits, the work may or may not
+//     be done; the answer is 500 with [CodeOutcomeUnknown], and a retry
+//     with the same key replays or runs it. An answer too large to record
+//     is 500 with [CodeResponseTooLarge] (see Limits).
 //
 // # Transactional mode
 //

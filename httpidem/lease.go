@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"time"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
@@ -15,7 +16,7 @@ import (
 // released.
 func (m *Middleware[TTx]) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, body []byte, req dedupe.Request) {
 	ctx := r.Context()
-	lease, res, err := m.store.Claim(ctx, req, m.lease)
+	lease, res, err := m.claim(ctx, req)
 	switch {
 	case errors.Is(err, sqlonce.ErrInProgress):
 		m.inProgress(w)
@@ -78,4 +79,28 @@ func (m *Middleware[TTx]) serveLease(w http.ResponseWriter, r *http.Request, nex
 		m.onError(r, fmt.Errorf("httpidem: complete lease on key %q: %w", req.Key, err))
 	}
 	rec.writeTo(w)
+}
+
+// claim claims req's key for a lease; with WithWait, a key leased to
+// another request is asked for again at growing intervals until it is
+// free or the wait is over.
+func (m *Middleware[TTx]) claim(ctx context.Context, req dedupe.Request) (*dedupe.Lease, sqlonce.Result, error) {
+	deadline := time.Now().Add(m.wait)
+	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
+		lease, res, err := m.store.Claim(ctx, req, m.lease)
+		if !errors.Is(err, sqlonce.ErrInProgress) || m.wait == 0 {
+			return lease, res, err
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return lease, res, err
+		}
+		t := time.NewTimer(min(pause, left))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, res, ctx.Err()
+		case <-t.C:
+		}
+	}
 }

@@ -87,12 +87,17 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 			return nil, err
 		}
 	}
-	// A duplicate must be told 409 at once, not held until the first
-	// request's transaction ends.
+	// A duplicate is told 409 at once, not held until the first request's
+	// transaction ends, unless WithWait bounds a wait. Lease mode waits
+	// (serveLease) by asking again; its claims never wait on a lock.
 	// WithMaxResponseSize bounds the body alone (the recorder checks it);
 	// the store takes the whole record, body and recorded header fields,
 	// up to what it can hold (encode checks that).
-	store, err := dedupe.New(d, dedupe.WithNoWait(), dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(dedupe.MaxResponseSize))
+	wait := dedupe.WithNoWait()
+	if c.wait > 0 && c.lease == 0 {
+		wait = dedupe.WithLockWait(c.wait)
+	}
+	store, err := dedupe.New(d, wait, dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(dedupe.MaxResponseSize))
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,9 @@
 package httpidem
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -46,6 +48,9 @@ type config struct {
 	required    func(*http.Request) bool
 	route       func(*http.Request) string
 	fpHeaders   []string
+	fingerprint FingerprintFunc
+	wait        time.Duration
+	onReplay    func(*http.Request, *Replay)
 	respHeaders []string
 	record      RecordFunc
 	maxBody     int64
@@ -279,6 +284,89 @@ func WithErrorLog(log func(r *http.Request, err error)) Option {
 			return invalid("nil error log")
 		}
 		c.onError = log
+		return nil
+	}
+}
+
+// FingerprintFunc returns the part of a request's fingerprint that the
+// application chooses, from the request and its body as read (r.Body is
+// not to be read). Two requests with one key whose results differ are two
+// requests: the second is answered 422.
+type FingerprintFunc func(r *http.Request, body []byte) ([]byte, error)
+
+// WithFingerprint sets which parts of a request count for its
+// fingerprint: fp's result takes the place of the path, the query and the
+// body. The method and the route always count (a key names one request),
+// and so do the fields named with WithFingerprintHeaders. A request for
+// which fp returns an error is answered 400 with code CodeBodyUnreadable,
+// before the handler runs. FingerprintJSON is one such func.
+func WithFingerprint(fp FingerprintFunc) Option {
+	return func(c *config) error {
+		if fp == nil {
+			return invalid("nil fingerprint func")
+		}
+		c.fingerprint = fp
+		return nil
+	}
+}
+
+// FingerprintJSON is a FingerprintFunc for JSON APIs: the path, the query
+// and the body as canonical JSON (dedupe.FingerprintJSON), so that the
+// order of object keys and insignificant white space do not make a retry
+// a different request. An empty body counts as no body; one that is not
+// JSON is an error (400).
+func FingerprintJSON(r *http.Request, body []byte) ([]byte, error) {
+	canon := []byte(nil)
+	if len(bytes.TrimSpace(body)) > 0 {
+		var err error
+		if canon, err = dedupe.FingerprintJSON(json.RawMessage(body)); err != nil {
+			return nil, err
+		}
+	}
+	return dedupe.Fingerprint([]byte(r.URL.EscapedPath()), []byte(r.URL.RawQuery), canon), nil
+}
+
+// WithWait makes a duplicate wait, for at most d, for the request that
+// holds its key, instead of being answered 409 at once (the draft's
+// "blocking" alternative): when the first request ends within d, the
+// duplicate gets its recorded answer, or runs itself when that answer was
+// not recorded; past d it is answered 409. In transactional mode the
+// duplicate waits on the key's row lock, holding a connection (on
+// MySQL/MariaDB d counts in whole seconds, rounded down, as
+// dedupe.WithLockWait says; under one second it does not wait); in lease
+// mode it asks again at growing intervals, up to 200ms, holding none. Keep
+// d below the server's and the client's request timeouts.
+func WithWait(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return invalid("wait %v is not positive", d)
+		}
+		c.wait = d
+		return nil
+	}
+}
+
+// Replay is a recorded answer about to be replayed.
+type Replay struct {
+	// Status, Header and Body are the recorded answer's; the hook may
+	// change them.
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// WithReplayHook calls hook before a recorded answer is replayed, with
+// the request that repeated the key: to tell a replay from a first answer
+// in the application (count it, log it), or to adjust it (a header that
+// says when the first answer was made). Changes hook makes to rep go to
+// the client; ReplayHeader is set after it. hook runs outside any
+// transaction and must not write to the client itself.
+func WithReplayHook(hook func(r *http.Request, rep *Replay)) Option {
+	return func(c *config) error {
+		if hook == nil {
+			return invalid("nil replay hook")
+		}
+		c.onReplay = hook
 		return nil
 	}
 }

@@ -95,16 +95,6 @@ func (m *Middleware[TTx]) problem(w http.ResponseWriter, status int, code, detai
 	_, _ = w.Write(body)
 }
 
-func (m *Middleware[TTx]) replay(w http.ResponseWriter, r *http.Request, recorded []byte) {
-	rec, err := decode(recorded)
-	if err != nil {
-		m.internal(w, r, err, notRecords)
-		return
-	}
-	rec.header.Set(ReplayHeader, "true")
-	rec.writeTo(w)
-}
-
 func (m *Middleware[TTx]) inProgress(w http.ResponseWriter) {
 	m.problem(w, http.StatusConflict, CodeInProgress, "a request with this Idempotency-Key is still being processed; retry it unchanged later")
 }

@@ -69,7 +69,11 @@ func (m *Middleware[TTx]) Wrap(next http.Handler) http.Handler {
 		}
 		var req *dedupe.Request
 		if present || derived {
-			fp := m.fingerprint(r, body)
+			fp, err := m.fingerprint(r, body)
+			if err != nil {
+				m.problem(w, http.StatusBadRequest, CodeBodyUnreadable, "the request is not one this operation accepts: its fingerprint could not be computed")
+				return
+			}
 			kind, ttl := byte('k'), time.Duration(0)
 			if derived {
 				key, kind, ttl = hex.EncodeToString(fp), 's', m.noRepeat
@@ -113,12 +117,22 @@ func (m *Middleware[TTx]) readBody(w http.ResponseWriter, r *http.Request) ([]by
 // request: method, route, path, query, body and the configured header
 // fields. A key names one request, so the same key sent to another method
 // or route is a reuse (422), not a new request.
-func (m *Middleware[TTx]) fingerprint(r *http.Request, body []byte) []byte {
-	parts := [][]byte{[]byte(r.Method), []byte(m.route(r)), []byte(r.URL.EscapedPath()), []byte(r.URL.RawQuery), body}
+func (m *Middleware[TTx]) fingerprint(r *http.Request, body []byte) ([]byte, error) {
+	parts := [][]byte{[]byte(r.Method), []byte(m.route(r))}
+	if m.config.fingerprint != nil {
+		fp, err := m.config.fingerprint(r, body)
+		if err != nil {
+			return nil, err
+		}
+		// Tagged, so that no choice of fp's result spells the default's.
+		parts = append(parts, []byte("fn"), fp)
+	} else {
+		parts = append(parts, []byte(r.URL.EscapedPath()), []byte(r.URL.RawQuery), body)
+	}
 	for _, h := range m.fpHeaders {
 		parts = append(parts, []byte(h), []byte(strings.Join(r.Header.Values(h), "\n")))
 	}
-	return dedupe.Fingerprint(parts...)
+	return dedupe.Fingerprint(parts...), nil
 }
 
 // scope is a key's namespace: the caller alone. Method and route are in

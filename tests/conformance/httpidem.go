@@ -453,6 +453,123 @@ func runHTTPIdemMode[TTx any](t *testing.T, f harness.Factory[TTx], lease bool) 
 		}
 	})
 
+	t.Run("WaitInsteadOf409", func(t *testing.T) {
+		db := f(t, 6)
+		holding, release := make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		s := startHTTP(t, db, func(w http.ResponseWriter, r *http.Request) int {
+			if r.Header.Get("X-Ref") == "slow" {
+				once.Do(func() { close(holding); <-release })
+			}
+			return 0
+		}, with(httpidem.WithWait(5*time.Second))...)
+		q := req{user: "alice", ref: "slow", keys: quoted("wait-1"), body: "x"}
+		firstc := make(chan reply, 1)
+		go func() {
+			r, err := s.send(ctxT(t), nil, q)
+			if err != nil {
+				t.Error(err)
+			}
+			firstc <- r
+		}()
+		<-holding
+		dupc := make(chan reply, 1)
+		go func() {
+			r, err := s.send(ctxT(t), nil, q)
+			if err != nil {
+				t.Error(err)
+			}
+			dupc <- r
+		}()
+		time.Sleep(300 * time.Millisecond) // the duplicate arrives while the first runs
+		close(release)
+		first, dup := <-firstc, <-dupc
+		wantHTTPStatus(t, "first", first, http.StatusCreated)
+		// Held until the first ended, then given its answer, not 409.
+		sameAnswer(t, "waiting duplicate", first, dup)
+		ddLedger(t, db, "slow", 1)
+
+		if db.Dialect() == "sqlite" && !s.lease {
+			return // a duplicate waits at BEGIN for busy_timeout, not for WithWait
+		}
+		// Past the bound: 409.
+		hold2, release2 := make(chan struct{}), make(chan struct{})
+		s2 := startHTTP(t, db, func(w http.ResponseWriter, r *http.Request) int {
+			if r.Header.Get("X-Ref") == "stuck" {
+				close(hold2)
+				<-release2
+			}
+			return 0
+		}, with(httpidem.WithWait(time.Second))...)
+		q2 := req{user: "alice", ref: "stuck", keys: quoted("wait-2"), body: "x"}
+		go func() {
+			r, err := s2.send(ctxT(t), nil, q2)
+			if err != nil {
+				t.Error(err)
+			}
+			firstc <- r
+		}()
+		<-hold2
+		q2.ref = "dup" // the handler must not block if it ran (it must not)
+		late := s2.mustSend(t, q2)
+		wantHTTPStatus(t, "past the wait", late, http.StatusConflict)
+		if late.problem(t).Code != httpidem.CodeInProgress {
+			t.Fatalf("past the wait: %q", late.body)
+		}
+		close(release2)
+		wantHTTPStatus(t, "stuck first", <-firstc, http.StatusCreated)
+		ddLedger(t, db, "stuck", 1)
+		ddLedger(t, db, "dup", 0)
+	})
+
+	t.Run("FingerprintJSON", func(t *testing.T) {
+		db := f(t, 0)
+		s := startHTTP(t, db, nil, with(httpidem.WithFingerprint(httpidem.FingerprintJSON))...)
+		q := req{user: "alice", keys: quoted("j1"), body: `{"amount":100,"currency":"EUR"}`}
+		first := s.mustSend(t, q)
+		wantHTTPStatus(t, "first", first, http.StatusCreated)
+		// Key order and white space do not make another request.
+		sameAnswer(t, "reordered", first, s.mustSend(t, req{user: "alice", keys: quoted("j1"), body: "{ \"currency\": \"EUR\",\n \"amount\": 100 }"}))
+		for name, other := range map[string]req{
+			"other amount": {user: "alice", keys: quoted("j1"), body: `{"amount":101,"currency":"EUR"}`},
+			"other path":   {path: "/orders/9", user: "alice", keys: quoted("j1"), body: q.body},
+			"other method": {method: http.MethodPatch, user: "alice", keys: quoted("j1"), body: q.body},
+		} {
+			wantHTTPStatus(t, name, s.mustSend(t, other), http.StatusUnprocessableEntity)
+		}
+		r := s.mustSend(t, req{user: "alice", keys: quoted("j2"), body: "amount=100"})
+		wantHTTPStatus(t, "not JSON", r, http.StatusBadRequest)
+		if r.problem(t).Code != httpidem.CodeBodyUnreadable {
+			t.Fatalf("not JSON: %q", r.body)
+		}
+		if n := s.runs.Load(); n != 1 {
+			t.Fatalf("handler ran %d times, want 1", n)
+		}
+		ddLedger(t, db, "order", 1)
+	})
+
+	t.Run("ReplayHook", func(t *testing.T) {
+		db := f(t, 0)
+		var replays atomic.Int64
+		s := startHTTP(t, db, nil, with(httpidem.WithReplayHook(func(r *http.Request, rep *httpidem.Replay) {
+			replays.Add(1)
+			rep.Header.Set("X-Replay-Of", r.Header.Get(httpidem.Header))
+		}))...)
+		q := req{user: "alice", keys: quoted("h1"), body: "x"}
+		first := s.mustSend(t, q)
+		if first.header.Get("X-Replay-Of") != "" || replays.Load() != 0 {
+			t.Fatal("the hook ran for a first answer")
+		}
+		for i := range 2 {
+			again := s.mustSend(t, q)
+			sameAnswer(t, "replay", first, again)
+			if again.header.Get("X-Replay-Of") != `"h1"` || replays.Load() != int64(i+1) {
+				t.Fatalf("replay %d: X-Replay-Of %q, hook calls %d", i, again.header.Get("X-Replay-Of"), replays.Load())
+			}
+		}
+		ddLedger(t, db, "order", 1)
+	})
+
 	t.Run("ConcurrentClientsSameKey", func(t *testing.T) {
 		db := f(t, Racers+4)
 		if db.Dialect() != "sqlite" { // a file: nothing to connect to
