@@ -5,7 +5,7 @@
 // Use it where the row has a key of its own: an order code, a user and an
 // item in a flash sale, a distributed id chosen by the client.
 //
-//	ins := unique.New(pgxdriver.New(nil))
+//	ins, err := unique.New(pgxdriver.New(nil))
 //	res, err := ins.Insert(ctx, tx, "orders_code_key", func(ctx context.Context) error {
 //		_, err := q.InsertOrder(ctx, code)
 //		return err

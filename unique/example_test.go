@@ -18,7 +18,10 @@ func ExampleInserter_Insert() {
 	pool := exampledb.Postgres("unique")
 	defer pool.Close()
 
-	ins := unique.New(pgxdriver.New(pool))
+	ins, err := unique.New(pgxdriver.New(pool))
+	if err != nil {
+		panic(err)
+	}
 	for range 2 {
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			res, err := ins.Insert(ctx, tx, "orders_code_key", func(ctx context.Context) error {
@@ -54,7 +57,10 @@ func ExampleInsertOrGet() {
 	pool := exampledb.Postgres("unique_get")
 	defer pool.Close()
 
-	ins := unique.New(pgxdriver.New(pool))
+	ins, err := unique.New(pgxdriver.New(pool))
+	if err != nil {
+		panic(err)
+	}
 	for range 2 {
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 			id, res, err := unique.InsertOrGet(ctx, ins, tx, "orders_code_key",

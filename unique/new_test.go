@@ -2,26 +2,22 @@ package unique_test
 
 import (
 	"database/sql"
-	"strings"
+	"errors"
 	"testing"
 
+	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/unique"
 )
 
-func TestNewNilDriverPanics(t *testing.T) {
-	for name, call := range map[string]func(){
-		"nil interface": func() { unique.New[*sql.Tx](nil) },
-		"typed nil":     func() { unique.New((*mysqldriver.Driver)(nil)) },
+func TestNewNilDriver(t *testing.T) {
+	for name, call := range map[string]func() (*unique.Inserter[*sql.Tx], error){
+		"nil interface": func() (*unique.Inserter[*sql.Tx], error) { return unique.New[*sql.Tx](nil) },
+		"typed nil":     func() (*unique.Inserter[*sql.Tx], error) { return unique.New((*mysqldriver.Driver)(nil)) },
 	} {
-		func() {
-			defer func() {
-				r := recover()
-				if s, _ := r.(string); !strings.Contains(s, "nil driver") {
-					t.Errorf("%s: recovered %v, want a panic naming the nil driver", name, r)
-				}
-			}()
-			call()
-		}()
+		ins, err := call()
+		if ins != nil || !errors.Is(err, sqlonce.ErrInvalidArgument) {
+			t.Errorf("%s: %v, %v; want nil and an error matching ErrInvalidArgument", name, ins, err)
+		}
 	}
 }

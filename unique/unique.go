@@ -18,15 +18,14 @@ type Inserter[TTx any] struct {
 	engine driver.Engine[TTx]
 }
 
-// New returns an Inserter on the given driver.
-//
-// A nil driver is a programming error: New panics, as net/http's Handle
-// does for a nil handler, rather than fail on the first insert.
-func New[TTx any](d sqlonce.Driver[TTx]) *Inserter[TTx] {
+// New returns an Inserter on the given driver. It returns an error
+// matching sqlonce.ErrInvalidArgument for a nil driver, as every other
+// New in sqlonce does.
+func New[TTx any](d sqlonce.Driver[TTx]) (*Inserter[TTx], error) {
 	if d == nil || d.Engine() == nil {
-		panic("sqlonce/unique: New with a nil driver")
+		return nil, fmt.Errorf("%w: nil driver", sqlonce.ErrInvalidArgument)
 	}
-	return &Inserter[TTx]{engine: d.Engine()}
+	return &Inserter[TTx]{engine: d.Engine()}, nil
 }
 
 // Insert runs insert, the caller's INSERT of a row with a natural or
@@ -38,8 +37,11 @@ func New[TTx any](d sqlonce.Driver[TTx]) *Inserter[TTx] {
 // and nothing insert did remains, and returns AlreadyDone.
 //
 // constraint is the unique constraint's name on PostgreSQL
-// (pgconn.PgError.ConstraintName) and the unique index's name on
-// MySQL/MariaDB ("PRIMARY" for the primary key); on SQLite, the name of a
+// (pgconn.PgError.ConstraintName): "<table>_pkey" for a primary key and
+// "<table>_<column>_key" for a UNIQUE column, unless CREATE TABLE named
+// them (CONSTRAINT name). On MySQL/MariaDB it is the unique index's name
+// ("PRIMARY" for the primary key; an unnamed UNIQUE column's index is
+// named after the column); on SQLite, the name of a
 // unique index created with CREATE UNIQUE INDEX, "PRIMARY", or the columns
 // as SQLite's error names them (see sqlitedriver). A duplicate on any other
 // constraint, and every other error, is returned unchanged (after the

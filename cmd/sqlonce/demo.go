@@ -674,9 +674,12 @@ func (d *demo[TTx]) shipping(ctx context.Context) (*line, error) {
 func (d *demo[TTx]) coupons(ctx context.Context) (*line, error) {
 	l := &line{what: "coupon applied twice", guard: "unique"}
 	l.replayed.Store(-1)
-	ins := unique.New(d.b.driver)
+	ins, err := unique.New(d.b.driver)
+	if err != nil {
+		return nil, err
+	}
 	d.prog.expect(2 * d.n)
-	err := each(ctx, d.n, func(i int) error {
+	err = each(ctx, d.n, func(i int) error {
 		customer := d.clicked[i].customer
 		return d.twice(ctx, l, func(tx TTx) (sqlonce.Result, error) {
 			return ins.Insert(ctx, tx, "sqlonce_demo_coupon_once", func(ctx context.Context) error {

@@ -22,7 +22,11 @@ func newNode[TTx any](db harness.DB[TTx]) (*node[TTx], error) {
 	if err != nil {
 		return nil, err
 	}
-	return &node[TTx]{db: db, store: store, ins: unique.New(db.Driver())}, nil
+	ins, err := unique.New(db.Driver())
+	if err != nil {
+		return nil, err
+	}
+	return &node[TTx]{db: db, store: store, ins: ins}, nil
 }
 
 // nodeOf returns the node whose view db is (the first one if none is: a

@@ -42,7 +42,7 @@ func runNilTx[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	must(t, err)
 	in, err := inbox.New(db.Driver(), "nil-consumer")
 	must(t, err)
-	ins := unique.New(db.Driver())
+	ins := newInserter(t, db)
 
 	// An expired key and an expired token, for the purges to leave alone;
 	// a live token, for Consume to leave unconsumed.

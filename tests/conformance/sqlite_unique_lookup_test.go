@@ -38,7 +38,8 @@ func TestSQLiteUniqueLookupCancelled(t *testing.T) {
 	hook := &cancelOnLookup{inner: inner, dsn: dsn}
 	db := sql.OpenDB(hook)
 	t.Cleanup(func() { db.Close() })
-	ins := unique.New(sqlitedriver.New(db))
+	ins, err := unique.New(sqlitedriver.New(db))
+	must(t, err)
 
 	for range 20 {
 		cctx, cancel := context.WithCancel(ctx)

@@ -65,7 +65,7 @@ func runUnique[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("FirstRunThenAlreadyDone", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
-		ins := unique.New(db.Driver())
+		ins := newInserter(t, db)
 		for i, want := range []sqlonce.Outcome{sqlonce.FirstRun, sqlonce.AlreadyDone, sqlonce.AlreadyDone} {
 			var res sqlonce.Result
 			must(t, harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
@@ -95,7 +95,7 @@ func runUnique[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		// orders_ref_key is not "already done", it is a different order.
 		ctx := ctxT(t)
 		db := f(t, 0)
-		ins := unique.New(db.Driver())
+		ins := newInserter(t, db)
 		_, err := db.Pool().OrderInsert(ctx, "u-first", "alice", 100)
 		must(t, err)
 		var insertErr, err2 error
@@ -125,7 +125,7 @@ func runUnique[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("OtherErrorsPassThrough", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
-		ins := unique.New(db.Driver())
+		ins := newInserter(t, db)
 		errBoom := errors.New("boom")
 		for _, tc := range []struct {
 			name   string
@@ -199,7 +199,7 @@ func runUnique[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		// other leaves a genuine repeat an error.
 		ctx := ctxT(t)
 		db := f(t, 0)
-		ins := unique.New(db.Driver())
+		ins := newInserter(t, db)
 		_, err := db.Pool().OrderInsert(ctx, "u-both", "bob", 7)
 		must(t, err)
 		for _, tc := range []struct {
@@ -238,7 +238,7 @@ func runUnique[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		ctx := ctxT(t)
 		db := f(t, 2)
 		skipOnSQLite(t, db, sqliteNoRowLocks)
-		ins := unique.New(db.Driver())
+		ins := newInserter(t, db)
 		var txs [2]TTx
 		for i := range txs {
 			tx, err := db.Begin(ctx, harness.Default)
@@ -303,7 +303,7 @@ func runUnique[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		// savepoint undoes the ledger row too, on MySQL as on PostgreSQL.
 		ctx := ctxT(t)
 		db := f(t, 0)
-		ins := unique.New(db.Driver())
+		ins := newInserter(t, db)
 		_, err := insertOrder(db.Pool(), "u-partial")(ctx)
 		must(t, err)
 		var res sqlonce.Result
@@ -329,7 +329,7 @@ func runUnique[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("InsertOrGet", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
-		ins := unique.New(db.Driver())
+		ins := newInserter(t, db)
 		var first int64
 		for i, want := range []sqlonce.Outcome{sqlonce.FirstRun, sqlonce.AlreadyDone, sqlonce.AlreadyDone} {
 			var (
@@ -364,7 +364,7 @@ func runUnique[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("Race", func(t *testing.T) {
 		runLevels(t, f, Racers+4, func(t *testing.T, db harness.DB[TTx], iso harness.Isolation) {
 			ctx := ctxT(t)
-			ins := unique.New(db.Driver())
+			ins := newInserter(t, db)
 			const codes = 4
 			var (
 				c       counter
@@ -483,7 +483,7 @@ func runUniqueSnapshotTrap[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				// stale snapshot fails with SQLITE_BUSY_SNAPSHOT.
 				w = refused
 			}
-			ins := unique.New(db.Driver())
+			ins := newInserter(t, db)
 			seed, err := insertOrder(db.Pool(), "u-seed")(ctx)
 			must(t, err)
 			tx, err := db.Begin(ctx, tc.iso)
@@ -581,7 +581,7 @@ func unDuplicateThenDeadlock[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	if db.Dialect() == "postgres" {
 		t.Skip("PostgreSQL aborts the transaction at the duplicate: insert cannot go on to deadlock before the rollback to the savepoint")
 	}
-	ins := unique.New(db.Driver())
+	ins := newInserter(t, db)
 	const code = "u-dup-dl"
 	_, err := insertOrder(db.Pool(), code)(ctx)
 	must(t, err)
@@ -677,4 +677,12 @@ func unDuplicateThenDeadlock[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		t.Fatalf("retry: got %v, want AlreadyDone", res)
 	}
 	wantOrders(t, ctx, db, code, 1)
+}
+
+// newInserter returns an Inserter on db's driver, failing t on an error.
+func newInserter[TTx any](t testing.TB, db harness.DB[TTx]) *unique.Inserter[TTx] {
+	t.Helper()
+	ins, err := unique.New(db.Driver())
+	must(t, err)
+	return ins
 }

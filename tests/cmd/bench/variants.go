@@ -165,7 +165,10 @@ func variants[TTx any](b backend[TTx], rdb *redis.Client, redisPrefix string, cf
 	if err != nil {
 		return nil, err
 	}
-	inserter := unique.New(b.driver())
+	inserter, err := unique.New(b.driver())
+	if err != nil {
+		return nil, err
+	}
 	machine, err := statemachine.New(statemachine.Edge("created", "paid"), statemachine.Edge("paid", "shipped"))
 	if err != nil {
 		return nil, err
