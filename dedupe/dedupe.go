@@ -385,7 +385,9 @@ func checkPurgeLimit(limit int) error {
 // locks brief next to live traffic. It stops at the first batch smaller
 // than batch, or when ctx is done. Several instances may run it at once
 // (from a cron job on every node, say): each expired key is removed by
-// exactly one of them. A batch that deadlocks is retried. It needs a
+// exactly one of them. A batch that deadlocks, or that conflicts with
+// another purger's on another node of a cluster (Galera), is retried, after
+// longer pauses and at half the size when the conflicts go on. It needs a
 // driver built with a database handle (sqlonce.ErrNoDB otherwise).
 func (s *Store[TTx]) Purge(ctx context.Context, batch int) (total int64, err error) {
 	op := obs.Start(s.observer, "dedupe", "Purge", "", "")
@@ -396,22 +398,13 @@ func (s *Store[TTx]) Purge(ctx context.Context, batch int) (total int64, err err
 	if err := checkPurgeLimit(batch); err != nil {
 		return 0, err
 	}
-	for {
+	return owntx.Purge(ctx, batch, func(limit int) (int64, error) {
 		var n int64
 		err := owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
 			var err error
-			n, err = s.purgeTx(ctx, tx, batch)
+			n, err = s.purgeTx(ctx, tx, limit)
 			return err
 		})
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if n < int64(batch) {
-			return total, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-	}
+		return n, err
+	})
 }

@@ -233,7 +233,9 @@ func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (int64, err
 // Purge deletes every expired token, batch at a time (DefaultPurgeBatch
 // for 0), each batch in a short transaction of its own on the driver's
 // database handle (sqlonce.ErrNoDB without one), and reports how many it
-// removed. Several instances may run it at once.
+// removed. Several instances may run it at once, on one server or on every
+// node of a cluster: a batch that conflicts with another's is retried as
+// dedupe.Store.Purge's is.
 func (s *Store[TTx]) Purge(ctx context.Context, batch int) (int64, error) {
 	if batch == 0 {
 		batch = DefaultPurgeBatch
@@ -241,25 +243,15 @@ func (s *Store[TTx]) Purge(ctx context.Context, batch int) (int64, error) {
 	if err := checkPurge("batch", batch); err != nil {
 		return 0, err
 	}
-	var total int64
-	for {
+	return owntx.Purge(ctx, batch, func(limit int) (int64, error) {
 		var n int64
 		err := owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
 			var err error
-			n, err = s.PurgeTx(ctx, tx, batch)
+			n, err = s.PurgeTx(ctx, tx, limit)
 			return err
 		})
-		if err != nil {
-			return total, err
-		}
-		total += n
-		if n < int64(batch) {
-			return total, nil
-		}
-		if err := ctx.Err(); err != nil {
-			return total, err
-		}
-	}
+		return n, err
+	})
 }
 
 func checkPurge(what string, n int) error {
