@@ -109,6 +109,7 @@ const (
 	tooLargeTx   = "the answer is larger than this server records; the request was not carried out"
 	tooLargeDone = "the request was carried out but its answer is larger than this server records"
 	unknownTx    = "the outcome of the request is unknown: the connection to the database was lost while it committed; send it again unchanged, with the same Idempotency-Key, to get its answer"
+	unknownNoKey = "the outcome of the request is unknown: the connection to the database was lost while it committed, and the request carried no Idempotency-Key to ask again with"
 )
 
 func (m *Middleware[TTx]) internal(w http.ResponseWriter, r *http.Request, err error, detail string) {
@@ -125,7 +126,11 @@ func (m *Middleware[TTx]) tooLarge(w http.ResponseWriter, r *http.Request, err e
 
 // unknown answers a request whose transaction may or may not have
 // committed.
-func (m *Middleware[TTx]) unknown(w http.ResponseWriter, r *http.Request, err error) {
+func (m *Middleware[TTx]) unknown(w http.ResponseWriter, r *http.Request, err error, keyed bool) {
 	m.onError(r, err)
-	m.problem(w, http.StatusInternalServerError, CodeOutcomeUnknown, unknownTx)
+	detail := unknownTx
+	if !keyed {
+		detail = unknownNoKey
+	}
+	m.problem(w, http.StatusInternalServerError, CodeOutcomeUnknown, detail)
 }

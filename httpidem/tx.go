@@ -71,7 +71,7 @@ func (m *Middleware[TTx]) serveTx(w http.ResponseWriter, r *http.Request, next h
 			// (serialization failure, deadlock) says the commit did not
 			// happen; after anything else it may have.
 			if ctx.Err() == nil {
-				m.unknown(w, r, err)
+				m.unknown(w, r, err, req != nil)
 			}
 		case errors.As(err, &failed) && sqlonce.IsRetryable(failed.err) && attempt < txAttempts && owntx.Pause(ctx, attempt):
 			continue
