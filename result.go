@@ -32,10 +32,16 @@ func (o Outcome) String() string {
 type Result struct {
 	// Outcome is FirstRun or AlreadyDone.
 	Outcome Outcome
-	// Response is the response recorded by the first run, where the strategy
-	// records one (dedupe): on FirstRun what this call recorded, on
-	// AlreadyDone what the first run recorded, byte for byte. Nil where
-	// nothing was recorded.
+	// Response is the response recorded for the key (dedupe): on FirstRun
+	// what this call recorded, on AlreadyDone what the first run recorded,
+	// byte for byte.
+	//
+	// It is nil exactly when nothing is recorded: dedupe's Do, a lease
+	// not yet completed, and the strategies that record no answer
+	// (optimistic, statemachine, unique, token, inbox). A recorded
+	// response is never nil, even when empty: DoResponse, DoJSON, Run and
+	// Complete record a nil response as an empty one, and return it as a
+	// non-nil, empty slice on FirstRun and on every replay alike.
 	Response []byte
 }
 

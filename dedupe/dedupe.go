@@ -181,6 +181,13 @@ func (s *Store[TTx]) check(req Request) (time.Duration, error) {
 // built WithNoWait or WithLockWait), then returns AlreadyDone if that
 // transaction committed, or runs fn if it rolled back.
 //
+// The same key twice in one transaction: the second call sees the claim
+// the first made in tx and returns AlreadyDone (with the first's response,
+// for DoResponse) without running fn, as a later transaction would. It
+// neither waits on its own transaction nor reports ErrInProgress. If the
+// first call's fn failed, its claim was undone and the second runs fn. A
+// lease claimed in tx (ClaimTx) is in progress to a Do in the same tx.
+//
 // When fn returns an error, Do undoes the claim and returns that error
 // unchanged; roll tx back. Errors:
 //   - sqlonce.ErrInvalidKey, sqlonce.ErrInvalidArgument: bad input (a nil
@@ -205,7 +212,9 @@ func (s *Store[TTx]) Do(ctx context.Context, tx TTx, req Request, fn func(ctx co
 // DoResponse is Do for operations whose answer a repeat must get back
 // (idempotency proper). fn returns the response; it is recorded with the
 // key in tx, and every later AlreadyDone carries it in Result.Response,
-// byte for byte. On FirstRun Result.Response is what fn returned.
+// byte for byte. On FirstRun Result.Response is what fn returned; a nil
+// response is recorded as empty, and returned as a non-nil, empty slice,
+// first and on every replay (see sqlonce.Result.Response).
 //
 // A response longer than the Store's limit, or than a MySQL server's
 // max_allowed_packet, returns an error matching sqlonce.ErrResponseTooLarge

@@ -14,6 +14,8 @@ import (
 func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("Dedupe", func(t *testing.T) { runDedupe(t, f) })
 	t.Run("DedupeReplay", func(t *testing.T) { runDedupeReplay(t, f) })
+	t.Run("DedupeResponseNil", func(t *testing.T) { runDedupeResponseNil(t, f) })
+	t.Run("DedupeSameTx", func(t *testing.T) { runDedupeSameTx(t, f) })
 	t.Run("DedupeExpiry", func(t *testing.T) { runDedupeExpiry(t, f) })
 	t.Run("DedupeNoWait", func(t *testing.T) { runDedupeNoWait(t, f) })
 	t.Run("DedupeLease", func(t *testing.T) { runDedupeLease(t, f) })
