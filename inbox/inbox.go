@@ -9,6 +9,7 @@ import (
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/obs"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 )
 
@@ -23,6 +24,7 @@ type Inbox[TTx any] struct {
 	consumer string
 	store    *dedupe.Store[TTx]
 	engine   driver.Engine[TTx]
+	observer sqlonce.Observer
 }
 
 // Option configures an Inbox.
@@ -70,11 +72,13 @@ func New[TTx any](d sqlonce.Driver[TTx], consumer string, opts ...Option) (*Inbo
 	// No WithNoWait: a redelivery that arrives while the first delivery's
 	// transaction is still open waits for it, then finds the message
 	// applied (ack it) or applies it (the first rolled back).
-	store, err := dedupe.New(d, dedupe.WithTTL(o.ttl))
+	// The Inbox reports its own operations; its Store must not report
+	// them again as dedupe's.
+	store, err := dedupe.New(obs.Bare(d), dedupe.WithTTL(o.ttl))
 	if err != nil {
 		return nil, err
 	}
-	return &Inbox[TTx]{consumer: consumer, store: store, engine: d.Engine()}, nil
+	return &Inbox[TTx]{consumer: consumer, store: store, engine: d.Engine(), observer: obs.Of(d)}, nil
 }
 
 // Handle applies the message with id msgID: in a transaction of its own on
@@ -95,17 +99,18 @@ func New[TTx any](d sqlonce.Driver[TTx], consumer string, opts ...Option) (*Inbo
 // msgID is the message's own identity, the same in every delivery: the
 // producer's message id (a header, an event id in the payload), not a
 // delivery tag or a sequence number the broker gives each delivery.
-func (i *Inbox[TTx]) Handle(ctx context.Context, msgID string, fn func(ctx context.Context, tx TTx) error) (sqlonce.Result, error) {
+func (i *Inbox[TTx]) Handle(ctx context.Context, msgID string, fn func(ctx context.Context, tx TTx) error) (res sqlonce.Result, err error) {
+	op := obs.Start(i.observer, "inbox", "Handle", i.consumer, msgID)
+	defer func() { op.End(ctx, res, err) }()
 	if fn == nil {
 		return sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
 	}
 	if err := keys.Check("message id", msgID); err != nil {
 		return sqlonce.Result{}, err
 	}
-	var res sqlonce.Result
-	err := owntx.Run(ctx, i.engine, func(ctx context.Context, tx TTx) error {
+	err = owntx.RunObserved(ctx, i.engine, &op, func(ctx context.Context, tx TTx) error {
 		var err error
-		res, err = i.HandleTx(ctx, tx, msgID, func(ctx context.Context) error { return fn(ctx, tx) })
+		res, err = i.handleTx(ctx, tx, msgID, func(ctx context.Context) error { return fn(ctx, tx) }, &op)
 		return err
 	})
 	if err != nil {
@@ -116,13 +121,31 @@ func (i *Inbox[TTx]) Handle(ctx context.Context, msgID string, fn func(ctx conte
 
 // HandleTx is Handle in the caller's transaction, for consumers that run
 // their own: commit tx, then ack. On an error roll tx back and do not ack.
-func (i *Inbox[TTx]) HandleTx(ctx context.Context, tx TTx, msgID string, fn func(ctx context.Context) error) (sqlonce.Result, error) {
-	return i.store.Do(ctx, tx, dedupe.Request{Scope: i.consumer, Key: msgID}, fn)
+func (i *Inbox[TTx]) HandleTx(ctx context.Context, tx TTx, msgID string, fn func(ctx context.Context) error) (res sqlonce.Result, err error) {
+	op := obs.Start(i.observer, "inbox", "HandleTx", i.consumer, msgID)
+	defer func() { op.End(ctx, res, err) }()
+	return i.handleTx(ctx, tx, msgID, fn, &op)
+}
+
+func (i *Inbox[TTx]) handleTx(ctx context.Context, tx TTx, msgID string, fn func(ctx context.Context) error, op *obs.Op) (sqlonce.Result, error) {
+	if fn != nil && op.On() {
+		inner := fn
+		fn = func(ctx context.Context) error {
+			op.WorkStart()
+			defer op.WorkEnd()
+			return inner(ctx)
+		}
+	}
+	res, err := i.store.Do(ctx, tx, dedupe.Request{Scope: i.consumer, Key: msgID}, fn)
+	op.Decided() // when fn did not run
+	return res, err
 }
 
 // Purge deletes remembered message ids past their TTL, batch at a time
 // (dedupe.DefaultPurgeBatch for 0): run it from a periodic job. It purges
 // expired keys of every dedupe store on the same table alike.
-func (i *Inbox[TTx]) Purge(ctx context.Context, batch int) (int64, error) {
+func (i *Inbox[TTx]) Purge(ctx context.Context, batch int) (n int64, err error) {
+	op := obs.Start(i.observer, "inbox", "Purge", i.consumer, "")
+	defer func() { op.Rows(n); op.Done(ctx, err) }()
 	return i.store.Purge(ctx, batch)
 }

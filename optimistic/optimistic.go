@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/obs"
 )
 
 // Update judges a version-checked UPDATE by the number of rows it affected:
@@ -43,7 +44,13 @@ import (
 // The UPDATE must always change the row (version = version + 1 does), so
 // that MySQL's default changed-rows count equals the matched-rows count
 // whatever the client's clientFoundRows setting.
-func Update[V cmp.Ordered](ctx context.Context, rows int64, expected V, current func(ctx context.Context) (V, error)) (sqlonce.Result, error) {
+func Update[V cmp.Ordered](ctx context.Context, rows int64, expected V, current func(ctx context.Context) (V, error)) (res sqlonce.Result, err error) {
+	op := obs.Start(obs.FromContext(ctx), "optimistic", "Update", "", "")
+	defer func() { op.End(ctx, res, err) }()
+	return update(ctx, rows, expected, current)
+}
+
+func update[V cmp.Ordered](ctx context.Context, rows int64, expected V, current func(ctx context.Context) (V, error)) (sqlonce.Result, error) {
 	switch {
 	case current == nil:
 		// Refused on the first run too: otherwise it would only fail on a

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/obs"
 )
 
 // Transition is one declared edge of a Machine.
@@ -111,14 +112,25 @@ func (m *Machine[S]) Reaches(a, b S) bool { return m.reachable[a][b] }
 // reads as ErrStaleRead: a retry then makes the transition again. As with
 // optimistic versions, states alone cannot tell this call's earlier
 // transition from another's; combine with dedupe where that matters.
-func (m *Machine[S]) Transition(ctx context.Context, from, to S, update func(ctx context.Context) (int64, error), current func(ctx context.Context) (S, error)) (sqlonce.Result, error) {
+func (m *Machine[S]) Transition(ctx context.Context, from, to S, update func(ctx context.Context) (int64, error), current func(ctx context.Context) (S, error)) (res sqlonce.Result, err error) {
+	op := obs.Start(obs.FromContext(ctx), "statemachine", "Transition", "", "")
+	if op.On() {
+		op.Scope(fmt.Sprintf("%v->%v", from, to))
+	}
+	defer func() { op.End(ctx, res, err) }()
+	return m.transition(ctx, from, to, update, current, &op)
+}
+
+func (m *Machine[S]) transition(ctx context.Context, from, to S, update func(ctx context.Context) (int64, error), current func(ctx context.Context) (S, error), op *obs.Op) (sqlonce.Result, error) {
 	if !m.Allows(from, to) {
 		return sqlonce.Result{}, &TransitionError[S]{From: from, To: to, Undeclared: true}
 	}
 	if update == nil || current == nil {
 		return sqlonce.Result{}, fmt.Errorf("%w: nil update or current", sqlonce.ErrInvalidArgument)
 	}
+	op.WorkStart()
 	rows, err := update(ctx)
+	op.WorkEnd()
 	if err != nil {
 		return sqlonce.Result{}, err
 	}

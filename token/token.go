@@ -12,6 +12,7 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/obs"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 	"github.com/sqlonce/sqlonce/internal/testclock"
 )
@@ -49,8 +50,9 @@ var (
 // Store issues and consumes one-time tokens in the sqlonce_tokens table
 // through a driver. It is safe for concurrent use.
 type Store[TTx any] struct {
-	engine driver.Engine[TTx]
-	ttl    time.Duration
+	engine   driver.Engine[TTx]
+	ttl      time.Duration
+	observer sqlonce.Observer
 }
 
 // Option configures a Store.
@@ -89,7 +91,7 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 			return nil, err
 		}
 	}
-	return &Store[TTx]{engine: d.Engine(), ttl: o.ttl}, nil
+	return &Store[TTx]{engine: d.Engine(), ttl: o.ttl, observer: obs.Of(d)}, nil
 }
 
 // Issue issues a token for scope in a transaction of its own on the
@@ -102,14 +104,15 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 // served to ("checkout:session-81f2"), a user and an operation. Consume
 // refuses the token for any other scope. An invalid scope returns
 // sqlonce.ErrInvalidKey before any SQL runs.
-func (s *Store[TTx]) Issue(ctx context.Context, scope string) (string, error) {
+func (s *Store[TTx]) Issue(ctx context.Context, scope string) (tok string, err error) {
+	op := obs.Start(s.observer, "token", "Issue", scope, "")
+	defer func() { op.Done(ctx, err) }()
 	if err := keys.Check("scope", scope); err != nil {
 		return "", err
 	}
-	var tok string
-	err := owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
+	err = owntx.RunObserved(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
 		var err error
-		tok, err = s.IssueTx(ctx, tx, scope)
+		tok, err = s.issueTx(ctx, tx, scope)
 		return err
 	})
 	if err != nil {
@@ -120,7 +123,13 @@ func (s *Store[TTx]) Issue(ctx context.Context, scope string) (string, error) {
 
 // IssueTx is Issue in the caller's transaction: the token exists once tx
 // commits, and not at all if it rolls back.
-func (s *Store[TTx]) IssueTx(ctx context.Context, tx TTx, scope string) (string, error) {
+func (s *Store[TTx]) IssueTx(ctx context.Context, tx TTx, scope string) (_ string, err error) {
+	op := obs.Start(s.observer, "token", "IssueTx", scope, "")
+	defer func() { op.Done(ctx, err) }()
+	return s.issueTx(ctx, tx, scope)
+}
+
+func (s *Store[TTx]) issueTx(ctx context.Context, tx TTx, scope string) (string, error) {
 	if err := keys.CheckTx(tx); err != nil {
 		return "", err
 	}
@@ -160,7 +169,13 @@ func (s *Store[TTx]) IssueTx(ctx context.Context, tx TTx, scope string) (string,
 // get the first run's response back is dedupe's job (use the token as the
 // dedupe key, in the same transaction). The library never commits or
 // rolls back tx.
-func (s *Store[TTx]) Consume(ctx context.Context, tx TTx, scope, token string) (sqlonce.Result, error) {
+func (s *Store[TTx]) Consume(ctx context.Context, tx TTx, scope, token string) (res sqlonce.Result, err error) {
+	op := obs.Start(s.observer, "token", "Consume", scope, token)
+	defer func() { op.End(ctx, res, err) }()
+	return s.consume(ctx, tx, scope, token)
+}
+
+func (s *Store[TTx]) consume(ctx context.Context, tx TTx, scope, token string) (sqlonce.Result, error) {
 	if err := keys.CheckTx(tx); err != nil {
 		return sqlonce.Result{}, err
 	}
@@ -216,7 +231,13 @@ func hash(token string) ([]byte, error) {
 // PurgeTx deletes up to limit expired tokens, consumed or not, in tx and
 // reports how many. limit must be 1..100000 (sqlonce.ErrInvalidArgument
 // otherwise, before any SQL runs).
-func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (int64, error) {
+func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (n int64, err error) {
+	op := obs.Start(s.observer, "token", "PurgeTx", "", "")
+	defer func() { op.Rows(n); op.Done(ctx, err) }()
+	return s.purgeTx(ctx, tx, limit)
+}
+
+func (s *Store[TTx]) purgeTx(ctx context.Context, tx TTx, limit int) (int64, error) {
 	if err := keys.CheckTx(tx); err != nil {
 		return 0, err
 	}
@@ -236,7 +257,9 @@ func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (int64, err
 // removed. Several instances may run it at once, on one server or on every
 // node of a cluster: a batch that conflicts with another's is retried as
 // dedupe.Store.Purge's is.
-func (s *Store[TTx]) Purge(ctx context.Context, batch int) (int64, error) {
+func (s *Store[TTx]) Purge(ctx context.Context, batch int) (total int64, err error) {
+	op := obs.Start(s.observer, "token", "Purge", "", "")
+	defer func() { op.Rows(total); op.Done(ctx, err) }()
 	if batch == 0 {
 		batch = DefaultPurgeBatch
 	}
@@ -247,7 +270,7 @@ func (s *Store[TTx]) Purge(ctx context.Context, batch int) (int64, error) {
 		var n int64
 		err := owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
 			var err error
-			n, err = s.PurgeTx(ctx, tx, limit)
+			n, err = s.purgeTx(ctx, tx, limit)
 			return err
 		})
 		return n, err

@@ -10,12 +10,14 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/obs"
 )
 
 // Inserter runs inserts whose duplicate on a named unique constraint means
 // "already done". It is safe for concurrent use.
 type Inserter[TTx any] struct {
-	engine driver.Engine[TTx]
+	engine   driver.Engine[TTx]
+	observer sqlonce.Observer
 }
 
 // New returns an Inserter on the given driver. It returns an error
@@ -25,7 +27,7 @@ func New[TTx any](d sqlonce.Driver[TTx]) (*Inserter[TTx], error) {
 	if d == nil || d.Engine() == nil {
 		return nil, fmt.Errorf("%w: nil driver", sqlonce.ErrInvalidArgument)
 	}
-	return &Inserter[TTx]{engine: d.Engine()}, nil
+	return &Inserter[TTx]{engine: d.Engine(), observer: obs.Of(d)}, nil
 }
 
 // Insert runs insert, the caller's INSERT of a row with a natural or
@@ -69,7 +71,13 @@ func New[TTx any](d sqlonce.Driver[TTx]) (*Inserter[TTx], error) {
 // the caller must roll back and retry the transaction. (On PostgreSQL the
 // rollback to the savepoint leaves tx open with its earlier writes, and
 // their locks, in place; MySQL has already rolled all of tx back.)
-func (u *Inserter[TTx]) Insert(ctx context.Context, tx TTx, constraint string, insert func(ctx context.Context) error) (sqlonce.Result, error) {
+func (u *Inserter[TTx]) Insert(ctx context.Context, tx TTx, constraint string, insert func(ctx context.Context) error) (res sqlonce.Result, err error) {
+	op := obs.Start(u.observer, "unique", "Insert", constraint, "")
+	defer func() { op.End(ctx, res, err) }()
+	return u.insert(ctx, tx, constraint, insert, &op)
+}
+
+func (u *Inserter[TTx]) insert(ctx context.Context, tx TTx, constraint string, insert func(ctx context.Context) error, op *obs.Op) (sqlonce.Result, error) {
 	if err := keys.CheckTx(tx); err != nil {
 		return sqlonce.Result{}, err
 	}
@@ -81,7 +89,9 @@ func (u *Inserter[TTx]) Insert(ctx context.Context, tx TTx, constraint string, i
 	}
 	var insertErr error
 	err := u.engine.Guard(ctx, tx, func(ctx context.Context) error {
+		op.WorkStart()
 		insertErr = insert(ctx)
+		op.WorkEnd()
 		return insertErr
 	})
 	if err != nil {
@@ -135,16 +145,18 @@ func (u *Inserter[TTx]) isDuplicate(ctx context.Context, tx TTx, err error, cons
 // 8). If get finds no row (sql.ErrNoRows, pgx.ErrNoRows), the snapshot
 // predates the row, as under PostgreSQL REPEATABLE READ: InsertOrGet returns
 // sqlonce.ErrStaleRead, which is retryable.
-func InsertOrGet[T, TTx any](ctx context.Context, u *Inserter[TTx], tx TTx, constraint string, insert, get func(ctx context.Context) (T, error)) (T, sqlonce.Result, error) {
+func InsertOrGet[T, TTx any](ctx context.Context, u *Inserter[TTx], tx TTx, constraint string, insert, get func(ctx context.Context) (T, error)) (_ T, res sqlonce.Result, err error) {
 	var zero, v T
+	op := obs.Start(u.observer, "unique", "InsertOrGet", constraint, "")
+	defer func() { op.End(ctx, res, err) }()
 	if insert == nil || get == nil {
 		return zero, sqlonce.Result{}, fmt.Errorf("%w: nil insert or get", sqlonce.ErrInvalidArgument)
 	}
-	res, err := u.Insert(ctx, tx, constraint, func(ctx context.Context) error {
+	res, err = u.insert(ctx, tx, constraint, func(ctx context.Context) error {
 		var err error
 		v, err = insert(ctx)
 		return err
-	})
+	}, &op)
 	if err != nil {
 		return zero, res, err
 	}

@@ -151,23 +151,6 @@ func Outcome(res sqlonce.Result, err error) sqlonce.EventOutcome {
 	return sqlonce.EventError
 }
 
-// Relabel returns d with its Observer, if any, replaced by one that
-// reports d's events as strategy's, with operation names passed through
-// rename: inbox and httpidem, built on a dedupe.Store, report their
-// operations with the Store's detail (wait, work, attempts) under their
-// own names.
-func Relabel[TTx any](d sqlonce.Driver[TTx], strategy string, rename func(op string) string) sqlonce.Driver[TTx] {
-	o := Of(d)
-	if o == nil {
-		return d
-	}
-	return sqlonce.Observe(d, sqlonce.ObserverFunc(func(ctx context.Context, e sqlonce.Event) {
-		e.Strategy = strategy
-		e.Operation = rename(e.Operation)
-		o.Observe(ctx, e)
-	}))
-}
-
 // Bare returns d without its Observer, for a strategy that reports its
 // operations itself and builds on another that would report them too.
 func Bare[TTx any](d sqlonce.Driver[TTx]) sqlonce.Driver[TTx] {

@@ -15,7 +15,11 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/inbox"
+	"github.com/sqlonce/sqlonce/optimistic"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
+	"github.com/sqlonce/sqlonce/token"
+	"github.com/sqlonce/sqlonce/unique"
 )
 
 // recorder is an Observer that keeps every Event.
@@ -220,5 +224,114 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		if fmt.Sprint(levels) != wantLevels {
 			t.Fatalf("slog records %v, want %s", levels, wantLevels)
 		}
+	})
+
+	t.Run("EveryStrategyReports", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		rec := &recorder{}
+		drv := sqlonce.Observe(db.Driver(), rec)
+		var seen []string
+		want := func(what, strategy, op, scope string, outcome sqlonce.EventOutcome) {
+			t.Helper()
+			e := rec.last()
+			if e.Strategy != strategy || e.Operation != op || e.Scope != scope || e.Outcome != outcome {
+				t.Fatalf("%s: event %s.%s scope %q %v (%v), want %s.%s scope %q %v", what, e.Strategy, e.Operation, e.Scope, e.Outcome, e.Err, strategy, op, scope, outcome)
+			}
+			seen = append(seen, fmt.Sprint(e.Strategy, ".", e.Operation, ":", e.Outcome))
+		}
+		inTx := func(fn func(tx TTx) error) {
+			t.Helper()
+			must(t, harness.WithTx(ctx, db, harness.ReadCommitted, fn))
+		}
+
+		// unique: the constraint is the scope.
+		ins, err := unique.New(drv)
+		must(t, err)
+		var orderID int64
+		for i, outcome := range []sqlonce.EventOutcome{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
+			inTx(func(tx TTx) error {
+				_, err := ins.Insert(ctx, tx, codeKey, func(ctx context.Context) error {
+					id, err := db.Tx(tx).OrderInsert(ctx, "OBS-1", "c", 0)
+					if i == 0 {
+						orderID = id
+					}
+					return err
+				})
+				return err
+			})
+			want("unique", "unique", "Insert", codeKey, outcome)
+		}
+
+		// token: issued, consumed, consumed again, unknown.
+		ts, err := token.New(drv)
+		must(t, err)
+		tok, err := ts.Issue(ctx, "checkout")
+		must(t, err)
+		want("token issue", "token", "Issue", "checkout", sqlonce.EventDone)
+		for _, outcome := range []sqlonce.EventOutcome{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
+			inTx(func(tx TTx) error { _, err := ts.Consume(ctx, tx, "checkout", tok); return err })
+			want("token consume", "token", "Consume", "checkout", outcome)
+		}
+		_ = harness.WithTx(ctx, db, harness.ReadCommitted, func(tx TTx) error {
+			_, err := ts.Consume(ctx, tx, "checkout", strings.Repeat("A", token.Len))
+			return err
+		})
+		want("unknown token", "token", "Consume", "checkout", sqlonce.EventError)
+		if e := rec.last(); !errors.Is(e.Err, token.ErrUnknown) {
+			t.Fatalf("unknown token event: %v", e.Err)
+		}
+
+		// inbox: its own events, not its Store's as dedupe's.
+		in, err := inbox.New(drv, "mailer")
+		must(t, err)
+		before := len(rec.count("dedupe", "Do"))
+		for _, outcome := range []sqlonce.EventOutcome{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
+			_, err := in.Handle(ctx, "msg-secret-1", func(ctx context.Context, tx TTx) error {
+				return db.Tx(tx).LedgerInsert(ctx, "msg", 1)
+			})
+			must(t, err)
+			want("inbox", "inbox", "Handle", "mailer", outcome)
+		}
+		if n := len(rec.count("dedupe", "Do")); n != before {
+			t.Fatalf("the inbox's Store reported %d dedupe events", n)
+		}
+
+		// optimistic and statemachine: the Observer comes with ctx.
+		octx := sqlonce.ContextWithObserver(ctx, rec)
+		for _, outcome := range []sqlonce.EventOutcome{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
+			inTx(func(tx TTx) error {
+				rows, err := db.Tx(tx).OrderAddAmount(ctx, orderID, 1, 5)
+				if err != nil {
+					return err
+				}
+				_, err = optimistic.Update(octx, rows, int64(1), func(ctx context.Context) (int64, error) {
+					return db.Tx(tx).OrderGetVersion(ctx, orderID)
+				})
+				return err
+			})
+			want("optimistic", "optimistic", "Update", "", outcome)
+		}
+		for _, outcome := range []sqlonce.EventOutcome{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
+			inTx(func(tx TTx) error {
+				_, err := orderStates.Transition(octx, statusCreated, statusPaid,
+					func(ctx context.Context) (int64, error) {
+						return db.Tx(tx).OrderSetStatus(ctx, orderID, "created", "paid")
+					},
+					func(ctx context.Context) (orderStatus, error) {
+						s, err := db.Tx(tx).OrderGetStatus(ctx, orderID)
+						return orderStatus(s), err
+					})
+				return err
+			})
+			want("statemachine", "statemachine", "Transition", "created->paid", outcome)
+		}
+		// Without an Observer in ctx, nothing is reported.
+		n := len(rec.events)
+		_, _ = optimistic.Update(ctx, 1, int64(1), func(ctx context.Context) (int64, error) { return 0, nil })
+		if len(rec.events) != n {
+			t.Fatal("optimistic reported without an Observer in ctx")
+		}
+		t.Logf("%s: %v", db.Dialect(), seen)
 	})
 }
