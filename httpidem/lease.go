@@ -9,14 +9,17 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/internal/obs"
 )
 
 // serveLease is lease mode: the key is claimed and committed as leased
 // before the handler runs, then completed with the recorded response or
 // released.
-func (m *Middleware[TTx]) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, body []byte, req dedupe.Request) {
+func (m *Middleware[TTx]) serveLease(w http.ResponseWriter, r *http.Request, next http.Handler, body []byte, req dedupe.Request, op *obs.Op) {
 	ctx := r.Context()
 	lease, res, err := m.claim(ctx, req)
+	op.Set(res, err)
+	op.Decided()
 	switch {
 	case errors.Is(err, sqlonce.ErrInProgress):
 		m.inProgress(w)
@@ -44,7 +47,10 @@ func (m *Middleware[TTx]) serveLease(w http.ResponseWriter, r *http.Request, nex
 	rec := newRecorder(m.maxResponse)
 	fail := &failure{}
 	hctx := context.WithValue(context.WithValue(ctx, leaseKey{}, lease), failKey{}, fail)
-	if p := serve(next, rec, withBody(hctx, r, body)); p != nil {
+	op.WorkStart()
+	p := serve(next, rec, withBody(hctx, r, body))
+	op.WorkEnd()
+	if p != nil {
 		release()
 		panic(p)
 	}

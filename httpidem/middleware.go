@@ -11,6 +11,7 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/obs"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 )
 
@@ -42,6 +43,7 @@ type Middleware[TTx any] struct {
 	config
 	principal func(*http.Request) string
 	store     *dedupe.Store[TTx]
+	observer  sqlonce.Observer
 	runTx     func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
 }
 
@@ -92,16 +94,18 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 	// (serveLease) by asking again; its claims never wait on a lock.
 	// WithMaxResponseSize bounds the body alone (the recorder checks it);
 	// the store takes the whole record, body and recorded header fields,
-	// up to what it can hold (encode checks that).
+	// up to what it can hold (encode checks that). The Middleware reports
+	// its requests itself (with their status); its Store must not report
+	// them again as dedupe's.
 	wait := dedupe.WithNoWait()
 	if c.wait > 0 && c.lease == 0 {
 		wait = dedupe.WithLockWait(c.wait)
 	}
-	store, err := dedupe.New(d, wait, dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(dedupe.MaxResponseSize))
+	store, err := dedupe.New(obs.Bare(d), wait, dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(dedupe.MaxResponseSize))
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware[TTx]{config: c, principal: principal, store: store}
+	m := &Middleware[TTx]{config: c, principal: principal, store: store, observer: obs.Of(d)}
 	e := d.Engine()
 	if (c.lease > 0 || c.txFunc == nil) && !hasDB(e) {
 		mode := "transactional mode without WithTxFunc"
@@ -124,7 +128,9 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 // Purge deletes expired keys, batch at a time (dedupe.DefaultPurgeBatch
 // for 0), as dedupe.Store.Purge does: run it from a periodic job. Keys of
 // every dedupe store on the same table are purged alike.
-func (m *Middleware[TTx]) Purge(ctx context.Context, batch int) (int64, error) {
+func (m *Middleware[TTx]) Purge(ctx context.Context, batch int) (n int64, err error) {
+	op := obs.Start(m.observer, "httpidem", "Purge", "", "")
+	defer func() { op.Rows(n); op.Done(ctx, err) }()
 	return m.store.Purge(ctx, batch)
 }
 

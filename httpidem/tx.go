@@ -9,12 +9,13 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/obs"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 )
 
 // the handler's writes and the recorded response, and commits before the
 // client hears anything. req is nil for a request without a key.
-func (m *Middleware[TTx]) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, body []byte, req *dedupe.Request) {
+func (m *Middleware[TTx]) serveTx(w http.ResponseWriter, r *http.Request, next http.Handler, body []byte, req *dedupe.Request, op *obs.Op) {
 	ctx := r.Context()
 	for attempt := 1; ; attempt++ {
 		var (
@@ -32,7 +33,10 @@ func (m *Middleware[TTx]) serveTx(w http.ResponseWriter, r *http.Request, next h
 				rec = newRecorder(m.maxResponse)
 				fail := &failure{}
 				hctx := context.WithValue(context.WithValue(ctx, txKey[TTx]{}, tx), failKey{}, fail)
-				if panicked = serve(next, rec, withBody(hctx, r, body)); panicked != nil {
+				op.WorkStart()
+				panicked = serve(next, rec, withBody(hctx, r, body))
+				op.WorkEnd()
+				if panicked != nil {
 					return nil, errPanicked
 				}
 				if fail.err != nil {
@@ -60,6 +64,8 @@ func (m *Middleware[TTx]) serveTx(w http.ResponseWriter, r *http.Request, next h
 		if panicked != nil {
 			panic(panicked) // after the rollback; net/http answers the client
 		}
+		op.Tried(err)
+		op.Set(res, err)
 		var failed *failedError
 		switch {
 		case err == nil && req != nil && res.AlreadyDone():

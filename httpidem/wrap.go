@@ -15,6 +15,7 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/obs"
 )
 
 // Wrap returns next made idempotent; its type fits routers' Use methods.
@@ -80,11 +81,20 @@ func (m *Middleware[TTx]) Wrap(next http.Handler) http.Handler {
 			}
 			req = &dedupe.Request{Scope: scope(kind, principal), Key: key, Fingerprint: fp, TTL: ttl}
 		}
+		var op obs.Op
+		if req != nil {
+			op = obs.Start(m.observer, "httpidem", "Serve", req.Scope, req.Key)
+			if op.On() {
+				sw := &statusWriter{ResponseWriter: w}
+				w = sw
+				defer func() { op.Status(sw.status()); op.EndSet(r.Context()) }()
+			}
+		}
 		if m.lease > 0 {
-			m.serveLease(w, r, next, body, *req)
+			m.serveLease(w, r, next, body, *req, &op)
 			return
 		}
-		m.serveTx(w, r, next, body, req)
+		m.serveTx(w, r, next, body, req, &op)
 	})
 }
 

@@ -39,6 +39,8 @@ type Op struct {
 	last      error
 	key       string
 	takeover  bool
+	res       sqlonce.Result
+	err       error
 }
 
 // Start begins observing an operation; o may be nil. key is the
@@ -123,6 +125,17 @@ func (op *Op) End(ctx context.Context, res sqlonce.Result, err error) {
 	}
 	op.o.Observe(ctx, *e)
 }
+
+// Set keeps res and err for EndSet, for an operation whose result is
+// known deep inside it and reported where it started.
+func (op *Op) Set(res sqlonce.Result, err error) {
+	if op.o != nil {
+		op.res, op.err = res, err
+	}
+}
+
+// EndSet is End with what Set kept.
+func (op *Op) EndSet(ctx context.Context) { op.End(ctx, op.res, op.err) }
 
 // Done is End for an operation that answers no Result.
 func (op *Op) Done(ctx context.Context, err error) { op.End(ctx, sqlonce.Result{}, err) }

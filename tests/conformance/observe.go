@@ -7,7 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +19,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/httpidem"
 	"github.com/sqlonce/sqlonce/inbox"
 	"github.com/sqlonce/sqlonce/optimistic"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
@@ -334,4 +339,90 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 		t.Logf("%s: %v", db.Dialect(), seen)
 	})
+
+	for _, lease := range []bool{false, true} {
+		name := map[bool]string{false: "HTTPIdemTx", true: "HTTPIdemLease"}[lease]
+		t.Run(name, func(t *testing.T) {
+			ctx := ctxT(t)
+			db := f(t, Racers+4)
+			rec := &recorder{}
+			var opts []httpidem.Option
+			if lease {
+				opts = append(opts, httpidem.WithLease(time.Minute))
+			}
+			m, err := httpidem.New(sqlonce.Observe(db.Driver(), rec), func(r *http.Request) string { return "user-1" }, opts...)
+			must(t, err)
+			h := m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				key := r.Header.Get("Idempotency-Key")
+				if lease {
+					must(t, db.Pool().LedgerInsert(r.Context(), key, 1))
+				} else {
+					tx, _ := httpidem.TxFrom[TTx](r.Context())
+					if err := db.Tx(tx).LedgerInsert(r.Context(), key, 1); err != nil {
+						httpidem.Fail(r.Context(), err)
+						http.Error(w, err.Error(), http.StatusInternalServerError)
+						return
+					}
+				}
+				time.Sleep(5 * time.Millisecond) // let duplicates meet a request in flight
+				w.WriteHeader(http.StatusCreated)
+				_, _ = w.Write([]byte(`{"id":1}`))
+			}))
+			srv := httptest.NewServer(h)
+			t.Cleanup(srv.Close)
+			post := func(key, body string) int {
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/orders", strings.NewReader(body))
+				must(t, err)
+				req.Header.Set("Idempotency-Key", strconv.Quote(key))
+				resp, err := http.DefaultClient.Do(req)
+				must(t, err)
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			const keys, perKey = 4, 6
+			calls := keys * perKey
+			statuses := make([]int, calls)
+			noErrors(t, race(calls, func(i int) error {
+				statuses[i] = post(fmt.Sprintf("http-secret-%d", i%keys), "{}")
+				return nil
+			}))
+			if st := post("http-secret-0", `{"other":1}`); st != http.StatusUnprocessableEntity {
+				t.Fatalf("key reuse answered %d", st)
+			}
+			rows, err := db.KeyCount(ctx)
+			must(t, err)
+			perRef, err := db.Pool().LedgerCountPerRef(ctx)
+			must(t, err)
+			got := rec.count("httpidem", "Serve")
+			byStatus := map[int]int{}
+			for _, st := range statuses {
+				byStatus[st]++
+			}
+			t.Logf("%s: %d requests + 1 reuse, %d key rows, ledger %v; events %v; statuses %v", db.Dialect(), calls, rows, perRef, got, byStatus)
+			if rows != keys || int64(got[sqlonce.EventFirstRun]) != rows || len(perRef) != keys {
+				t.Fatalf("first_run events %d, key rows %d, ledger refs %d, want %d", got[sqlonce.EventFirstRun], rows, len(perRef), keys)
+			}
+			if got[sqlonce.EventReplayed]+got[sqlonce.EventInProgress] != calls-keys || got[sqlonce.EventKeyReuse] != 1 {
+				t.Fatalf("replayed %d + in_progress %d, want %d; key_reuse %d, want 1", got[sqlonce.EventReplayed], got[sqlonce.EventInProgress], calls-keys, got[sqlonce.EventKeyReuse])
+			}
+			if byStatus[http.StatusConflict] != got[sqlonce.EventInProgress] {
+				t.Fatalf("%d answers 409, %d in_progress events", byStatus[http.StatusConflict], got[sqlonce.EventInProgress])
+			}
+			want := map[sqlonce.EventOutcome]int{sqlonce.EventFirstRun: 201, sqlonce.EventReplayed: 201, sqlonce.EventInProgress: 409, sqlonce.EventKeyReuse: 422}
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			for _, e := range rec.events {
+				if e.Operation != "Serve" {
+					t.Fatalf("the Middleware's Store reported %s.%s", e.Strategy, e.Operation)
+				}
+				if e.HTTPStatus != want[e.Outcome] || e.Scope == "" {
+					t.Fatalf("event %v answered %d, scope %q", e.Outcome, e.HTTPStatus, e.Scope)
+				}
+				if e.Outcome == sqlonce.EventFirstRun && e.Work <= 0 {
+					t.Fatalf("first run without work time: %+v", e)
+				}
+			}
+		})
+	}
 }
