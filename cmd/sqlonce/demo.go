@@ -194,6 +194,11 @@ func runDemo[TTx any](ctx context.Context, b *backend[TTx], o demoOpts) error {
 	var runID [3]byte
 	_, _ = rand.Read(runID[:])
 	d := &demo[TTx]{b: b, run: hex.EncodeToString(runID[:]), n: o.orders, prog: o.progress}
+	// Every strategy reports to one Observer: the driver's for those built
+	// on it, ctx's for optimistic and statemachine.
+	seen := newTally()
+	b.driver = sqlonce.Observe(b.driver, seen)
+	ctx = sqlonce.ContextWithObserver(ctx, seen)
 	start := time.Now()
 	if err := migrations.Up(ctx, b.db, b.dialect); err != nil {
 		return fmt.Errorf("migrations: %v", rootCause(err))
@@ -258,6 +263,9 @@ func runDemo[TTx any](ctx context.Context, b *backend[TTx], o demoOpts) error {
 			failed++
 		}
 		fmt.Fprintf(out, "  %s %-13s %s\n", mark, l.guard, l.proof)
+	}
+	if err := seen.print(out); err != nil {
+		return err
 	}
 	fmt.Fprintf(out, "\n%d transactions in %v.\n", d.txs.Load(), elapsed.Round(10*time.Millisecond))
 	if failed > 0 {
