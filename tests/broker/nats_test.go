@@ -77,13 +77,16 @@ type stats struct {
 }
 
 func runInbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
-	t.Run("EachMessageAppliedOnce", func(t *testing.T) { scenario(t, f, true) })
+	t.Run("EachMessageAppliedOnce", func(t *testing.T) { scenario(t, f, true, false) })
+	// Consumers that apply each fetched batch in one transaction with
+	// inbox.HandleBatch, meeting the same redeliveries.
+	t.Run("BatchConsumerEachMessageAppliedOnce", func(t *testing.T) { scenario(t, f, true, true) })
 	// The same consumers writing without the inbox apply redelivered
 	// messages again: the redeliveries above are real.
-	t.Run("WithoutInboxDuplicates", func(t *testing.T) { scenario(t, f, false) })
+	t.Run("WithoutInboxDuplicates", func(t *testing.T) { scenario(t, f, false, false) })
 }
 
-func scenario[TTx any](t *testing.T, f harness.Factory[TTx], useInbox bool) {
+func scenario[TTx any](t *testing.T, f harness.Factory[TTx], useInbox, batched bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	nc := connect(t)
@@ -142,7 +145,11 @@ func scenario[TTx any](t *testing.T, f harness.Factory[TTx], useInbox bool) {
 	var start func()
 	start = func() {
 		wg.Go(func() {
-			crashed, err := consume(ctx, db, in, useInbox, name, stop, &st)
+			consumer := consume[TTx]
+			if batched {
+				consumer = consumeBatches[TTx]
+			}
+			crashed, err := consumer(ctx, db, in, useInbox, name, stop, &st)
 			if err != nil {
 				t.Error(err)
 				return
@@ -334,6 +341,123 @@ func consume[TTx any](ctx context.Context, db harness.DB[TTx], in *inbox.Inbox[T
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
 			return false, err
+		}
+	}
+}
+
+// consumeBatches is consume for a consumer that applies each fetched batch
+// in one transaction with inbox.HandleBatch. A batch takes the behaviours
+// of its messages' first deliveries: a nak'ed message is left out of it,
+// a failing one fails (and naks) the whole batch, a slow one delays its
+// commit, a lost ack is not sent, and a crash drops every ack of the batch
+// after the commit.
+func consumeBatches[TTx any](ctx context.Context, db harness.DB[TTx], in *inbox.Inbox[TTx], _ bool, stream string, stop chan struct{}, st *stats) (crashed bool, err error) {
+	nc, err := nats.Connect(natsURL(), nats.MaxReconnects(0))
+	if err != nil {
+		return false, err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return false, err
+	}
+	cons, err := js.Consumer(ctx, stream, "ledger-writer")
+	if err != nil {
+		return false, err
+	}
+	for {
+		select {
+		case <-stop:
+			return false, nil
+		default:
+		}
+		batch, err := cons.Fetch(8, jetstream.FetchMaxWait(200*time.Millisecond))
+		if err != nil {
+			return false, err
+		}
+		var (
+			msgs []jetstream.Msg
+			ids  []string
+			hows = map[int]bool{}
+			skip []bool // ack lost
+		)
+		for msg := range batch.Messages() {
+			md, err := msg.Metadata()
+			if err != nil {
+				return false, err
+			}
+			var seq int
+			if _, err := fmt.Sscan(msg.Headers().Get("Seq"), &seq); err != nil {
+				return false, err
+			}
+			how := normal
+			if md.NumDelivered == 1 {
+				how = seq % behaviours
+			} else {
+				st.redelivered.Add(1)
+			}
+			if how == nak {
+				if err := msg.Nak(); err != nil {
+					return false, err
+				}
+				continue
+			}
+			hows[how] = true
+			msgs = append(msgs, msg)
+			ids = append(ids, msg.Headers().Get("Message-Id"))
+			skip = append(skip, how == ackLost)
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+			return false, err
+		}
+		if len(msgs) == 0 {
+			continue
+		}
+		res, err := in.HandleBatch(ctx, ids, func(ctx context.Context, tx TTx, fresh []string) error {
+			for _, id := range fresh {
+				if err := db.Tx(tx).LedgerInsert(ctx, id, 1); err != nil {
+					return err
+				}
+			}
+			if hows[fnFails] {
+				return errWorkFailed
+			}
+			if hows[slowCommit] {
+				time.Sleep(ackWait * 3 / 2)
+			}
+			return nil
+		})
+		switch {
+		case errors.Is(err, errWorkFailed), sqlonce.IsRetryable(err) && ctx.Err() == nil:
+			if errors.Is(err, errWorkFailed) {
+				st.failed.Add(1)
+			} else {
+				st.busy.Add(1)
+			}
+			for _, msg := range msgs {
+				if err := msg.Nak(); err != nil {
+					return false, err
+				}
+			}
+			continue
+		case err != nil:
+			return false, fmt.Errorf("handle batch %v: %w", ids, err)
+		}
+		for _, r := range res {
+			if r.FirstRun() {
+				st.first.Add(1)
+			} else {
+				st.done.Add(1)
+			}
+		}
+		if hows[crash] {
+			st.crashes.Add(1)
+			return true, nil // committed, the whole batch unacked
+		}
+		for i, msg := range msgs {
+			if !skip[i] {
+				_ = msg.Ack()
+			}
 		}
 	}
 }
