@@ -27,7 +27,8 @@ const MaxBatch = driver.MaxBatch
 // It returns one Result per key of ids, in order: FirstRun for a key fn
 // was given, AlreadyDone for a key an earlier transaction that committed
 // had claimed, and for every repeat of a key within ids after its first.
-// Results carry no Response. A concurrent batch or Do sharing keys waits
+// An AlreadyDone carries the key's recorded Response, if it has one (a
+// key recorded by DoResponse or Run). A concurrent batch or Do sharing keys waits
 // for the transaction that holds them, as Do does. Keys are claimed in
 // sorted order, so that two batches take shared keys in one order; a
 // deadlock with other writes is still possible, and retryable.
@@ -94,6 +95,7 @@ func (s *Store[TTx]) doBatch(ctx context.Context, tx TTx, scope string, ids []st
 		}
 	}
 	won := make(map[string]int64, len(sorted))
+	done := make(map[string]sqlonce.Result, len(sorted))
 	unclaim := func(cause error) {
 		if driver.Classify(cause).Has(driver.TxRolledBack) {
 			return
@@ -118,10 +120,12 @@ func (s *Store[TTx]) doBatch(ctx context.Context, tx TTx, scope string, ids []st
 			won[k] = c.Token
 			continue
 		}
-		if _, err := existing(Request{Scope: scope, Key: k}, c.Existing); err != nil {
+		r, err := existing(Request{Scope: scope, Key: k}, c.Existing)
+		if err != nil {
 			unclaim(nil)
 			return nil, err
 		}
+		done[k] = r
 	}
 
 	op.Decided()
@@ -129,7 +133,11 @@ func (s *Store[TTx]) doBatch(ctx context.Context, tx TTx, scope string, ids []st
 	var fresh []string
 	given := make(map[string]bool, len(won))
 	for i, k := range ids {
-		results[i] = sqlonce.Result{Outcome: sqlonce.AlreadyDone}
+		results[i] = done[k]
+		if _, ok := won[k]; ok {
+			// A repeat within ids of a key fn is given.
+			results[i] = sqlonce.Result{Outcome: sqlonce.AlreadyDone}
+		}
 		if _, ok := won[k]; ok && !given[k] {
 			given[k] = true
 			results[i] = sqlonce.Result{Outcome: sqlonce.FirstRun}

@@ -46,7 +46,7 @@ func (e engine) ClaimBatch(ctx context.Context, tx *sql.Tx, p driver.BatchParams
 			out[i] = driver.BatchClaim{Claim: driver.Claim{Won: true, Token: nonce}, Decided: true}
 		default:
 			out[i] = driver.BatchClaim{Claim: driver.Claim{Existing: driver.Existing{
-				Fingerprint: r.Fingerprint, Leased: r.State == driver.StateLeased,
+				Fingerprint: r.Fingerprint, Response: r.Response, Leased: r.State == driver.StateLeased,
 			}}, Decided: true}
 		}
 	}

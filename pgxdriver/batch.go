@@ -32,7 +32,7 @@ func (e engine) ClaimBatch(ctx context.Context, tx pgx.Tx, p driver.BatchParams)
 		case r.Inserted:
 			out[i] = driver.BatchClaim{Claim: driver.Claim{Won: true, Token: r.Token}, Decided: true}
 		default:
-			out[i] = driver.BatchClaim{Claim: driver.Claim{Existing: driver.Existing{Fingerprint: r.Fingerprint, Leased: r.Locked}}, Decided: true}
+			out[i] = driver.BatchClaim{Claim: driver.Claim{Existing: driver.Existing{Fingerprint: r.Fingerprint, Response: r.Response, Leased: r.Locked}}, Decided: true}
 		}
 	}
 	return out, nil

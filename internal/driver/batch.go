@@ -34,8 +34,7 @@ type BatchParams struct {
 	Now time.Time
 }
 
-// BatchClaim is one key's outcome in a batch claim. Existing.Response is
-// not read.
+// BatchClaim is one key's outcome in a batch claim.
 type BatchClaim struct {
 	Claim
 	Decided bool

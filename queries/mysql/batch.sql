@@ -45,6 +45,7 @@ ON DUPLICATE KEY UPDATE idempotency_key = sqlonce_keys.idempotency_key;
 SELECT
     k.idempotency_key,
     k.fingerprint,
+    k.response,
     k.state,
     k.token,
     CAST((k.expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)

@@ -28,10 +28,10 @@ WITH input AS (
     RETURNING idempotency_key, token
 )
 SELECT ins.idempotency_key::text AS idempotency_key, true AS inserted, ins.token, '\x'::bytea AS fingerprint,
-       false AS locked, false AS available
+       NULL::bytea AS response, false AS locked, false AS available
 FROM ins
 UNION ALL
-SELECT k.idempotency_key::text, false, k.token, k.fingerprint,
+SELECT k.idempotency_key::text, false, k.token, k.fingerprint, k.response,
        (k.state = 2 AND k.locked_until > coalesce(sqlc.narg('now')::timestamptz, now()))::boolean,
        (k.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
         OR (k.state = 2 AND k.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))::boolean

@@ -14,6 +14,7 @@ const keyGetBatch = `-- name: KeyGetBatch :many
 SELECT
     k.idempotency_key,
     k.fingerprint,
+    k.response,
     k.state,
     k.token,
     CAST((k.expires_at <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
@@ -43,6 +44,7 @@ type KeyGetBatchParams struct {
 type KeyGetBatchRow struct {
 	IdempotencyKey []byte
 	Fingerprint    []byte
+	Response       []byte
 	State          int16
 	Token          int64
 	Available      int64
@@ -71,6 +73,7 @@ func (q *Queries) KeyGetBatch(ctx context.Context, db DBTX, arg KeyGetBatchParam
 		if err := rows.Scan(
 			&i.IdempotencyKey,
 			&i.Fingerprint,
+			&i.Response,
 			&i.State,
 			&i.Token,
 			&i.Available,

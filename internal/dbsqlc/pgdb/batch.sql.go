@@ -34,10 +34,10 @@ WITH input AS (
     RETURNING idempotency_key, token
 )
 SELECT ins.idempotency_key::text AS idempotency_key, true AS inserted, ins.token, '\x'::bytea AS fingerprint,
-       false AS locked, false AS available
+       NULL::bytea AS response, false AS locked, false AS available
 FROM ins
 UNION ALL
-SELECT k.idempotency_key::text, false, k.token, k.fingerprint,
+SELECT k.idempotency_key::text, false, k.token, k.fingerprint, k.response,
        (k.state = 2 AND k.locked_until > coalesce($3::timestamptz, now()))::boolean,
        (k.expires_at <= coalesce($3::timestamptz, now())
         OR (k.state = 2 AND k.locked_until <= coalesce($3::timestamptz, now())))::boolean
@@ -58,6 +58,7 @@ type KeyClaimBatchRow struct {
 	Inserted       bool
 	Token          int64
 	Fingerprint    []byte
+	Response       []byte
 	Locked         bool
 	Available      bool
 }
@@ -88,6 +89,7 @@ func (q *Queries) KeyClaimBatch(ctx context.Context, db DBTX, arg KeyClaimBatchP
 			&i.Inserted,
 			&i.Token,
 			&i.Fingerprint,
+			&i.Response,
 			&i.Locked,
 			&i.Available,
 		); err != nil {
