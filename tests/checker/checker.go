@@ -33,10 +33,13 @@ const (
 	// on the keys of the Do, DoResponse and lease workloads (one picked
 	// per operation, among those running), so that it races them all.
 	StoreRun = "dedupe.Store.Run"
+	// DoBatch is dedupe.Store.DoBatch: a few keys of the Do workload's
+	// window claimed in one transaction.
+	DoBatch = "dedupe.DoBatch"
 )
 
 // AllOps lists every workload.
-var AllOps = []string{Do, DoResponse, DoPair, DoNested, DoNestedText, Unique, Optimistic, StateMachine, Lease, StoreRun}
+var AllOps = []string{Do, DoResponse, DoPair, DoNested, DoNestedText, Unique, Optimistic, StateMachine, Lease, StoreRun, DoBatch}
 
 // DurationEnv overrides the run length of every checker run (a Go
 // duration: "5m").

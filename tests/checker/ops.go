@@ -38,6 +38,8 @@ func (w *worker[TTx]) loop() {
 			w.leaseOp(w.key(Lease))
 		case StoreRun:
 			w.runOp()
+		case DoBatch:
+			w.batchOp()
 		default:
 			panic("checker: unknown workload " + op)
 		}
@@ -48,7 +50,7 @@ func (w *worker[TTx]) loop() {
 // nested workloads share the Do workload's keys, so that all their calls
 // collide.
 func (r *run[TTx]) windowOf(op string) string {
-	pairs := []string{Do, DoPair, DoNested, DoNestedText}
+	pairs := []string{Do, DoPair, DoNested, DoNestedText, DoBatch}
 	if !slices.Contains(pairs[1:], op) {
 		return op
 	}
