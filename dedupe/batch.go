@@ -89,7 +89,7 @@ func (s *Store[TTx]) doBatch(ctx context.Context, tx TTx, scope string, ids []st
 	claims := make([]driver.BatchClaim, len(sorted))
 	if bc, ok := s.engine.(driver.BatchClaimer[TTx]); ok && s.lockWait == 0 {
 		var err error
-		claims, err = bc.ClaimBatch(ctx, tx, driver.BatchParams{Scope: scope, Keys: sorted, TTL: ttl, Now: now})
+		claims, err = bc.ClaimBatch(ctx, tx, driver.BatchParams{Namespace: s.ns, Scope: scope, Keys: sorted, TTL: ttl, Now: now})
 		if err != nil {
 			return nil, fmt.Errorf("sqlonce/dedupe: claim a batch of %d keys in scope %q: %w", len(sorted), scope, err)
 		}
@@ -101,7 +101,7 @@ func (s *Store[TTx]) doBatch(ctx context.Context, tx TTx, scope string, ids []st
 			return
 		}
 		for k, token := range won {
-			_ = s.engine.Unclaim(ctx, tx, driver.Key{Scope: scope, Key: k}, token)
+			_ = s.engine.Unclaim(ctx, tx, s.key(scope, k), token)
 		}
 	}
 	for i, k := range sorted {
@@ -109,7 +109,7 @@ func (s *Store[TTx]) doBatch(ctx context.Context, tx TTx, scope string, ids []st
 		if !c.Decided {
 			var err error
 			c.Claim, err = s.engine.Claim(ctx, tx, driver.ClaimParams{
-				Key: driver.Key{Scope: scope, Key: k}, TTL: ttl, LockWait: s.lockWait, Now: now,
+				Key: s.key(scope, k), TTL: ttl, LockWait: s.lockWait, Now: now,
 			})
 			if err != nil {
 				unclaim(err)

@@ -39,6 +39,7 @@ const (
 // share it.
 type Store[TTx any] struct {
 	engine      driver.Engine[TTx]
+	ns          driver.Namespace
 	ttl         time.Duration
 	maxResponse int
 	lockWait    time.Duration
@@ -49,6 +50,7 @@ type Store[TTx any] struct {
 type Option func(*options) error
 
 type options struct {
+	ns          driver.Namespace
 	ttl         time.Duration
 	maxResponse int
 	lockWait    time.Duration
@@ -130,7 +132,7 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 			return nil, err
 		}
 	}
-	return &Store[TTx]{engine: d.Engine(), ttl: o.ttl, maxResponse: o.maxResponse, lockWait: o.lockWait, observer: obs.Of(d)}, nil
+	return &Store[TTx]{engine: d.Engine(), ns: o.ns, ttl: o.ttl, maxResponse: o.maxResponse, lockWait: o.lockWait, observer: obs.Of(d)}, nil
 }
 
 // Request names the operation to run once.
@@ -279,7 +281,7 @@ func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx c
 	if err != nil {
 		return sqlonce.Result{}, err
 	}
-	k := driver.Key{Scope: req.Scope, Key: req.Key}
+	k := s.key(req.Scope, req.Key)
 	c, err := s.engine.Claim(ctx, tx, driver.ClaimParams{
 		Key:         k,
 		Fingerprint: req.Fingerprint,

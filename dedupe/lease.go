@@ -122,7 +122,7 @@ func (s *Store[TTx]) claimTx(ctx context.Context, tx TTx, req Request, d time.Du
 		return nil, sqlonce.Result{}, err
 	}
 	c, err := s.engine.Claim(ctx, tx, driver.ClaimParams{
-		Key:         driver.Key{Scope: req.Scope, Key: req.Key},
+		Key:         s.key(req.Scope, req.Key),
 		Fingerprint: req.Fingerprint,
 		TTL:         max(ttl, d), // keeps locked_until <= expires_at
 		Lease:       d,
@@ -222,7 +222,7 @@ func (s *Store[TTx]) completeTx(ctx context.Context, tx TTx, l *Lease, response 
 	if err := s.checkComplete(l, response); err != nil {
 		return err
 	}
-	ok, err := s.engine.Complete(ctx, tx, driver.Key{Scope: l.Scope, Key: l.Key}, l.Token, response, s.leaseTTL(l), testclock.Now(ctx))
+	ok, err := s.engine.Complete(ctx, tx, s.key(l.Scope, l.Key), l.Token, response, s.leaseTTL(l), testclock.Now(ctx))
 	return leaseResult("complete", l, ok, err)
 }
 
@@ -258,7 +258,7 @@ func (s *Store[TTx]) releaseTx(ctx context.Context, tx TTx, l *Lease) error {
 	if err := checkLease(l); err != nil {
 		return err
 	}
-	ok, err := s.engine.Release(ctx, tx, driver.Key{Scope: l.Scope, Key: l.Key}, l.Token, testclock.Now(ctx))
+	ok, err := s.engine.Release(ctx, tx, s.key(l.Scope, l.Key), l.Token, testclock.Now(ctx))
 	return leaseResult("release", l, ok, err)
 }
 
@@ -300,7 +300,7 @@ func (s *Store[TTx]) extendTx(ctx context.Context, tx TTx, l *Lease, d time.Dura
 	if err := checkDuration(d); err != nil {
 		return err
 	}
-	ok, err := s.engine.Extend(ctx, tx, driver.Key{Scope: l.Scope, Key: l.Key}, l.Token, d, testclock.Now(ctx))
+	ok, err := s.engine.Extend(ctx, tx, s.key(l.Scope, l.Key), l.Token, d, testclock.Now(ctx))
 	return leaseResult("extend", l, ok, err)
 }
 

@@ -71,7 +71,7 @@ func (s *Store[TTx]) runOwn(ctx context.Context, req Request, fn func(ctx contex
 		return resp, err
 	}
 	p := driver.RunParams{
-		Key:         driver.Key{Scope: req.Scope, Key: req.Key},
+		Key:         s.key(req.Scope, req.Key),
 		Fingerprint: req.Fingerprint,
 		TTL:         ttl,
 		LockWait:    s.lockWait,

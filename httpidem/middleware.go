@@ -11,6 +11,7 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/namespace"
 	"github.com/sqlonce/sqlonce/internal/obs"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 )
@@ -101,7 +102,10 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 	if c.wait > 0 && c.lease == 0 {
 		wait = dedupe.WithLockWait(c.wait)
 	}
-	store, err := dedupe.New(obs.Bare(d), wait, dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(dedupe.MaxResponseSize))
+	// Its keys live in a namespace of their own: no dedupe scope or inbox
+	// consumer can spell one.
+	store, err := dedupe.New(obs.Bare(d), wait, dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(dedupe.MaxResponseSize),
+		namespace.Option(driver.NamespaceHTTP).(dedupe.Option))
 	if err != nil {
 		return nil, err
 	}

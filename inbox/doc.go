@@ -7,7 +7,8 @@
 // retry publish the same message twice. An [Inbox] records each applied
 // message's id in the same database transaction as the message's own
 // writes (key = message id, scope = consumer name, in sqlonce's dedupe
-// table), and the consumer acks only after that transaction committed:
+// table, in a namespace of the inbox's own: no dedupe Store call can find
+// or claim a message id), and the consumer acks only after that transaction committed:
 //
 //	in, err := inbox.New(pgxdriver.New(pool), "ledger-writer")
 //	...

@@ -9,6 +9,7 @@ import (
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/namespace"
 	"github.com/sqlonce/sqlonce/internal/obs"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 )
@@ -73,8 +74,8 @@ func New[TTx any](d sqlonce.Driver[TTx], consumer string, opts ...Option) (*Inbo
 	// transaction is still open waits for it, then finds the message
 	// applied (ack it) or applies it (the first rolled back).
 	// The Inbox reports its own operations; its Store must not report
-	// them again as dedupe's.
-	store, err := dedupe.New(obs.Bare(d), dedupe.WithTTL(o.ttl))
+	// them again as dedupe's. Its keys live in a namespace of their own.
+	store, err := dedupe.New(obs.Bare(d), dedupe.WithTTL(o.ttl), namespace.Option(driver.NamespaceInbox).(dedupe.Option))
 	if err != nil {
 		return nil, err
 	}

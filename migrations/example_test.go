@@ -34,7 +34,7 @@ func ExampleUp() {
 		panic(err)
 	}
 	fmt.Println("version:", v, "table:", migrations.TableName)
-	// Output: version: 2 table: sqlonce_goose_db_version
+	// Output: version: 3 table: sqlonce_goose_db_version
 }
 
 // mysqlDatabase recreates an empty database and returns its DSN.

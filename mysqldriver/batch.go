@@ -24,11 +24,11 @@ func (e engine) ClaimBatch(ctx context.Context, tx *sql.Tx, p driver.BatchParams
 	// Below any clock-based token, as a single in-transaction claim's.
 	nonce := 1 + rand.Int64N(1<<40)
 	if _, err := e.q.KeyInsertBatch(ctx, e.on(tx), mysqldb.KeyInsertBatchParams{
-		Scope: []byte(p.Scope), KeyList: string(list), Token: nonce, Now: now, TtlUs: p.TTL.Microseconds(),
+		Namespace: int16(p.Namespace), Scope: []byte(p.Scope), KeyList: string(list), Token: nonce, Now: now, TtlUs: p.TTL.Microseconds(),
 	}); err != nil {
 		return nil, err
 	}
-	rows, err := e.q.KeyGetBatch(ctx, e.on(tx), mysqldb.KeyGetBatchParams{Now: now, Scope: []byte(p.Scope), KeyList: string(list)})
+	rows, err := e.q.KeyGetBatch(ctx, e.on(tx), mysqldb.KeyGetBatchParams{Now: now, Namespace: int16(p.Namespace), Scope: []byte(p.Scope), KeyList: string(list)})
 	if err != nil {
 		return nil, err
 	}

@@ -157,7 +157,7 @@ const claimAttempts = 3
 
 func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (driver.Claim, error) {
 	now := myNow(p.Now)
-	scope, key := []byte(p.Scope), []byte(p.Key.Key)
+	ns, scope, key := int16(p.Namespace), []byte(p.Scope), []byte(p.Key.Key)
 	state := driver.StateDone
 	var lease any
 	ttl := p.TTL
@@ -176,7 +176,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 			nonce = sql.NullInt64{Int64: 1 + rand.Int64N(1<<40), Valid: true}
 		}
 		err := e.q.KeyInsert(ctx, e.on(tx), mysqldb.KeyInsertParams{
-			Scope: scope, IdempotencyKey: key, Fingerprint: fp, State: state, Token: nonce,
+			Namespace: ns, Scope: scope, IdempotencyKey: key, Fingerprint: fp, State: state, Token: nonce,
 			Now: now, LeaseUs: lease, TtlUs: ttl.Microseconds(),
 		})
 		if err == nil && nonce.Valid {
@@ -184,7 +184,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 		}
 		if err == nil {
 			// A lease: no RETURNING on MySQL; the row is this transaction's own.
-			token, err := e.q.KeyGetToken(ctx, e.on(tx), mysqldb.KeyGetTokenParams{Scope: scope, IdempotencyKey: key})
+			token, err := e.q.KeyGetToken(ctx, e.on(tx), mysqldb.KeyGetTokenParams{Namespace: ns, Scope: scope, IdempotencyKey: key})
 			if err != nil {
 				return driver.Claim{}, err
 			}
@@ -195,7 +195,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 		}
 		// The failed INSERT left a shared lock on the existing row; a locking
 		// read sees it even where the snapshot (REPEATABLE READ) does not.
-		row, err := e.q.KeyGetLocked(ctx, e.on(tx), mysqldb.KeyGetLockedParams{Now: now, Scope: scope, IdempotencyKey: key})
+		row, err := e.q.KeyGetLocked(ctx, e.on(tx), mysqldb.KeyGetLockedParams{Now: now, Namespace: ns, Scope: scope, IdempotencyKey: key})
 		if errors.Is(err, sql.ErrNoRows) {
 			continue // purged since the insert saw it: claim again
 		}
@@ -206,7 +206,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 			n, err := e.q.KeyTakeover(ctx, e.on(tx), mysqldb.KeyTakeoverParams{
 				Fingerprint: fp, State: state, NextToken: row.NextToken, Now: now,
 				LeaseUs: lease, TtlUs: ttl.Microseconds(),
-				Scope: scope, IdempotencyKey: key, Token: row.Token,
+				Namespace: ns, Scope: scope, IdempotencyKey: key, Token: row.Token,
 			})
 			if err != nil {
 				return driver.Claim{}, err
@@ -236,9 +236,9 @@ const responsePiece = 1 << 20
 func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte) error {
 	// The token check keeps a transaction that a deadlock rolled back (its
 	// next statement runs in autocommit) off another transaction's row.
-	scope, key := []byte(k.Scope), []byte(k.Key)
+	ns, scope, key := int16(k.Namespace), []byte(k.Scope), []byte(k.Key)
 	n, err := e.q.KeySetResponse(ctx, e.on(tx), mysqldb.KeySetResponseParams{
-		Response: driver.NonNil(response[:min(len(response), responsePiece)]), Scope: scope, IdempotencyKey: key, Token: token,
+		Response: driver.NonNil(response[:min(len(response), responsePiece)]), Namespace: ns, Scope: scope, IdempotencyKey: key, Token: token,
 	})
 	if err != nil {
 		return err
@@ -246,21 +246,21 @@ func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token
 	if n != 1 { // NULL to a value always counts as a change
 		return fmt.Errorf("%w: the claim to record a response on is gone", sqlonce.ErrLeaseLost)
 	}
-	return e.appendRest(ctx, tx, scope, key, token, response)
+	return e.appendRest(ctx, tx, ns, scope, key, token, response)
 }
 
 // appendRest appends response[responsePiece:] to the row's response, which
 // holds the first piece, in pieces that each fit the server's packet limit
 // (go-sql-driver assumes 64 MiB, MariaDB's default is 16 MiB), and checks
 // the stored length. The row must be locked by tx.
-func (e engine) appendRest(ctx context.Context, tx *sql.Tx, scope, key []byte, token int64, response []byte) error {
+func (e engine) appendRest(ctx context.Context, tx *sql.Tx, ns int16, scope, key []byte, token int64, response []byte) error {
 	if len(response) <= responsePiece {
 		return nil
 	}
 	tooLarge := fmt.Errorf("%w: %d bytes do not fit the server's max_allowed_packet", sqlonce.ErrResponseTooLarge, len(response))
 	for at := responsePiece; at < len(response); at += responsePiece {
 		n, err := e.q.KeyAppendResponse(ctx, e.on(tx), mysqldb.KeyAppendResponseParams{
-			Piece: response[at:min(at+responsePiece, len(response))], Scope: scope, IdempotencyKey: key, Token: token, PrefixLen: int64(at),
+			Piece: response[at:min(at+responsePiece, len(response))], Namespace: ns, Scope: scope, IdempotencyKey: key, Token: token, PrefixLen: int64(at),
 		})
 		if err != nil {
 			return err
@@ -269,7 +269,7 @@ func (e engine) appendRest(ctx context.Context, tx *sql.Tx, scope, key []byte, t
 			return tooLarge
 		}
 	}
-	stored, err := e.q.KeyResponseLength(ctx, e.on(tx), mysqldb.KeyResponseLengthParams{Scope: scope, IdempotencyKey: key})
+	stored, err := e.q.KeyResponseLength(ctx, e.on(tx), mysqldb.KeyResponseLengthParams{Namespace: ns, Scope: scope, IdempotencyKey: key})
 	if err != nil {
 		return err
 	}
@@ -280,7 +280,7 @@ func (e engine) appendRest(ctx context.Context, tx *sql.Tx, scope, key []byte, t
 }
 
 func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, token int64) error {
-	_, err := e.q.KeyDelete(ctx, e.on(tx), mysqldb.KeyDeleteParams{Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token})
+	_, err := e.q.KeyDelete(ctx, e.on(tx), mysqldb.KeyDeleteParams{Namespace: int16(k.Namespace), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token})
 	return err
 }
 
@@ -288,17 +288,17 @@ func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token in
 	if err := e.checkTx(ctx, tx); err != nil {
 		return false, err
 	}
-	scope, key := []byte(k.Scope), []byte(k.Key)
+	ns, scope, key := int16(k.Namespace), []byte(k.Scope), []byte(k.Key)
 	n, err := e.q.KeyComplete(ctx, e.on(tx), mysqldb.KeyCompleteParams{
 		Response: driver.NonNil(response[:min(len(response), responsePiece)]), Now: myNow(now), TtlUs: ttl.Microseconds(),
-		Scope: scope, IdempotencyKey: key, Token: token,
+		Namespace: ns, Scope: scope, IdempotencyKey: key, Token: token,
 	})
 	if err != nil || n != 1 {
 		return false, err
 	}
 	// The completed row is locked by tx; a failure here rolls it back with
 	// tx, leaving the lease held.
-	return true, e.appendRest(ctx, tx, scope, key, token, response)
+	return true, e.appendRest(ctx, tx, ns, scope, key, token, response)
 }
 
 func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, now time.Time) (bool, error) {
@@ -306,7 +306,7 @@ func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int
 		return false, err
 	}
 	n, err := e.q.KeyRelease(ctx, e.on(tx), mysqldb.KeyReleaseParams{
-		Now: myNow(now), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token,
+		Now: myNow(now), Namespace: int16(k.Namespace), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token,
 	})
 	return n == 1, err
 }
@@ -315,16 +315,16 @@ func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int6
 	if err := e.checkTx(ctx, tx); err != nil {
 		return false, err
 	}
-	scope, key := []byte(k.Scope), []byte(k.Key)
+	ns, scope, key := int16(k.Namespace), []byte(k.Scope), []byte(k.Key)
 	n, err := e.q.KeyExtend(ctx, e.on(tx), mysqldb.KeyExtendParams{
 		Now: myNow(now), LeaseUs: lease.Microseconds(),
-		Scope: scope, IdempotencyKey: key, Token: token,
+		Namespace: ns, Scope: scope, IdempotencyKey: key, Token: token,
 	})
 	if err != nil || n == 1 {
 		return n == 1, err
 	}
 	// No row changed: lost, or held with the deadline already where asked.
-	held, err := e.q.KeyLeaseHeld(ctx, e.on(tx), mysqldb.KeyLeaseHeldParams{Scope: scope, IdempotencyKey: key, Token: token})
+	held, err := e.q.KeyLeaseHeld(ctx, e.on(tx), mysqldb.KeyLeaseHeldParams{Namespace: ns, Scope: scope, IdempotencyKey: key, Token: token})
 	return held == 1, err
 }
 

@@ -36,8 +36,8 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 		return driver.RunResult{}, err
 	}
 	now := myNow(p.Now)
-	scope, key := []byte(p.Scope), []byte(p.Key.Key)
-	row, err := e.q.KeyLookup(ctx, e.onDB(), mysqldb.KeyLookupParams{Now: now, Scope: scope, IdempotencyKey: key})
+	ns, scope, key := int16(p.Namespace), []byte(p.Scope), []byte(p.Key.Key)
+	row, err := e.q.KeyLookup(ctx, e.onDB(), mysqldb.KeyLookupParams{Now: now, Namespace: ns, Scope: scope, IdempotencyKey: key})
 	found := err == nil
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return driver.RunResult{}, err
@@ -55,14 +55,14 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 			// Expired, or a lapsed lease: delete the row read if it still
 			// is. If it changed since (taken over, completed late by its
 			// lease holder), the row fails the INSERT.
-			if _, err := e.q.KeyRunDelete(ctx, e.on(tx), mysqldb.KeyRunDeleteParams{Scope: scope, IdempotencyKey: key, Token: row.Token, Now: now}); err != nil {
+			if _, err := e.q.KeyRunDelete(ctx, e.on(tx), mysqldb.KeyRunDeleteParams{Namespace: ns, Scope: scope, IdempotencyKey: key, Token: row.Token, Now: now}); err != nil {
 				return err
 			}
 		}
 		// A nonce, as for a claim in a transaction (see claim).
 		token := 1 + rand.Int64N(1<<40)
 		err = e.q.KeyInsert(ctx, e.on(tx), mysqldb.KeyInsertParams{
-			Scope: scope, IdempotencyKey: key, Fingerprint: driver.NonNil(p.Fingerprint),
+			Namespace: ns, Scope: scope, IdempotencyKey: key, Fingerprint: driver.NonNil(p.Fingerprint),
 			Response: driver.NonNil(resp[:min(len(resp), responsePiece)]), State: driver.StateDone,
 			Token: sql.NullInt64{Int64: token, Valid: true}, Now: now, TtlUs: p.TTL.Microseconds(),
 		})
@@ -72,7 +72,7 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 		if err != nil {
 			return err
 		}
-		if err := e.appendRest(ctx, tx, scope, key, token, resp); err != nil {
+		if err := e.appendRest(ctx, tx, ns, scope, key, token, resp); err != nil {
 			return err
 		}
 		res = driver.RunResult{Won: true, Response: resp}

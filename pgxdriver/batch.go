@@ -14,7 +14,7 @@ var _ driver.BatchClaimer[pgx.Tx] = engine{}
 // ClaimBatch claims every key of the batch in one statement.
 func (e engine) ClaimBatch(ctx context.Context, tx pgx.Tx, p driver.BatchParams) ([]driver.BatchClaim, error) {
 	rows, err := e.q.KeyClaimBatch(ctx, tx, pgdb.KeyClaimBatchParams{
-		Keys: p.Keys, Scope: p.Scope, Now: pgNow(p.Now), TtlUs: p.TTL.Microseconds(),
+		Keys: p.Keys, Namespace: int16(p.Namespace), Scope: p.Scope, Now: pgNow(p.Now), TtlUs: p.TTL.Microseconds(),
 	})
 	if err != nil {
 		return nil, err

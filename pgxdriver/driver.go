@@ -115,6 +115,7 @@ const claimAttempts = 3
 
 func (e engine) claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (driver.Claim, error) {
 	ins := pgdb.KeyClaimParams{
+		Namespace:      int16(p.Namespace),
 		Scope:          p.Scope,
 		IdempotencyKey: p.Key.Key,
 		Fingerprint:    driver.NonNil(p.Fingerprint),
@@ -153,7 +154,7 @@ func (e engine) claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (dri
 		}
 		token, err := e.q.KeyTakeover(ctx, tx, pgdb.KeyTakeoverParams{
 			Fingerprint: ins.Fingerprint, State: ins.State, Now: ins.Now, LeaseUs: ins.LeaseUs, TtlUs: ins.TtlUs,
-			Scope: p.Scope, IdempotencyKey: p.Key.Key,
+			Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key,
 		})
 		if err == nil {
 			return driver.Claim{Won: true, Token: token}, nil
@@ -169,7 +170,7 @@ func (e engine) claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (dri
 // afterWait reads the key into c with a statement of its own.
 func (e engine) afterWait(ctx context.Context, tx pgx.Tx, ins pgdb.KeyClaimParams, c *pgdb.KeyClaimRow) error {
 	var err error
-	e.q.KeyGet(ctx, tx, []pgdb.KeyGetParams{{Now: ins.Now, Scope: ins.Scope, IdempotencyKey: ins.IdempotencyKey}}).QueryRow(func(_ int, row pgdb.KeyGetRow, rowErr error) {
+	e.q.KeyGet(ctx, tx, []pgdb.KeyGetParams{{Now: ins.Now, Namespace: ins.Namespace, Scope: ins.Scope, IdempotencyKey: ins.IdempotencyKey}}).QueryRow(func(_ int, row pgdb.KeyGetRow, rowErr error) {
 		err = rowErr
 		*c = pgdb.KeyClaimRow{Token: row.Token, Fingerprint: row.Fingerprint, Response: row.Response, Locked: row.Locked, Available: row.Available}
 	})
@@ -178,7 +179,7 @@ func (e engine) afterWait(ctx context.Context, tx pgx.Tx, ins pgdb.KeyClaimParam
 
 func (e engine) SetResponse(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, response []byte) error {
 	n, err := e.q.KeySetResponse(ctx, tx, pgdb.KeySetResponseParams{
-		Response: response, Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+		Response: response, Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	if err != nil {
 		return err
@@ -190,28 +191,28 @@ func (e engine) SetResponse(ctx context.Context, tx pgx.Tx, k driver.Key, token 
 }
 
 func (e engine) Unclaim(ctx context.Context, tx pgx.Tx, k driver.Key, token int64) error {
-	_, err := e.q.KeyDelete(ctx, tx, pgdb.KeyDeleteParams{Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
+	_, err := e.q.KeyDelete(ctx, tx, pgdb.KeyDeleteParams{Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
 	return err
 }
 
 func (e engine) Complete(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
 	n, err := e.q.KeyComplete(ctx, tx, pgdb.KeyCompleteParams{
 		Response: driver.NonNil(response), Now: pgNow(now), TtlUs: ttl.Microseconds(),
-		Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+		Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
 }
 
 func (e engine) Release(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, now time.Time) (bool, error) {
 	n, err := e.q.KeyRelease(ctx, tx, pgdb.KeyReleaseParams{
-		Now: pgNow(now), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+		Now: pgNow(now), Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
 }
 
 func (e engine) Extend(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, lease time.Duration, now time.Time) (bool, error) {
 	n, err := e.q.KeyExtend(ctx, tx, pgdb.KeyExtendParams{
-		Now: pgNow(now), LeaseUs: lease.Microseconds(), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+		Now: pgNow(now), LeaseUs: lease.Microseconds(), Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
 }

@@ -67,7 +67,7 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 			rollback(ctx, conn)
 		}
 	}()
-	get := pgdb.KeyGetParams{Now: pgNow(p.Now), Scope: p.Scope, IdempotencyKey: p.Key.Key}
+	get := pgdb.KeyGetParams{Now: pgNow(p.Now), Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key}
 
 	// Round trip 1: BEGIN, then the key's lock if free and the key, in one
 	// statement.
@@ -77,7 +77,7 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 	)
 	var pl pipeline
 	pl.begin(runTxOptions)
-	first := e.q.KeyTryLockGet(ctx, &pl, []pgdb.KeyTryLockGetParams{{Scope: p.Scope, IdempotencyKey: p.Key.Key, Now: get.Now}})
+	first := e.q.KeyTryLockGet(ctx, &pl, []pgdb.KeyTryLockGetParams{{Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key, Now: get.Now}})
 	var locked bool
 	pl.then(func() (err error) {
 		first.QueryRow(func(_ int, r pgdb.KeyTryLockGetRow, e error) {
@@ -97,7 +97,7 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 		// with a statement of its own, so that under READ COMMITTED it sees
 		// what that run committed.
 		pl = pipeline{}
-		pl.thenExec(e.q.KeyLock(ctx, &pl, []pgdb.KeyLockParams{{Scope: p.Scope, IdempotencyKey: p.Key.Key}}))
+		pl.thenExec(e.q.KeyLock(ctx, &pl, []pgdb.KeyLockParams{{Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key}}))
 		pl.then(e.lookup(ctx, &pl, get, &row, &found))
 		if err := pl.send(ctx, conn); err != nil {
 			return res, err
@@ -123,11 +123,11 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 		// Expired, or a lapsed lease: delete the row seen if it still is.
 		// If it changed since (taken over, completed late by its lease
 		// holder), the row fails the INSERT.
-		pl.thenExec(e.q.KeyRunDelete(ctx, &pl, []pgdb.KeyRunDeleteParams{{Scope: p.Scope, IdempotencyKey: p.Key.Key, Token: row.Token, Now: get.Now}}))
+		pl.thenExec(e.q.KeyRunDelete(ctx, &pl, []pgdb.KeyRunDeleteParams{{Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key, Token: row.Token, Now: get.Now}}))
 		minToken = row.Token + 1
 	}
 	pl.thenExec(e.q.KeyRunInsert(ctx, &pl, []pgdb.KeyRunInsertParams{{
-		Scope: p.Scope, IdempotencyKey: p.Key.Key,
+		Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key,
 		Fingerprint: driver.NonNil(p.Fingerprint), Response: driver.NonNil(resp),
 		Now: get.Now, MinToken: minToken, TtlUs: p.TTL.Microseconds(),
 	}}))

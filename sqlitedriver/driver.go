@@ -219,6 +219,7 @@ const claimAttempts = 3
 
 func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (driver.Claim, error) {
 	ins := sqlitedb.KeyClaimParams{
+		Namespace:      int64(p.Namespace),
 		Scope:          p.Scope,
 		IdempotencyKey: p.Key.Key,
 		Fingerprint:    driver.NonNil(p.Fingerprint),
@@ -239,7 +240,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 		if !errors.Is(err, sql.ErrNoRows) {
 			return driver.Claim{}, err
 		}
-		row, err := e.q.KeyGet(ctx, tx, sqlitedb.KeyGetParams{Now: ins.Now, Scope: p.Scope, IdempotencyKey: p.Key.Key})
+		row, err := e.q.KeyGet(ctx, tx, sqlitedb.KeyGetParams{Now: ins.Now, Namespace: int64(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key})
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
@@ -269,7 +270,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 
 func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte) error {
 	n, err := e.q.KeySetResponse(ctx, tx, sqlitedb.KeySetResponseParams{
-		Response: driver.NonNil(response), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+		Response: driver.NonNil(response), Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	if err != nil {
 		return err
@@ -281,21 +282,21 @@ func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token
 }
 
 func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, token int64) error {
-	_, err := e.q.KeyDelete(ctx, tx, sqlitedb.KeyDeleteParams{Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
+	_, err := e.q.KeyDelete(ctx, tx, sqlitedb.KeyDeleteParams{Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
 	return err
 }
 
 func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
 	n, err := e.q.KeyComplete(ctx, tx, sqlitedb.KeyCompleteParams{
 		Response: driver.NonNil(response), Now: liteNow(now), TtlUs: ttl.Microseconds(),
-		Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+		Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
 }
 
 func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, now time.Time) (bool, error) {
 	n, err := e.q.KeyRelease(ctx, tx, sqlitedb.KeyReleaseParams{
-		Now: liteNow(now), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+		Now: liteNow(now), Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
 }
@@ -304,7 +305,7 @@ func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int6
 	// SQLite counts matched rows: an Extend to the deadline the lease
 	// already has counts as held.
 	n, err := e.q.KeyExtend(ctx, tx, sqlitedb.KeyExtendParams{
-		Now: liteNow(now), LeaseUs: lease.Microseconds(), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+		Now: liteNow(now), LeaseUs: lease.Microseconds(), Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
 }

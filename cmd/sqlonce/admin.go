@@ -210,28 +210,28 @@ func statsCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		func(b *backend[*sql.Tx]) error { return stats(ctx, b, stdout) })
 }
 
-// statsQuery lists, per scope: keys, leases still held, expired keys, and
-// the oldest key's creation time in microseconds since the Unix epoch, all
-// by the database's clock.
+// statsQuery lists, per namespace and scope: keys, leases still held,
+// expired keys, and the oldest key's creation time in microseconds since
+// the Unix epoch, all by the database's clock.
 var statsQuery = map[migrations.Dialect]string{
 	migrations.Postgres: `
-		SELECT scope, count(*),
+		SELECT namespace, scope, count(*),
 		       count(*) FILTER (WHERE state = 2 AND locked_until > now()),
 		       count(*) FILTER (WHERE expires_at <= now()),
 		       (extract(epoch FROM min(created_at)) * 1000000)::bigint
-		FROM sqlonce_keys GROUP BY scope ORDER BY count(*) DESC, scope`,
+		FROM sqlonce_keys GROUP BY namespace, scope ORDER BY count(*) DESC, namespace, scope`,
 	migrations.MySQL: `
-		SELECT CAST(scope AS CHAR), count(*),
+		SELECT namespace, CAST(scope AS CHAR), count(*),
 		       CAST(COALESCE(SUM(state = 2 AND locked_until > UTC_TIMESTAMP(6)), 0) AS SIGNED),
 		       CAST(COALESCE(SUM(expires_at <= UTC_TIMESTAMP(6)), 0) AS SIGNED),
 		       CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', MIN(created_at)) AS SIGNED)
-		FROM sqlonce_keys GROUP BY scope ORDER BY count(*) DESC, scope`,
+		FROM sqlonce_keys GROUP BY namespace, scope ORDER BY count(*) DESC, namespace, scope`,
 	migrations.SQLite: `
-		SELECT scope, count(*),
+		SELECT namespace, scope, count(*),
 		       coalesce(sum(state = 2 AND locked_until > CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000), 0),
 		       coalesce(sum(expires_at <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000), 0),
 		       min(created_at)
-		FROM sqlonce_keys GROUP BY scope ORDER BY count(*) DESC, scope`,
+		FROM sqlonce_keys GROUP BY namespace, scope ORDER BY count(*) DESC, namespace, scope`,
 }
 
 // statsTokens counts tokens: all, consumed, expired.
@@ -239,6 +239,20 @@ var statsTokens = map[migrations.Dialect]string{
 	migrations.Postgres: `SELECT count(*), count(consumed_at), count(*) FILTER (WHERE expires_at <= now()) FROM sqlonce_tokens`,
 	migrations.MySQL:    `SELECT count(*), count(consumed_at), CAST(COALESCE(SUM(expires_at <= UTC_TIMESTAMP(6)), 0) AS SIGNED) FROM sqlonce_tokens`,
 	migrations.SQLite:   `SELECT count(*), count(consumed_at), coalesce(sum(expires_at <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000), 0) FROM sqlonce_tokens`,
+}
+
+// namespaceName names the package whose keys sqlonce_keys.namespace holds
+// (see migrations 00003).
+func namespaceName(ns int64) string {
+	switch ns {
+	case 0:
+		return "dedupe"
+	case 1:
+		return "inbox"
+	case 2:
+		return "httpidem"
+	}
+	return fmt.Sprintf("namespace %d", ns)
 }
 
 func stats[TTx any](ctx context.Context, b *backend[TTx], out io.Writer) error {
@@ -252,19 +266,20 @@ func stats[TTx any](ctx context.Context, b *backend[TTx], out io.Writer) error {
 	defer rows.Close()
 	fmt.Fprintf(out, "%s\n", b.label)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "scope\tkeys\tleased\texpired\toldest (UTC)\t")
+	fmt.Fprintln(w, "package\tscope\tkeys\tleased\texpired\toldest (UTC)\t")
 	var total, leased, expired int64
 	var oldest time.Time
 	scopes := 0
 	for rows.Next() {
+		var ns int64
 		var scope string
 		var n, l, e int64
 		var first sql.NullInt64
-		if err := rows.Scan(&scope, &n, &l, &e, &first); err != nil {
+		if err := rows.Scan(&ns, &scope, &n, &l, &e, &first); err != nil {
 			return fmt.Errorf("stats: %v", err)
 		}
 		at := time.UnixMicro(first.Int64).UTC()
-		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%s\t\n", scope, n, l, e, at.Format(time.DateTime))
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t\n", namespaceName(ns), scope, n, l, e, at.Format(time.DateTime))
 		total, leased, expired = total+n, leased+l, expired+e
 		if scopes == 0 || at.Before(oldest) {
 			oldest = at
@@ -275,9 +290,9 @@ func stats[TTx any](ctx context.Context, b *backend[TTx], out io.Writer) error {
 		return fmt.Errorf("stats: %v", err)
 	}
 	if scopes == 0 {
-		fmt.Fprintln(w, "(no keys)\t\t\t\t\t")
+		fmt.Fprintln(w, "(no keys)\t\t\t\t\t\t")
 	} else {
-		fmt.Fprintf(w, "all %d scopes\t%d\t%d\t%d\t%s\t\n", scopes, total, leased, expired, oldest.Format(time.DateTime))
+		fmt.Fprintf(w, "all\t%d scopes\t%d\t%d\t%d\t%s\t\n", scopes, total, leased, expired, oldest.Format(time.DateTime))
 	}
 	if err := w.Flush(); err != nil {
 		return err

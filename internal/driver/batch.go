@@ -25,7 +25,8 @@ type BatchClaimer[TTx any] interface {
 
 // BatchParams describes a batch claim.
 type BatchParams struct {
-	Scope string
+	Namespace Namespace
+	Scope     string
 	// Keys are distinct and sorted, so that two batches lock shared keys
 	// in the same order; at most MaxBatch.
 	Keys []string

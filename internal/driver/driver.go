@@ -68,10 +68,26 @@ type DuplicateInTx[TTx any] interface {
 // timeout on MySQL/MariaDB running with innodb_rollback_on_timeout=ON.
 var ErrTxRolledBack = errors.New("the server rolled the transaction back")
 
+// Namespace is sqlonce_keys.namespace: it keeps the keys of each package
+// built on the table apart, so that a scope and key of one can never
+// answer for another's.
+type Namespace int16
+
+// The namespaces. Values are stored: never renumber them.
+const (
+	// NamespaceDedupe holds the keys of dedupe Stores made with dedupe.New.
+	NamespaceDedupe Namespace = 0
+	// NamespaceInbox holds inbox message ids, scoped by consumer name.
+	NamespaceInbox Namespace = 1
+	// NamespaceHTTP holds httpidem request keys.
+	NamespaceHTTP Namespace = 2
+)
+
 // Key identifies a row of sqlonce_keys.
 type Key struct {
-	Scope string
-	Key   string
+	Namespace Namespace
+	Scope     string
+	Key       string
 }
 
 // ClaimParams describes a claim.

@@ -11,9 +11,10 @@
 -- failed INSERT of a single claim does. KeyGetBatch then tells the rows
 -- this statement inserted by their token.
 INSERT INTO sqlonce_keys (
-    scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
+    namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
 )
 SELECT
+    sqlc.arg(namespace),
     sqlc.arg(scope),
     CAST(JSON_UNQUOTE(JSON_EXTRACT(sqlc.arg(key_list), CONCAT('$[', seq.n, ']'))) AS BINARY),
     '',
@@ -60,7 +61,8 @@ FROM (
           UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) AS d2
 ) AS seq
 JOIN sqlonce_keys AS k
-  ON k.scope = sqlc.arg(scope)
+  ON k.namespace = sqlc.arg(namespace)
+ AND k.scope = sqlc.arg(scope)
  AND k.idempotency_key = CAST(JSON_UNQUOTE(JSON_EXTRACT(sqlc.arg(key_list), CONCAT('$[', seq.n, ']'))) AS BINARY)
 WHERE seq.n < JSON_LENGTH(sqlc.arg(key_list))
 LOCK IN SHARE MODE;

@@ -11,8 +11,9 @@
 -- microseconds so that it grows across purges. response: NULL for a claim;
 -- Store.Run records the key with its response in one statement.
 INSERT INTO sqlonce_keys (
-    scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
+    namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
 ) VALUES (
+    sqlc.arg(namespace),
     sqlc.arg(scope),
     sqlc.arg(idempotency_key),
     sqlc.arg(fingerprint),
@@ -38,7 +39,7 @@ SELECT
     CAST((state = 2 AND locked_until > COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)) AS SIGNED) AS locked,
     CAST(GREATEST(token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))) AS SIGNED) AS next_token
 FROM sqlonce_keys
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key)
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key)
 LOCK IN SHARE MODE;
 
 -- name: KeyLookup :one
@@ -52,12 +53,12 @@ SELECT
           OR (state = 2 AND locked_until <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))) AS SIGNED) AS available,
     CAST((state = 2 AND locked_until > COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)) AS SIGNED) AS locked
 FROM sqlonce_keys
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
 
 -- name: KeyGetToken :one
 SELECT token
 FROM sqlonce_keys
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
 
 -- name: KeyTakeover :execrows
 -- Takes over an expired key or a lapsed lease read by KeyGetLocked; the
@@ -70,19 +71,19 @@ SET fingerprint  = sqlc.arg(fingerprint),
     locked_until = DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.narg(lease_us) MICROSECOND),
     created_at   = COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
     expires_at   = DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(ttl_us) MICROSECOND)
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token);
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token);
 
 -- name: KeySetResponse :execrows
 UPDATE sqlonce_keys
 SET response = sqlc.arg(response)
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token);
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token);
 
 -- name: KeyAppendResponse :execrows
 -- Appends a piece of a response too large for one statement. The length
 -- check makes a piece change nothing unless every earlier piece is there.
 UPDATE sqlonce_keys
 SET response = CONCAT(response, sqlc.arg(piece))
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token)
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token)
   AND LENGTH(response) = CAST(sqlc.arg(prefix_len) AS SIGNED);
 
 -- name: KeyResponseLength :one
@@ -90,14 +91,14 @@ WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AN
 -- than the server's max_allowed_packet: the last piece is checked here.
 SELECT CAST(COALESCE(LENGTH(response), -1) AS SIGNED) AS response_len
 FROM sqlonce_keys
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
 
 -- name: KeyDelete :execrows
 -- The token check matters after a deadlock: MySQL has rolled the whole
 -- transaction back, the next statement runs in autocommit, and without it
 -- this DELETE would remove the marker a concurrent transaction committed.
 DELETE FROM sqlonce_keys
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token);
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token);
 
 -- name: KeyRunDelete :execrows
 -- Deletes the expired key, or the lapsed lease, that Store.Run takes over:
@@ -105,7 +106,7 @@ WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AN
 -- late by its holder is not: it stays, and fails the KeyInsert that
 -- follows.
 DELETE FROM sqlonce_keys
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token)
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token)
   AND (expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
        OR (state = 2 AND locked_until <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)));
 
@@ -115,7 +116,7 @@ SET state        = 1,
     response     = sqlc.arg(response),
     locked_until = NULL,
     expires_at   = DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(ttl_us) MICROSECOND)
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2;
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2;
 
 -- name: KeyRelease :execrows
 -- The token moves on, so that the releaser can neither release again nor
@@ -123,7 +124,7 @@ WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AN
 UPDATE sqlonce_keys
 SET token        = token + 1,
     locked_until = LEAST(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), expires_at)
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2;
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2;
 
 -- name: KeyExtend :execrows
 -- Moves the deadline of a lease whose token is current, lapsed or not.
@@ -132,7 +133,7 @@ WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AN
 UPDATE sqlonce_keys
 SET locked_until = DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(lease_us) MICROSECOND),
     expires_at   = GREATEST(expires_at, DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(lease_us) MICROSECOND))
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2;
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2;
 
 -- name: KeyLeaseHeld :one
 -- Tells a KeyExtend that changed nothing (the new deadline equals the old
@@ -140,7 +141,7 @@ WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AN
 -- lease lost. A locking read: it must see the latest version of the row.
 SELECT CAST(COUNT(*) AS SIGNED) AS held
 FROM sqlonce_keys
-WHERE scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2
 LOCK IN SHARE MODE;
 
 -- name: KeyPurge :execrows

@@ -11,9 +11,10 @@ WITH input AS (
     FROM unnest(sqlc.arg('keys')::text[]) WITH ORDINALITY AS u (k, n)
 ), ins AS (
     INSERT INTO sqlonce_keys (
-        scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
+        namespace, scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
     )
     SELECT
+        sqlc.arg('namespace'),
         sqlc.arg('scope'),
         input.k,
         '\x'::bytea,
@@ -24,7 +25,7 @@ WITH input AS (
         coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('ttl_us')::bigint * interval '1 microsecond'
     FROM input
     ORDER BY input.n
-    ON CONFLICT (scope, idempotency_key) DO NOTHING
+    ON CONFLICT (namespace, scope, idempotency_key) DO NOTHING
     RETURNING idempotency_key, token
 )
 SELECT ins.idempotency_key::text AS idempotency_key, true AS inserted, ins.token, '\x'::bytea AS fingerprint,
@@ -36,5 +37,5 @@ SELECT k.idempotency_key::text, false, k.token, k.fingerprint, k.response,
        (k.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
         OR (k.state = 2 AND k.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))::boolean
 FROM sqlonce_keys AS k
-WHERE k.scope = sqlc.arg('scope') AND k.idempotency_key = ANY (sqlc.arg('keys')::text[])
+WHERE k.namespace = sqlc.arg('namespace') AND k.scope = sqlc.arg('scope') AND k.idempotency_key = ANY (sqlc.arg('keys')::text[])
   AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.idempotency_key = k.idempotency_key);

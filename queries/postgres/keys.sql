@@ -11,8 +11,9 @@
 -- row comes back: the caller then reads with KeyGet.
 WITH ins AS (
     INSERT INTO sqlonce_keys (
-        scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
+        namespace, scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
     ) VALUES (
+        sqlc.arg('namespace'),
         sqlc.arg('scope'),
         sqlc.arg('idempotency_key'),
         sqlc.arg('fingerprint'),
@@ -26,7 +27,7 @@ WITH ins AS (
         coalesce(sqlc.narg('now')::timestamptz, now()),
         coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('ttl_us')::bigint * interval '1 microsecond'
     )
-    ON CONFLICT (scope, idempotency_key) DO NOTHING
+    ON CONFLICT (namespace, scope, idempotency_key) DO NOTHING
     RETURNING token
 )
 SELECT true AS inserted, ins.token, '\x'::bytea AS fingerprint, NULL::bytea AS response,
@@ -38,7 +39,7 @@ SELECT false AS inserted, k.token, k.fingerprint, k.response,
        (k.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
         OR (k.state = 2 AND k.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))::boolean AS available
 FROM sqlonce_keys AS k
-WHERE k.scope = sqlc.arg('scope') AND k.idempotency_key = sqlc.arg('idempotency_key')
+WHERE k.namespace = sqlc.arg('namespace') AND k.scope = sqlc.arg('scope') AND k.idempotency_key = sqlc.arg('idempotency_key')
   AND NOT EXISTS (SELECT 1 FROM ins);
 
 -- name: KeyGet :batchone
@@ -55,7 +56,7 @@ SELECT
     (expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
      OR (state = 2 AND locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))::boolean AS available
 FROM sqlonce_keys
-WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key');
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key');
 
 -- name: KeyTakeover :one
 -- Claims a key that has expired or whose lease has lapsed. Returns no row
@@ -69,7 +70,7 @@ UPDATE sqlonce_keys AS k SET
     locked_until = coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.narg('lease_us')::bigint * interval '1 microsecond',
     created_at   = coalesce(sqlc.narg('now')::timestamptz, now()),
     expires_at   = coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('ttl_us')::bigint * interval '1 microsecond'
-WHERE k.scope = sqlc.arg('scope') AND k.idempotency_key = sqlc.arg('idempotency_key')
+WHERE k.namespace = sqlc.arg('namespace') AND k.scope = sqlc.arg('scope') AND k.idempotency_key = sqlc.arg('idempotency_key')
   AND (k.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
        OR (k.state = 2 AND k.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))
 RETURNING k.token;
@@ -78,13 +79,13 @@ RETURNING k.token;
 -- Records the first run's response in the claiming transaction.
 UPDATE sqlonce_keys
 SET response = sqlc.arg('response')
-WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token');
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token');
 
 -- name: KeyDelete :execrows
 -- Undoes a claim whose work failed, so that a commit by mistake cannot leave
 -- a key marked done with nothing done.
 DELETE FROM sqlonce_keys
-WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token');
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token');
 
 -- name: KeyRunDelete :batchexec
 -- Deletes the expired key, or the lapsed lease, that Store.Run takes over,
@@ -92,7 +93,7 @@ WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key'
 -- available. A lease completed late by its holder is not: it stays, and
 -- fails the KeyRunInsert that follows.
 DELETE FROM sqlonce_keys
-WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token')
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token')
   AND (expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
        OR (state = 2 AND locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())));
 
@@ -106,7 +107,7 @@ WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key'
 SELECT
     pg_try_advisory_xact_lock(
         1936289646,
-        hashtext(octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)
+        hashtext(sqlc.arg('namespace')::smallint::text || ':' || octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)
     )::boolean AS locked,
     (k.token IS NOT NULL)::boolean AS found,
     k.fingerprint,
@@ -116,7 +117,7 @@ SELECT
     coalesce(k.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
              OR (k.state = 2 AND k.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())), false)::boolean AS available
 FROM (SELECT 1) AS one
-LEFT JOIN sqlonce_keys AS k ON k.scope = sqlc.arg('scope') AND k.idempotency_key = sqlc.arg('idempotency_key');
+LEFT JOIN sqlonce_keys AS k ON k.namespace = sqlc.arg('namespace') AND k.scope = sqlc.arg('scope') AND k.idempotency_key = sqlc.arg('idempotency_key');
 
 -- name: KeyLock :batchexec
 -- Takes the advisory lock that Store.Run holds on a key from its lookup to
@@ -128,7 +129,7 @@ LEFT JOIN sqlonce_keys AS k ON k.scope = sqlc.arg('scope') AND k.idempotency_key
 -- collide only wait for each other.
 SELECT pg_advisory_xact_lock(
     1936289646,
-    hashtext(octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)
+    hashtext(sqlc.arg('namespace')::smallint::text || ':' || octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)
 );
 
 -- name: KeyRunInsert :batchexec
@@ -138,8 +139,9 @@ SELECT pg_advisory_xact_lock(
 -- fails, and the COMMIT queued behind it never runs. min_token keeps the
 -- token of a taken-over key growing.
 INSERT INTO sqlonce_keys (
-    scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
+    namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
 ) VALUES (
+    sqlc.arg('namespace'),
     sqlc.arg('scope'),
     sqlc.arg('idempotency_key'),
     sqlc.arg('fingerprint'),
@@ -158,7 +160,7 @@ SET state        = 1,
     response     = sqlc.arg('response'),
     locked_until = NULL,
     expires_at   = coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('ttl_us')::bigint * interval '1 microsecond'
-WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
 
 -- name: KeyRelease :execrows
 -- Gives a lease up so that the next claimer runs the work. The token moves
@@ -166,7 +168,7 @@ WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key'
 UPDATE sqlonce_keys
 SET token        = token + 1,
     locked_until = least(coalesce(sqlc.narg('now')::timestamptz, now()), expires_at)
-WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
 
 -- name: KeyExtend :execrows
 -- Moves the deadline of a lease whose token is current, lapsed or not (a
@@ -176,7 +178,7 @@ WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key'
 UPDATE sqlonce_keys
 SET locked_until = coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('lease_us')::bigint * interval '1 microsecond',
     expires_at   = greatest(expires_at, coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('lease_us')::bigint * interval '1 microsecond')
-WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
 
 -- name: KeyPurge :execrows
 -- Deletes up to max_rows expired keys, oldest first. SKIP LOCKED lets

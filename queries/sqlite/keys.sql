@@ -10,8 +10,9 @@
 -- caller reads it with KeyGet in the same transaction. The INSERT took the
 -- database's write lock, so nothing changes the row in between.
 INSERT INTO sqlonce_keys (
-    scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
+    namespace, scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
 ) VALUES (
+    sqlc.arg('namespace'),
     sqlc.arg('scope'),
     sqlc.arg('idempotency_key'),
     sqlc.arg('fingerprint'),
@@ -21,7 +22,7 @@ INSERT INTO sqlonce_keys (
     coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000),
     coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('ttl_us') AS INTEGER)
 )
-ON CONFLICT (scope, idempotency_key) DO UPDATE SET
+ON CONFLICT (namespace, scope, idempotency_key) DO UPDATE SET
     fingerprint  = excluded.fingerprint,
     response     = NULL,
     state        = excluded.state,
@@ -48,20 +49,20 @@ SELECT
          OR (state = 2 AND locked_until <= coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)) AS INTEGER) AS available,
     CAST(state = 2 AND locked_until > coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) AS INTEGER) AS locked
 FROM sqlonce_keys
-WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key');
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key');
 
 -- name: KeySetResponse :execrows
 -- Records the first run's response in the claiming transaction. SQLite
 -- counts the rows an UPDATE matched, changed or not.
 UPDATE sqlonce_keys
 SET response = sqlc.arg('response')
-WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token');
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token');
 
 -- name: KeyDelete :execrows
 -- Undoes a claim whose work failed, so that a commit by mistake cannot leave
 -- a key marked done with nothing done.
 DELETE FROM sqlonce_keys
-WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token');
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token');
 
 -- name: KeyComplete :execrows
 -- Completes a lease: only the holder of the current token may.
@@ -70,7 +71,7 @@ SET state        = 1,
     response     = sqlc.arg('response'),
     locked_until = NULL,
     expires_at   = coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('ttl_us') AS INTEGER)
-WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
 
 -- name: KeyRelease :execrows
 -- Gives a lease up so that the next claimer runs the work. The token moves
@@ -78,7 +79,7 @@ WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key'
 UPDATE sqlonce_keys
 SET token        = token + 1,
     locked_until = min(coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000), expires_at)
-WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
 
 -- name: KeyExtend :execrows
 -- Moves the deadline of a lease whose token is current, lapsed or not (a
@@ -88,15 +89,15 @@ WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key'
 UPDATE sqlonce_keys
 SET locked_until = coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('lease_us') AS INTEGER),
     expires_at   = max(expires_at, coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('lease_us') AS INTEGER))
-WHERE scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token') AND state = 2;
 
 -- name: KeyPurge :execrows
 -- Deletes up to max_rows expired keys, oldest first, walking the expiry
 -- index. SQLite has no DELETE ... LIMIT in its default build. A live lease
 -- is never expired: locked_until <= expires_at is a table constraint.
 DELETE FROM sqlonce_keys
-WHERE (scope, idempotency_key) IN (
-    SELECT p.scope, p.idempotency_key
+WHERE (namespace, scope, idempotency_key) IN (
+    SELECT p.namespace, p.scope, p.idempotency_key
     FROM sqlonce_keys AS p
     WHERE p.expires_at <= coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)
     ORDER BY p.expires_at

@@ -24,7 +24,7 @@ import (
 )
 
 // latest is the version of sqlonce's newest migration.
-const latest = 2
+const latest = 3
 
 // tables are the tables sqlonce's migrations create.
 var tables = []string{"sqlonce_keys", "sqlonce_tokens"}
@@ -265,6 +265,50 @@ func TestOwnGooseOnFolder(t *testing.T) {
 			}
 			if pending, err := p.HasPending(context.Background()); err != nil || pending {
 				t.Fatalf("embedded provider sees pending=%v (%v) after goose on the folder", pending, err)
+			}
+		})
+	}
+}
+
+// A key recorded before migration 00003 (namespaces) is a dedupe key after
+// it: the upgrade keeps every row, and a dedupe repeat of it is still
+// AlreadyDone. Down takes the column away again and keeps the rows.
+func TestUpgradeKeepsKeysAsDedupe(t *testing.T) {
+	insert := map[migrations.Dialect]string{
+		migrations.Postgres: `INSERT INTO sqlonce_keys (scope, idempotency_key, state, token, created_at, expires_at)
+			VALUES ('m', 'k', 1, 1, now(), now() + interval '1 day')`,
+		migrations.MySQL: `INSERT INTO sqlonce_keys (scope, idempotency_key, state, token, created_at, expires_at)
+			VALUES ('m', 'k', 1, 1, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6) + INTERVAL 1 DAY)`,
+		migrations.SQLite: `INSERT INTO sqlonce_keys (scope, idempotency_key, state, token, created_at, expires_at)
+			VALUES ('m', 'k', 1, 1, CAST(unixepoch() AS INTEGER) * 1000000, (CAST(unixepoch() AS INTEGER) + 86400) * 1000000)`,
+	}
+	for _, tg := range targets() {
+		t.Run(string(tg.dialect), func(t *testing.T) {
+			ctx := context.Background()
+			c := tg.open(t)
+			p, err := migrations.NewProvider(tg.dialect, c.db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.UpTo(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.db.Exec(insert[tg.dialect]); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.Up(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got := tg.works(t, c)
+			if len(got) != 2 || got[0] != sqlonce.AlreadyDone || got[1] != sqlonce.AlreadyDone {
+				t.Fatalf("outcomes %v after the upgrade, want [already done, already done]", got)
+			}
+			if _, err := p.DownTo(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			var n int
+			if err := c.db.QueryRow("SELECT count(*) FROM sqlonce_keys WHERE scope = 'm' AND idempotency_key = 'k'").Scan(&n); err != nil || n != 1 {
+				t.Fatalf("%d rows for m/k after down (%v), want 1", n, err)
 			}
 		})
 	}

@@ -29,16 +29,18 @@ FROM (
           UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7 UNION ALL SELECT 8 UNION ALL SELECT 9) AS d2
 ) AS seq
 JOIN sqlonce_keys AS k
-  ON k.scope = ?
+  ON k.namespace = ?
+ AND k.scope = ?
  AND k.idempotency_key = CAST(JSON_UNQUOTE(JSON_EXTRACT(?, CONCAT('$[', seq.n, ']'))) AS BINARY)
 WHERE seq.n < JSON_LENGTH(?)
 LOCK IN SHARE MODE
 `
 
 type KeyGetBatchParams struct {
-	Now     sql.NullTime
-	Scope   []byte
-	KeyList string
+	Now       sql.NullTime
+	Namespace int16
+	Scope     []byte
+	KeyList   string
 }
 
 type KeyGetBatchRow struct {
@@ -59,6 +61,7 @@ func (q *Queries) KeyGetBatch(ctx context.Context, db DBTX, arg KeyGetBatchParam
 	rows, err := db.QueryContext(ctx, keyGetBatch,
 		arg.Now,
 		arg.Now,
+		arg.Namespace,
 		arg.Scope,
 		arg.KeyList,
 		arg.KeyList,
@@ -94,9 +97,10 @@ func (q *Queries) KeyGetBatch(ctx context.Context, db DBTX, arg KeyGetBatchParam
 const keyInsertBatch = `-- name: KeyInsertBatch :execrows
 
 INSERT INTO sqlonce_keys (
-    scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
+    namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
 )
 SELECT
+    ?,
     ?,
     CAST(JSON_UNQUOTE(JSON_EXTRACT(?, CONCAT('$[', seq.n, ']'))) AS BINARY),
     '',
@@ -121,11 +125,12 @@ ON DUPLICATE KEY UPDATE idempotency_key = sqlonce_keys.idempotency_key
 `
 
 type KeyInsertBatchParams struct {
-	Scope   []byte
-	KeyList string
-	Token   int64
-	Now     sql.NullTime
-	TtlUs   interface{}
+	Namespace int16
+	Scope     []byte
+	KeyList   string
+	Token     int64
+	Now       sql.NullTime
+	TtlUs     interface{}
 }
 
 // Batches claim many keys of one scope in a constant number of statements.
@@ -140,6 +145,7 @@ type KeyInsertBatchParams struct {
 // this statement inserted by their token.
 func (q *Queries) KeyInsertBatch(ctx context.Context, db DBTX, arg KeyInsertBatchParams) (int64, error) {
 	result, err := db.ExecContext(ctx, keyInsertBatch,
+		arg.Namespace,
 		arg.Scope,
 		arg.KeyList,
 		arg.Token,

@@ -13,12 +13,13 @@ import (
 const keyAppendResponse = `-- name: KeyAppendResponse :execrows
 UPDATE sqlonce_keys
 SET response = CONCAT(response, ?)
-WHERE scope = ? AND idempotency_key = ? AND token = ?
+WHERE namespace = ? AND scope = ? AND idempotency_key = ? AND token = ?
   AND LENGTH(response) = CAST(? AS SIGNED)
 `
 
 type KeyAppendResponseParams struct {
 	Piece          interface{}
+	Namespace      int16
 	Scope          []byte
 	IdempotencyKey []byte
 	Token          int64
@@ -30,6 +31,7 @@ type KeyAppendResponseParams struct {
 func (q *Queries) KeyAppendResponse(ctx context.Context, db DBTX, arg KeyAppendResponseParams) (int64, error) {
 	result, err := db.ExecContext(ctx, keyAppendResponse,
 		arg.Piece,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
@@ -47,13 +49,14 @@ SET state        = 1,
     response     = ?,
     locked_until = NULL,
     expires_at   = DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND)
-WHERE scope = ? AND idempotency_key = ? AND token = ? AND state = 2
+WHERE namespace = ? AND scope = ? AND idempotency_key = ? AND token = ? AND state = 2
 `
 
 type KeyCompleteParams struct {
 	Response       []byte
 	Now            sql.NullTime
 	TtlUs          interface{}
+	Namespace      int16
 	Scope          []byte
 	IdempotencyKey []byte
 	Token          int64
@@ -64,6 +67,7 @@ func (q *Queries) KeyComplete(ctx context.Context, db DBTX, arg KeyCompleteParam
 		arg.Response,
 		arg.Now,
 		arg.TtlUs,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
@@ -76,10 +80,11 @@ func (q *Queries) KeyComplete(ctx context.Context, db DBTX, arg KeyCompleteParam
 
 const keyDelete = `-- name: KeyDelete :execrows
 DELETE FROM sqlonce_keys
-WHERE scope = ? AND idempotency_key = ? AND token = ?
+WHERE namespace = ? AND scope = ? AND idempotency_key = ? AND token = ?
 `
 
 type KeyDeleteParams struct {
+	Namespace      int16
 	Scope          []byte
 	IdempotencyKey []byte
 	Token          int64
@@ -89,7 +94,12 @@ type KeyDeleteParams struct {
 // transaction back, the next statement runs in autocommit, and without it
 // this DELETE would remove the marker a concurrent transaction committed.
 func (q *Queries) KeyDelete(ctx context.Context, db DBTX, arg KeyDeleteParams) (int64, error) {
-	result, err := db.ExecContext(ctx, keyDelete, arg.Scope, arg.IdempotencyKey, arg.Token)
+	result, err := db.ExecContext(ctx, keyDelete,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Token,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -100,12 +110,13 @@ const keyExtend = `-- name: KeyExtend :execrows
 UPDATE sqlonce_keys
 SET locked_until = DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND),
     expires_at   = GREATEST(expires_at, DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND))
-WHERE scope = ? AND idempotency_key = ? AND token = ? AND state = 2
+WHERE namespace = ? AND scope = ? AND idempotency_key = ? AND token = ? AND state = 2
 `
 
 type KeyExtendParams struct {
 	Now            sql.NullTime
 	LeaseUs        interface{}
+	Namespace      int16
 	Scope          []byte
 	IdempotencyKey []byte
 	Token          int64
@@ -120,6 +131,7 @@ func (q *Queries) KeyExtend(ctx context.Context, db DBTX, arg KeyExtendParams) (
 		arg.LeaseUs,
 		arg.Now,
 		arg.LeaseUs,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
@@ -141,12 +153,13 @@ SELECT
     CAST((state = 2 AND locked_until > COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)) AS SIGNED) AS locked,
     CAST(GREATEST(token + 1, TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))) AS SIGNED) AS next_token
 FROM sqlonce_keys
-WHERE scope = ? AND idempotency_key = ?
+WHERE namespace = ? AND scope = ? AND idempotency_key = ?
 LOCK IN SHARE MODE
 `
 
 type KeyGetLockedParams struct {
 	Now            sql.NullTime
+	Namespace      int16
 	Scope          []byte
 	IdempotencyKey []byte
 }
@@ -169,6 +182,7 @@ func (q *Queries) KeyGetLocked(ctx context.Context, db DBTX, arg KeyGetLockedPar
 		arg.Now,
 		arg.Now,
 		arg.Now,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 	)
@@ -188,16 +202,17 @@ func (q *Queries) KeyGetLocked(ctx context.Context, db DBTX, arg KeyGetLockedPar
 const keyGetToken = `-- name: KeyGetToken :one
 SELECT token
 FROM sqlonce_keys
-WHERE scope = ? AND idempotency_key = ?
+WHERE namespace = ? AND scope = ? AND idempotency_key = ?
 `
 
 type KeyGetTokenParams struct {
+	Namespace      int16
 	Scope          []byte
 	IdempotencyKey []byte
 }
 
 func (q *Queries) KeyGetToken(ctx context.Context, db DBTX, arg KeyGetTokenParams) (int64, error) {
-	row := db.QueryRowContext(ctx, keyGetToken, arg.Scope, arg.IdempotencyKey)
+	row := db.QueryRowContext(ctx, keyGetToken, arg.Namespace, arg.Scope, arg.IdempotencyKey)
 	var token int64
 	err := row.Scan(&token)
 	return token, err
@@ -206,8 +221,9 @@ func (q *Queries) KeyGetToken(ctx context.Context, db DBTX, arg KeyGetTokenParam
 const keyInsert = `-- name: KeyInsert :exec
 
 INSERT INTO sqlonce_keys (
-    scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
+    namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
 ) VALUES (
+    ?,
     ?,
     ?,
     ?,
@@ -222,6 +238,7 @@ INSERT INTO sqlonce_keys (
 `
 
 type KeyInsertParams struct {
+	Namespace      int16
 	Scope          []byte
 	IdempotencyKey []byte
 	Fingerprint    []byte
@@ -245,6 +262,7 @@ type KeyInsertParams struct {
 // Store.Run records the key with its response in one statement.
 func (q *Queries) KeyInsert(ctx context.Context, db DBTX, arg KeyInsertParams) error {
 	_, err := db.ExecContext(ctx, keyInsert,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Fingerprint,
@@ -264,11 +282,12 @@ func (q *Queries) KeyInsert(ctx context.Context, db DBTX, arg KeyInsertParams) e
 const keyLeaseHeld = `-- name: KeyLeaseHeld :one
 SELECT CAST(COUNT(*) AS SIGNED) AS held
 FROM sqlonce_keys
-WHERE scope = ? AND idempotency_key = ? AND token = ? AND state = 2
+WHERE namespace = ? AND scope = ? AND idempotency_key = ? AND token = ? AND state = 2
 LOCK IN SHARE MODE
 `
 
 type KeyLeaseHeldParams struct {
+	Namespace      int16
 	Scope          []byte
 	IdempotencyKey []byte
 	Token          int64
@@ -278,7 +297,12 @@ type KeyLeaseHeldParams struct {
 // one; MySQL counts changed rows, not matched ones) from one that found the
 // lease lost. A locking read: it must see the latest version of the row.
 func (q *Queries) KeyLeaseHeld(ctx context.Context, db DBTX, arg KeyLeaseHeldParams) (int64, error) {
-	row := db.QueryRowContext(ctx, keyLeaseHeld, arg.Scope, arg.IdempotencyKey, arg.Token)
+	row := db.QueryRowContext(ctx, keyLeaseHeld,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Token,
+	)
 	var held int64
 	err := row.Scan(&held)
 	return held, err
@@ -293,11 +317,12 @@ SELECT
           OR (state = 2 AND locked_until <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))) AS SIGNED) AS available,
     CAST((state = 2 AND locked_until > COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)) AS SIGNED) AS locked
 FROM sqlonce_keys
-WHERE scope = ? AND idempotency_key = ?
+WHERE namespace = ? AND scope = ? AND idempotency_key = ?
 `
 
 type KeyLookupParams struct {
 	Now            sql.NullTime
+	Namespace      int16
 	Scope          []byte
 	IdempotencyKey []byte
 }
@@ -317,6 +342,7 @@ func (q *Queries) KeyLookup(ctx context.Context, db DBTX, arg KeyLookupParams) (
 		arg.Now,
 		arg.Now,
 		arg.Now,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 	)
@@ -357,11 +383,12 @@ const keyRelease = `-- name: KeyRelease :execrows
 UPDATE sqlonce_keys
 SET token        = token + 1,
     locked_until = LEAST(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), expires_at)
-WHERE scope = ? AND idempotency_key = ? AND token = ? AND state = 2
+WHERE namespace = ? AND scope = ? AND idempotency_key = ? AND token = ? AND state = 2
 `
 
 type KeyReleaseParams struct {
 	Now            sql.NullTime
+	Namespace      int16
 	Scope          []byte
 	IdempotencyKey []byte
 	Token          int64
@@ -372,6 +399,7 @@ type KeyReleaseParams struct {
 func (q *Queries) KeyRelease(ctx context.Context, db DBTX, arg KeyReleaseParams) (int64, error) {
 	result, err := db.ExecContext(ctx, keyRelease,
 		arg.Now,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
@@ -385,10 +413,11 @@ func (q *Queries) KeyRelease(ctx context.Context, db DBTX, arg KeyReleaseParams)
 const keyResponseLength = `-- name: KeyResponseLength :one
 SELECT CAST(COALESCE(LENGTH(response), -1) AS SIGNED) AS response_len
 FROM sqlonce_keys
-WHERE scope = ? AND idempotency_key = ?
+WHERE namespace = ? AND scope = ? AND idempotency_key = ?
 `
 
 type KeyResponseLengthParams struct {
+	Namespace      int16
 	Scope          []byte
 	IdempotencyKey []byte
 }
@@ -396,7 +425,7 @@ type KeyResponseLengthParams struct {
 // CONCAT gives NULL, with only a warning, when its result would be longer
 // than the server's max_allowed_packet: the last piece is checked here.
 func (q *Queries) KeyResponseLength(ctx context.Context, db DBTX, arg KeyResponseLengthParams) (int64, error) {
-	row := db.QueryRowContext(ctx, keyResponseLength, arg.Scope, arg.IdempotencyKey)
+	row := db.QueryRowContext(ctx, keyResponseLength, arg.Namespace, arg.Scope, arg.IdempotencyKey)
 	var response_len int64
 	err := row.Scan(&response_len)
 	return response_len, err
@@ -404,12 +433,13 @@ func (q *Queries) KeyResponseLength(ctx context.Context, db DBTX, arg KeyRespons
 
 const keyRunDelete = `-- name: KeyRunDelete :execrows
 DELETE FROM sqlonce_keys
-WHERE scope = ? AND idempotency_key = ? AND token = ?
+WHERE namespace = ? AND scope = ? AND idempotency_key = ? AND token = ?
   AND (expires_at <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
        OR (state = 2 AND locked_until <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)))
 `
 
 type KeyRunDeleteParams struct {
+	Namespace      int16
 	Scope          []byte
 	IdempotencyKey []byte
 	Token          int64
@@ -422,6 +452,7 @@ type KeyRunDeleteParams struct {
 // follows.
 func (q *Queries) KeyRunDelete(ctx context.Context, db DBTX, arg KeyRunDeleteParams) (int64, error) {
 	result, err := db.ExecContext(ctx, keyRunDelete,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
@@ -437,11 +468,12 @@ func (q *Queries) KeyRunDelete(ctx context.Context, db DBTX, arg KeyRunDeletePar
 const keySetResponse = `-- name: KeySetResponse :execrows
 UPDATE sqlonce_keys
 SET response = ?
-WHERE scope = ? AND idempotency_key = ? AND token = ?
+WHERE namespace = ? AND scope = ? AND idempotency_key = ? AND token = ?
 `
 
 type KeySetResponseParams struct {
 	Response       []byte
+	Namespace      int16
 	Scope          []byte
 	IdempotencyKey []byte
 	Token          int64
@@ -450,6 +482,7 @@ type KeySetResponseParams struct {
 func (q *Queries) KeySetResponse(ctx context.Context, db DBTX, arg KeySetResponseParams) (int64, error) {
 	result, err := db.ExecContext(ctx, keySetResponse,
 		arg.Response,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
@@ -469,7 +502,7 @@ SET fingerprint  = ?,
     locked_until = DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND),
     created_at   = COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
     expires_at   = DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND)
-WHERE scope = ? AND idempotency_key = ? AND token = ?
+WHERE namespace = ? AND scope = ? AND idempotency_key = ? AND token = ?
 `
 
 type KeyTakeoverParams struct {
@@ -479,6 +512,7 @@ type KeyTakeoverParams struct {
 	Now            sql.NullTime
 	LeaseUs        interface{}
 	TtlUs          interface{}
+	Namespace      int16
 	Scope          []byte
 	IdempotencyKey []byte
 	Token          int64
@@ -496,6 +530,7 @@ func (q *Queries) KeyTakeover(ctx context.Context, db DBTX, arg KeyTakeoverParam
 		arg.Now,
 		arg.Now,
 		arg.TtlUs,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,

@@ -19,6 +19,7 @@ type SqlonceKey struct {
 	LockedUntil    sql.NullTime
 	CreatedAt      time.Time
 	ExpiresAt      time.Time
+	Namespace      int16
 }
 
 type SqlonceToken struct {

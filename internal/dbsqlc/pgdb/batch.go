@@ -27,7 +27,7 @@ SELECT
     (expires_at <= coalesce($1::timestamptz, now())
      OR (state = 2 AND locked_until <= coalesce($1::timestamptz, now())))::boolean AS available
 FROM sqlonce_keys
-WHERE scope = $2 AND idempotency_key = $3
+WHERE namespace = $2 AND scope = $3 AND idempotency_key = $4
 `
 
 type KeyGetBatchResults struct {
@@ -38,6 +38,7 @@ type KeyGetBatchResults struct {
 
 type KeyGetParams struct {
 	Now            pgtype.Timestamptz
+	Namespace      int16
 	Scope          string
 	IdempotencyKey string
 }
@@ -60,6 +61,7 @@ func (q *Queries) KeyGet(ctx context.Context, db DBTX, arg []KeyGetParams) *KeyG
 	for _, a := range arg {
 		vals := []interface{}{
 			a.Now,
+			a.Namespace,
 			a.Scope,
 			a.IdempotencyKey,
 		}
@@ -102,7 +104,7 @@ func (b *KeyGetBatchResults) Close() error {
 const keyLock = `-- name: KeyLock :batchexec
 SELECT pg_advisory_xact_lock(
     1936289646,
-    hashtext(octet_length($1::text)::text || ':' || $1::text || $2::text)
+    hashtext($1::smallint::text || ':' || octet_length($2::text)::text || ':' || $2::text || $3::text)
 )
 `
 
@@ -113,6 +115,7 @@ type KeyLockBatchResults struct {
 }
 
 type KeyLockParams struct {
+	Namespace      int16
 	Scope          string
 	IdempotencyKey string
 }
@@ -128,6 +131,7 @@ func (q *Queries) KeyLock(ctx context.Context, db DBTX, arg []KeyLockParams) *Ke
 	batch := &pgx.Batch{}
 	for _, a := range arg {
 		vals := []interface{}{
+			a.Namespace,
 			a.Scope,
 			a.IdempotencyKey,
 		}
@@ -160,9 +164,9 @@ func (b *KeyLockBatchResults) Close() error {
 
 const keyRunDelete = `-- name: KeyRunDelete :batchexec
 DELETE FROM sqlonce_keys
-WHERE scope = $1 AND idempotency_key = $2 AND token = $3
-  AND (expires_at <= coalesce($4::timestamptz, now())
-       OR (state = 2 AND locked_until <= coalesce($4::timestamptz, now())))
+WHERE namespace = $1 AND scope = $2 AND idempotency_key = $3 AND token = $4
+  AND (expires_at <= coalesce($5::timestamptz, now())
+       OR (state = 2 AND locked_until <= coalesce($5::timestamptz, now())))
 `
 
 type KeyRunDeleteBatchResults struct {
@@ -172,6 +176,7 @@ type KeyRunDeleteBatchResults struct {
 }
 
 type KeyRunDeleteParams struct {
+	Namespace      int16
 	Scope          string
 	IdempotencyKey string
 	Token          int64
@@ -186,6 +191,7 @@ func (q *Queries) KeyRunDelete(ctx context.Context, db DBTX, arg []KeyRunDeleteP
 	batch := &pgx.Batch{}
 	for _, a := range arg {
 		vals := []interface{}{
+			a.Namespace,
 			a.Scope,
 			a.IdempotencyKey,
 			a.Token,
@@ -220,17 +226,18 @@ func (b *KeyRunDeleteBatchResults) Close() error {
 
 const keyRunInsert = `-- name: KeyRunInsert :batchexec
 INSERT INTO sqlonce_keys (
-    scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
+    namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
 ) VALUES (
     $1,
     $2,
     $3,
     $4,
+    $5,
     1,
-    greatest((extract(epoch FROM coalesce($5::timestamptz, clock_timestamp())) * 1000000)::bigint, $6::bigint),
+    greatest((extract(epoch FROM coalesce($6::timestamptz, clock_timestamp())) * 1000000)::bigint, $7::bigint),
     NULL,
-    coalesce($5::timestamptz, now()),
-    coalesce($5::timestamptz, now()) + $7::bigint * interval '1 microsecond'
+    coalesce($6::timestamptz, now()),
+    coalesce($6::timestamptz, now()) + $8::bigint * interval '1 microsecond'
 )
 `
 
@@ -241,6 +248,7 @@ type KeyRunInsertBatchResults struct {
 }
 
 type KeyRunInsertParams struct {
+	Namespace      int16
 	Scope          string
 	IdempotencyKey string
 	Fingerprint    []byte
@@ -259,6 +267,7 @@ func (q *Queries) KeyRunInsert(ctx context.Context, db DBTX, arg []KeyRunInsertP
 	batch := &pgx.Batch{}
 	for _, a := range arg {
 		vals := []interface{}{
+			a.Namespace,
 			a.Scope,
 			a.IdempotencyKey,
 			a.Fingerprint,
@@ -298,17 +307,17 @@ const keyTryLockGet = `-- name: KeyTryLockGet :batchone
 SELECT
     pg_try_advisory_xact_lock(
         1936289646,
-        hashtext(octet_length($1::text)::text || ':' || $1::text || $2::text)
+        hashtext($1::smallint::text || ':' || octet_length($2::text)::text || ':' || $2::text || $3::text)
     )::boolean AS locked,
     (k.token IS NOT NULL)::boolean AS found,
     k.fingerprint,
     k.response,
     coalesce(k.token, 0)::bigint AS token,
-    coalesce(k.state = 2 AND k.locked_until > coalesce($3::timestamptz, now()), false)::boolean AS leased,
-    coalesce(k.expires_at <= coalesce($3::timestamptz, now())
-             OR (k.state = 2 AND k.locked_until <= coalesce($3::timestamptz, now())), false)::boolean AS available
+    coalesce(k.state = 2 AND k.locked_until > coalesce($4::timestamptz, now()), false)::boolean AS leased,
+    coalesce(k.expires_at <= coalesce($4::timestamptz, now())
+             OR (k.state = 2 AND k.locked_until <= coalesce($4::timestamptz, now())), false)::boolean AS available
 FROM (SELECT 1) AS one
-LEFT JOIN sqlonce_keys AS k ON k.scope = $1 AND k.idempotency_key = $2
+LEFT JOIN sqlonce_keys AS k ON k.namespace = $1 AND k.scope = $2 AND k.idempotency_key = $3
 `
 
 type KeyTryLockGetBatchResults struct {
@@ -318,6 +327,7 @@ type KeyTryLockGetBatchResults struct {
 }
 
 type KeyTryLockGetParams struct {
+	Namespace      int16
 	Scope          string
 	IdempotencyKey string
 	Now            pgtype.Timestamptz
@@ -343,6 +353,7 @@ func (q *Queries) KeyTryLockGet(ctx context.Context, db DBTX, arg []KeyTryLockGe
 	batch := &pgx.Batch{}
 	for _, a := range arg {
 		vals := []interface{}{
+			a.Namespace,
 			a.Scope,
 			a.IdempotencyKey,
 			a.Now,

@@ -17,20 +17,21 @@ WITH input AS (
     FROM unnest($1::text[]) WITH ORDINALITY AS u (k, n)
 ), ins AS (
     INSERT INTO sqlonce_keys (
-        scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
+        namespace, scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
     )
     SELECT
         $2,
+        $3,
         input.k,
         '\x'::bytea,
         1,
-        (extract(epoch FROM coalesce($3::timestamptz, clock_timestamp())) * 1000000)::bigint,
+        (extract(epoch FROM coalesce($4::timestamptz, clock_timestamp())) * 1000000)::bigint,
         NULL,
-        coalesce($3::timestamptz, now()),
-        coalesce($3::timestamptz, now()) + $4::bigint * interval '1 microsecond'
+        coalesce($4::timestamptz, now()),
+        coalesce($4::timestamptz, now()) + $5::bigint * interval '1 microsecond'
     FROM input
     ORDER BY input.n
-    ON CONFLICT (scope, idempotency_key) DO NOTHING
+    ON CONFLICT (namespace, scope, idempotency_key) DO NOTHING
     RETURNING idempotency_key, token
 )
 SELECT ins.idempotency_key::text AS idempotency_key, true AS inserted, ins.token, '\x'::bytea AS fingerprint,
@@ -38,19 +39,20 @@ SELECT ins.idempotency_key::text AS idempotency_key, true AS inserted, ins.token
 FROM ins
 UNION ALL
 SELECT k.idempotency_key::text, false, k.token, k.fingerprint, k.response,
-       (k.state = 2 AND k.locked_until > coalesce($3::timestamptz, now()))::boolean,
-       (k.expires_at <= coalesce($3::timestamptz, now())
-        OR (k.state = 2 AND k.locked_until <= coalesce($3::timestamptz, now())))::boolean
+       (k.state = 2 AND k.locked_until > coalesce($4::timestamptz, now()))::boolean,
+       (k.expires_at <= coalesce($4::timestamptz, now())
+        OR (k.state = 2 AND k.locked_until <= coalesce($4::timestamptz, now())))::boolean
 FROM sqlonce_keys AS k
-WHERE k.scope = $2 AND k.idempotency_key = ANY ($1::text[])
+WHERE k.namespace = $2 AND k.scope = $3 AND k.idempotency_key = ANY ($1::text[])
   AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.idempotency_key = k.idempotency_key)
 `
 
 type KeyClaimBatchParams struct {
-	Keys  []string
-	Scope string
-	Now   pgtype.Timestamptz
-	TtlUs int64
+	Keys      []string
+	Namespace int16
+	Scope     string
+	Now       pgtype.Timestamptz
+	TtlUs     int64
 }
 
 type KeyClaimBatchRow struct {
@@ -73,6 +75,7 @@ type KeyClaimBatchRow struct {
 func (q *Queries) KeyClaimBatch(ctx context.Context, db DBTX, arg KeyClaimBatchParams) ([]KeyClaimBatchRow, error) {
 	rows, err := db.Query(ctx, keyClaimBatch,
 		arg.Keys,
+		arg.Namespace,
 		arg.Scope,
 		arg.Now,
 		arg.TtlUs,

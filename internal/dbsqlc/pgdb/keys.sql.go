@@ -15,22 +15,23 @@ const keyClaim = `-- name: KeyClaim :one
 
 WITH ins AS (
     INSERT INTO sqlonce_keys (
-        scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
+        namespace, scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
     ) VALUES (
         $1,
         $2,
         $3,
         $4,
+        $5,
         -- A new key's token is the real time (clock_timestamp), not now(),
         -- which is when the transaction began: a transaction older than the
         -- last claim of a key since purged would otherwise give the new
         -- claim a smaller token than the purged one.
-        (extract(epoch FROM coalesce($5::timestamptz, clock_timestamp())) * 1000000)::bigint,
-        coalesce($5::timestamptz, now()) + $6::bigint * interval '1 microsecond',
-        coalesce($5::timestamptz, now()),
-        coalesce($5::timestamptz, now()) + $7::bigint * interval '1 microsecond'
+        (extract(epoch FROM coalesce($6::timestamptz, clock_timestamp())) * 1000000)::bigint,
+        coalesce($6::timestamptz, now()) + $7::bigint * interval '1 microsecond',
+        coalesce($6::timestamptz, now()),
+        coalesce($6::timestamptz, now()) + $8::bigint * interval '1 microsecond'
     )
-    ON CONFLICT (scope, idempotency_key) DO NOTHING
+    ON CONFLICT (namespace, scope, idempotency_key) DO NOTHING
     RETURNING token
 )
 SELECT true AS inserted, ins.token, '\x'::bytea AS fingerprint, NULL::bytea AS response,
@@ -38,15 +39,16 @@ SELECT true AS inserted, ins.token, '\x'::bytea AS fingerprint, NULL::bytea AS r
 FROM ins
 UNION ALL
 SELECT false AS inserted, k.token, k.fingerprint, k.response,
-       (k.state = 2 AND k.locked_until > coalesce($5::timestamptz, now()))::boolean AS locked,
-       (k.expires_at <= coalesce($5::timestamptz, now())
-        OR (k.state = 2 AND k.locked_until <= coalesce($5::timestamptz, now())))::boolean AS available
+       (k.state = 2 AND k.locked_until > coalesce($6::timestamptz, now()))::boolean AS locked,
+       (k.expires_at <= coalesce($6::timestamptz, now())
+        OR (k.state = 2 AND k.locked_until <= coalesce($6::timestamptz, now())))::boolean AS available
 FROM sqlonce_keys AS k
-WHERE k.scope = $1 AND k.idempotency_key = $2
+WHERE k.namespace = $1 AND k.scope = $2 AND k.idempotency_key = $3
   AND NOT EXISTS (SELECT 1 FROM ins)
 `
 
 type KeyClaimParams struct {
+	Namespace      int16
 	Scope          string
 	IdempotencyKey string
 	Fingerprint    []byte
@@ -76,6 +78,7 @@ type KeyClaimRow struct {
 // row comes back: the caller then reads with KeyGet.
 func (q *Queries) KeyClaim(ctx context.Context, db DBTX, arg KeyClaimParams) (KeyClaimRow, error) {
 	row := db.QueryRow(ctx, keyClaim,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Fingerprint,
@@ -102,13 +105,14 @@ SET state        = 1,
     response     = $1,
     locked_until = NULL,
     expires_at   = coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond'
-WHERE scope = $4 AND idempotency_key = $5 AND token = $6 AND state = 2
+WHERE namespace = $4 AND scope = $5 AND idempotency_key = $6 AND token = $7 AND state = 2
 `
 
 type KeyCompleteParams struct {
 	Response       []byte
 	Now            pgtype.Timestamptz
 	TtlUs          int64
+	Namespace      int16
 	Scope          string
 	IdempotencyKey string
 	Token          int64
@@ -120,6 +124,7 @@ func (q *Queries) KeyComplete(ctx context.Context, db DBTX, arg KeyCompleteParam
 		arg.Response,
 		arg.Now,
 		arg.TtlUs,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
@@ -132,10 +137,11 @@ func (q *Queries) KeyComplete(ctx context.Context, db DBTX, arg KeyCompleteParam
 
 const keyDelete = `-- name: KeyDelete :execrows
 DELETE FROM sqlonce_keys
-WHERE scope = $1 AND idempotency_key = $2 AND token = $3
+WHERE namespace = $1 AND scope = $2 AND idempotency_key = $3 AND token = $4
 `
 
 type KeyDeleteParams struct {
+	Namespace      int16
 	Scope          string
 	IdempotencyKey string
 	Token          int64
@@ -144,7 +150,12 @@ type KeyDeleteParams struct {
 // Undoes a claim whose work failed, so that a commit by mistake cannot leave
 // a key marked done with nothing done.
 func (q *Queries) KeyDelete(ctx context.Context, db DBTX, arg KeyDeleteParams) (int64, error) {
-	result, err := db.Exec(ctx, keyDelete, arg.Scope, arg.IdempotencyKey, arg.Token)
+	result, err := db.Exec(ctx, keyDelete,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Token,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -155,12 +166,13 @@ const keyExtend = `-- name: KeyExtend :execrows
 UPDATE sqlonce_keys
 SET locked_until = coalesce($1::timestamptz, now()) + $2::bigint * interval '1 microsecond',
     expires_at   = greatest(expires_at, coalesce($1::timestamptz, now()) + $2::bigint * interval '1 microsecond')
-WHERE scope = $3 AND idempotency_key = $4 AND token = $5 AND state = 2
+WHERE namespace = $3 AND scope = $4 AND idempotency_key = $5 AND token = $6 AND state = 2
 `
 
 type KeyExtendParams struct {
 	Now            pgtype.Timestamptz
 	LeaseUs        int64
+	Namespace      int16
 	Scope          string
 	IdempotencyKey string
 	Token          int64
@@ -174,6 +186,7 @@ func (q *Queries) KeyExtend(ctx context.Context, db DBTX, arg KeyExtendParams) (
 	result, err := db.Exec(ctx, keyExtend,
 		arg.Now,
 		arg.LeaseUs,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
@@ -219,11 +232,12 @@ const keyRelease = `-- name: KeyRelease :execrows
 UPDATE sqlonce_keys
 SET token        = token + 1,
     locked_until = least(coalesce($1::timestamptz, now()), expires_at)
-WHERE scope = $2 AND idempotency_key = $3 AND token = $4 AND state = 2
+WHERE namespace = $2 AND scope = $3 AND idempotency_key = $4 AND token = $5 AND state = 2
 `
 
 type KeyReleaseParams struct {
 	Now            pgtype.Timestamptz
+	Namespace      int16
 	Scope          string
 	IdempotencyKey string
 	Token          int64
@@ -234,6 +248,7 @@ type KeyReleaseParams struct {
 func (q *Queries) KeyRelease(ctx context.Context, db DBTX, arg KeyReleaseParams) (int64, error) {
 	result, err := db.Exec(ctx, keyRelease,
 		arg.Now,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
@@ -247,11 +262,12 @@ func (q *Queries) KeyRelease(ctx context.Context, db DBTX, arg KeyReleaseParams)
 const keySetResponse = `-- name: KeySetResponse :execrows
 UPDATE sqlonce_keys
 SET response = $1
-WHERE scope = $2 AND idempotency_key = $3 AND token = $4
+WHERE namespace = $2 AND scope = $3 AND idempotency_key = $4 AND token = $5
 `
 
 type KeySetResponseParams struct {
 	Response       []byte
+	Namespace      int16
 	Scope          string
 	IdempotencyKey string
 	Token          int64
@@ -261,6 +277,7 @@ type KeySetResponseParams struct {
 func (q *Queries) KeySetResponse(ctx context.Context, db DBTX, arg KeySetResponseParams) (int64, error) {
 	result, err := db.Exec(ctx, keySetResponse,
 		arg.Response,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
@@ -280,7 +297,7 @@ UPDATE sqlonce_keys AS k SET
     locked_until = coalesce($3::timestamptz, now()) + $4::bigint * interval '1 microsecond',
     created_at   = coalesce($3::timestamptz, now()),
     expires_at   = coalesce($3::timestamptz, now()) + $5::bigint * interval '1 microsecond'
-WHERE k.scope = $6 AND k.idempotency_key = $7
+WHERE k.namespace = $6 AND k.scope = $7 AND k.idempotency_key = $8
   AND (k.expires_at <= coalesce($3::timestamptz, now())
        OR (k.state = 2 AND k.locked_until <= coalesce($3::timestamptz, now())))
 RETURNING k.token
@@ -292,6 +309,7 @@ type KeyTakeoverParams struct {
 	Now            pgtype.Timestamptz
 	LeaseUs        pgtype.Int8
 	TtlUs          int64
+	Namespace      int16
 	Scope          string
 	IdempotencyKey string
 }
@@ -306,6 +324,7 @@ func (q *Queries) KeyTakeover(ctx context.Context, db DBTX, arg KeyTakeoverParam
 		arg.Now,
 		arg.LeaseUs,
 		arg.TtlUs,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 	)

@@ -18,6 +18,7 @@ type SqlonceKey struct {
 	LockedUntil    pgtype.Timestamptz
 	CreatedAt      pgtype.Timestamptz
 	ExpiresAt      pgtype.Timestamptz
+	Namespace      int16
 }
 
 type SqlonceToken struct {

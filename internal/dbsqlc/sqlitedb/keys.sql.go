@@ -13,18 +13,19 @@ import (
 const keyClaim = `-- name: KeyClaim :one
 
 INSERT INTO sqlonce_keys (
-    scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
+    namespace, scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
 ) VALUES (
     ?1,
     ?2,
     ?3,
     ?4,
-    coalesce(CAST(?5 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000),
-    coalesce(CAST(?5 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(?6 AS INTEGER),
-    coalesce(CAST(?5 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000),
-    coalesce(CAST(?5 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(?7 AS INTEGER)
+    ?5,
+    coalesce(CAST(?6 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000),
+    coalesce(CAST(?6 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(?7 AS INTEGER),
+    coalesce(CAST(?6 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000),
+    coalesce(CAST(?6 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(?8 AS INTEGER)
 )
-ON CONFLICT (scope, idempotency_key) DO UPDATE SET
+ON CONFLICT (namespace, scope, idempotency_key) DO UPDATE SET
     fingerprint  = excluded.fingerprint,
     response     = NULL,
     state        = excluded.state,
@@ -38,6 +39,7 @@ RETURNING token
 `
 
 type KeyClaimParams struct {
+	Namespace      int64
 	Scope          string
 	IdempotencyKey string
 	Fingerprint    []byte
@@ -58,6 +60,7 @@ type KeyClaimParams struct {
 // database's write lock, so nothing changes the row in between.
 func (q *Queries) KeyClaim(ctx context.Context, db DBTX, arg KeyClaimParams) (int64, error) {
 	row := db.QueryRowContext(ctx, keyClaim,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Fingerprint,
@@ -77,13 +80,14 @@ SET state        = 1,
     response     = ?1,
     locked_until = NULL,
     expires_at   = coalesce(CAST(?2 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(?3 AS INTEGER)
-WHERE scope = ?4 AND idempotency_key = ?5 AND token = ?6 AND state = 2
+WHERE namespace = ?4 AND scope = ?5 AND idempotency_key = ?6 AND token = ?7 AND state = 2
 `
 
 type KeyCompleteParams struct {
 	Response       []byte
 	Now            sql.NullInt64
 	TtlUs          int64
+	Namespace      int64
 	Scope          string
 	IdempotencyKey string
 	Token          int64
@@ -95,6 +99,7 @@ func (q *Queries) KeyComplete(ctx context.Context, db DBTX, arg KeyCompleteParam
 		arg.Response,
 		arg.Now,
 		arg.TtlUs,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
@@ -107,10 +112,11 @@ func (q *Queries) KeyComplete(ctx context.Context, db DBTX, arg KeyCompleteParam
 
 const keyDelete = `-- name: KeyDelete :execrows
 DELETE FROM sqlonce_keys
-WHERE scope = ?1 AND idempotency_key = ?2 AND token = ?3
+WHERE namespace = ?1 AND scope = ?2 AND idempotency_key = ?3 AND token = ?4
 `
 
 type KeyDeleteParams struct {
+	Namespace      int64
 	Scope          string
 	IdempotencyKey string
 	Token          int64
@@ -119,7 +125,12 @@ type KeyDeleteParams struct {
 // Undoes a claim whose work failed, so that a commit by mistake cannot leave
 // a key marked done with nothing done.
 func (q *Queries) KeyDelete(ctx context.Context, db DBTX, arg KeyDeleteParams) (int64, error) {
-	result, err := db.ExecContext(ctx, keyDelete, arg.Scope, arg.IdempotencyKey, arg.Token)
+	result, err := db.ExecContext(ctx, keyDelete,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Token,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -130,12 +141,13 @@ const keyExtend = `-- name: KeyExtend :execrows
 UPDATE sqlonce_keys
 SET locked_until = coalesce(CAST(?1 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(?2 AS INTEGER),
     expires_at   = max(expires_at, coalesce(CAST(?1 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(?2 AS INTEGER))
-WHERE scope = ?3 AND idempotency_key = ?4 AND token = ?5 AND state = 2
+WHERE namespace = ?3 AND scope = ?4 AND idempotency_key = ?5 AND token = ?6 AND state = 2
 `
 
 type KeyExtendParams struct {
 	Now            sql.NullInt64
 	LeaseUs        int64
+	Namespace      int64
 	Scope          string
 	IdempotencyKey string
 	Token          int64
@@ -149,6 +161,7 @@ func (q *Queries) KeyExtend(ctx context.Context, db DBTX, arg KeyExtendParams) (
 	result, err := db.ExecContext(ctx, keyExtend,
 		arg.Now,
 		arg.LeaseUs,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
@@ -168,11 +181,12 @@ SELECT
          OR (state = 2 AND locked_until <= coalesce(CAST(?1 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)) AS INTEGER) AS available,
     CAST(state = 2 AND locked_until > coalesce(CAST(?1 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) AS INTEGER) AS locked
 FROM sqlonce_keys
-WHERE scope = ?2 AND idempotency_key = ?3
+WHERE namespace = ?2 AND scope = ?3 AND idempotency_key = ?4
 `
 
 type KeyGetParams struct {
 	Now            sql.NullInt64
+	Namespace      int64
 	Scope          string
 	IdempotencyKey string
 }
@@ -192,7 +206,12 @@ type KeyGetRow struct {
 // KeyClaim's. available: the key expired or its lease lapsed between the
 // two statements; the driver claims it again.
 func (q *Queries) KeyGet(ctx context.Context, db DBTX, arg KeyGetParams) (KeyGetRow, error) {
-	row := db.QueryRowContext(ctx, keyGet, arg.Now, arg.Scope, arg.IdempotencyKey)
+	row := db.QueryRowContext(ctx, keyGet,
+		arg.Now,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+	)
 	var i KeyGetRow
 	err := row.Scan(
 		&i.Fingerprint,
@@ -206,8 +225,8 @@ func (q *Queries) KeyGet(ctx context.Context, db DBTX, arg KeyGetParams) (KeyGet
 
 const keyPurge = `-- name: KeyPurge :execrows
 DELETE FROM sqlonce_keys
-WHERE (scope, idempotency_key) IN (
-    SELECT p.scope, p.idempotency_key
+WHERE (namespace, scope, idempotency_key) IN (
+    SELECT p.namespace, p.scope, p.idempotency_key
     FROM sqlonce_keys AS p
     WHERE p.expires_at <= coalesce(CAST(?1 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)
     ORDER BY p.expires_at
@@ -235,11 +254,12 @@ const keyRelease = `-- name: KeyRelease :execrows
 UPDATE sqlonce_keys
 SET token        = token + 1,
     locked_until = min(coalesce(CAST(?1 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000), expires_at)
-WHERE scope = ?2 AND idempotency_key = ?3 AND token = ?4 AND state = 2
+WHERE namespace = ?2 AND scope = ?3 AND idempotency_key = ?4 AND token = ?5 AND state = 2
 `
 
 type KeyReleaseParams struct {
 	Now            sql.NullInt64
+	Namespace      int64
 	Scope          string
 	IdempotencyKey string
 	Token          int64
@@ -250,6 +270,7 @@ type KeyReleaseParams struct {
 func (q *Queries) KeyRelease(ctx context.Context, db DBTX, arg KeyReleaseParams) (int64, error) {
 	result, err := db.ExecContext(ctx, keyRelease,
 		arg.Now,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
@@ -263,11 +284,12 @@ func (q *Queries) KeyRelease(ctx context.Context, db DBTX, arg KeyReleaseParams)
 const keySetResponse = `-- name: KeySetResponse :execrows
 UPDATE sqlonce_keys
 SET response = ?1
-WHERE scope = ?2 AND idempotency_key = ?3 AND token = ?4
+WHERE namespace = ?2 AND scope = ?3 AND idempotency_key = ?4 AND token = ?5
 `
 
 type KeySetResponseParams struct {
 	Response       []byte
+	Namespace      int64
 	Scope          string
 	IdempotencyKey string
 	Token          int64
@@ -278,6 +300,7 @@ type KeySetResponseParams struct {
 func (q *Queries) KeySetResponse(ctx context.Context, db DBTX, arg KeySetResponseParams) (int64, error) {
 	result, err := db.ExecContext(ctx, keySetResponse,
 		arg.Response,
+		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,

@@ -9,6 +9,7 @@ import (
 )
 
 type SqlonceKey struct {
+	Namespace      int64
 	Scope          string
 	IdempotencyKey string
 	Fingerprint    []byte

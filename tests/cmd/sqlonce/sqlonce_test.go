@@ -145,14 +145,15 @@ func lifecycle(t *testing.T, tg target) {
 	db := tg.dsn
 
 	r := sqlonce(t, "migrate", "status", "--db", db).succeeds(t)
-	if strings.Count(r.stdout, "pending") != 2 {
+	if strings.Count(r.stdout, "pending") != 3 {
 		t.Fatalf("status of an empty database:\n%s", r.stdout)
 	}
 	sqlonce(t, "stats", "--db", db).failsWith(t, 1, "sqlonce migrate up")
 	sqlonce(t, "purge", "--db", db).failsWith(t, 1, "sqlonce migrate up")
 
 	r = sqlonce(t, "migrate", "up", "--db", db).succeeds(t)
-	if !strings.Contains(r.stdout, "applied 00001_sqlonce_keys.sql") || !strings.Contains(r.stdout, "applied 00002_sqlonce_tokens.sql") {
+	if !strings.Contains(r.stdout, "applied 00001_sqlonce_keys.sql") || !strings.Contains(r.stdout, "applied 00002_sqlonce_tokens.sql") ||
+		!strings.Contains(r.stdout, "applied 00003_sqlonce_keys_namespace.sql") {
 		t.Fatalf("migrate up:\n%s", r.stdout)
 	}
 	r = sqlonce(t, "migrate", "--db", db, "up").succeeds(t)
@@ -176,7 +177,7 @@ func lifecycle(t *testing.T, tg target) {
 		}
 	}
 	r = sqlonce(t, "stats", "--db", db).succeeds(t)
-	if !regexp.MustCompile(`(?m)^old-requests\s+25\s+0\s+25\s`).MatchString(r.stdout) ||
+	if !regexp.MustCompile(`(?m)^dedupe\s+old-requests\s+25\s+0\s+25\s`).MatchString(r.stdout) ||
 		!regexp.MustCompile(`(?m)/checkout\s+12\s+0\s+0\s`).MatchString(r.stdout) {
 		t.Fatalf("stats:\n%s", r.stdout)
 	}
@@ -202,8 +203,9 @@ func lifecycle(t *testing.T, tg target) {
 
 	sqlonce(t, "migrate", "down", "--db", db).succeeds(t)
 	sqlonce(t, "migrate", "down", "--db", db).succeeds(t)
+	sqlonce(t, "migrate", "down", "--db", db).succeeds(t)
 	r = sqlonce(t, "migrate", "status", "--db", db).succeeds(t)
-	if strings.Count(r.stdout, "pending") != 2 {
+	if strings.Count(r.stdout, "pending") != 3 {
 		t.Fatalf("status after migrating down:\n%s", r.stdout)
 	}
 }
