@@ -28,6 +28,12 @@
 // Wrap has the type routers take for middleware, so it fits ServeMux and
 // any router with a Use(func(http.Handler) http.Handler) method; the
 // library depends on net/http alone.
+// Routers whose handlers return errors instead of writing them (echo)
+// must write the error inside the wrapped handler, or httpidem records
+// the empty answer the handler left; gin's handlers write through a
+// gin.ResponseWriter of their own. The repository's tests/routers holds
+// tested recipes for chi, echo and gin, route names included
+// ([WithRoute]).
 //
 // # What the draft asks, and what the middleware does
 //
