@@ -141,3 +141,31 @@ func reachable(t *testing.T, db string, cfg Config) {
 	}
 	t.Skipf("%s does not answer: %v", what, err)
 }
+
+// With -latency every request pays the delay on each of its round trips:
+// the bare transaction (BEGIN, INSERT, COMMIT) at least three round trips
+// of twice the delay. A lower bound, which a slow machine cannot break.
+func TestLatencyView(t *testing.T) {
+	cfg := DefaultConfig()
+	if dsn := os.Getenv(PostgresEnv); dsn != "" {
+		cfg.PostgresDSN = dsn
+	}
+	reachable(t, "postgres", cfg)
+	cfg.Databases = []string{"postgres"}
+	cfg.RedisAddr = ""
+	cfg.Only = []string{"dedupe-run"}
+	cfg.Clients, cfg.Rounds, cfg.Duration, cfg.Warmup, cfg.FaultRequests = 2, 1, 100*time.Millisecond, 0, 0
+	cfg.Latency = time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Databases[0].Results {
+		t.Logf("%-16s p50 %.2f ms", r.ID, r.P50Ms)
+		if r.P50Ms < 6 {
+			t.Errorf("%s: p50 %.2f ms, below three round trips of 2 ms", r.ID, r.P50Ms)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // WriteTable writes the report for people.
@@ -27,6 +28,9 @@ func WriteTable(w io.Writer, rep *Report) error {
 	if s.FaultRequests > 0 {
 		p("faults:   %d requests per technique; request i: i%%4=0 crash before commit, 1 duplicate mid-flight (%v), 2 both, 3 clean; clients retry for up to %.0f s; lease %v, Redis TTL %.0f s",
 			s.FaultRequests, msDur(s.WindowMs), s.RetryBudgetS, msDur(s.LeaseMs), s.MarkerTTLSec)
+	}
+	if s.LatencyMs > 0 {
+		p("%s", latencyLine(time.Duration(s.LatencyMs*float64(time.Millisecond))))
 	}
 	if rep.Redis != nil {
 		p("redis:    %s %s (%s)", rep.Redis.Name, rep.Redis.Version, settings(rep.Redis.Settings))

@@ -58,6 +58,10 @@ type Config struct {
 	Only []string
 	// Seed orders the techniques within rounds.
 	Seed uint64
+	// Latency, when positive, puts every server behind a proxy that adds
+	// it to each direction of every exchange: the view of a client across
+	// a network, where each round trip costs a fixed time.
+	Latency time.Duration
 	// Progress receives one line per step; nil discards.
 	Progress io.Writer
 }
@@ -105,6 +109,7 @@ type Settings struct {
 	LeaseMs       float64 `json:"lease_ms"`
 	MarkerTTLSec  float64 `json:"marker_ttl_s"`
 	RetryBudgetS  float64 `json:"retry_budget_s"`
+	LatencyMs     float64 `json:"latency_ms,omitempty"`
 }
 
 // Server describes a database or Redis server.
@@ -220,6 +225,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// The fault phase kills connections on purpose, and go-sql-driver logs
 	// each; the benchmark counts them itself.
 	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
+	if cfg.Latency > 0 {
+		stop, err := network(&cfg)
+		if err != nil {
+			return nil, err
+		}
+		defer stop()
+	}
 	rep := &Report{
 		Started: time.Now().UTC(),
 		Machine: describeMachine(),
@@ -228,6 +240,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			DurationMs: ms(cfg.Duration), WarmupMs: ms(cfg.Warmup),
 			FaultRequests: cfg.FaultRequests, WindowMs: ms(cfg.Window), LeaseMs: ms(cfg.Lease),
 			MarkerTTLSec: cfg.MarkerTTL.Seconds(), RetryBudgetS: cfg.RetryBudget.Seconds(),
+			LatencyMs: ms(cfg.Latency),
 		},
 	}
 	var rdb *redis.Client

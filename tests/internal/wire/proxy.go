@@ -52,7 +52,8 @@ type Proxy struct {
 }
 
 // Listen starts a proxy on a free loopback port that forwards every
-// connection to upstream; dialect is "postgres" or "mysql". delay, if not
+// connection to upstream; dialect is "postgres" or "mysql" (statements
+// counted), or anything else (round trips only). delay, if not
 // zero, holds every chunk that long before forwarding it, each way: a
 // network whose round trip takes twice delay. Close stops it.
 func Listen(dialect, upstream string, delay time.Duration) (*Proxy, error) {
@@ -124,8 +125,10 @@ func (p *Proxy) accept() {
 		switch p.dialect {
 		case "postgres":
 			parser = &pgParser{startup: true}
-		default:
+		case "mysql":
 			parser = &myParser{}
+		default:
+			parser = noStatements{}
 		}
 		p.wg.Add(2)
 		go p.pipe(u, c, func(b []byte) {
@@ -213,6 +216,12 @@ func (s *connState) serverSent() bool {
 	s.pending = false
 	return was
 }
+
+// noStatements is the parser of a protocol whose statements are not
+// counted (Redis, behind a proxy only for its latency).
+type noStatements struct{}
+
+func (noStatements) feed([]byte) int { return 0 }
 
 // frameParser reads a client's byte stream and returns how many statements
 // a chunk completed the header of.
