@@ -39,7 +39,19 @@
 // (PostgreSQL), [github.com/sqlonce/sqlonce/mysqldriver] for *sql.Tx (MySQL
 // and MariaDB) and [github.com/sqlonce/sqlonce/sqlitedriver] for *sql.Tx
 // (SQLite). The dialect follows from the driver; it is never probed at run
-// time. sqlonce never commits or rolls back the caller's transaction.
+// time. sqlonce never commits or rolls back the caller's transaction, and
+// refuses a nil one ([ErrInvalidArgument]) before any SQL runs.
+//
+// # Zero values
+//
+// One rule for every option, TTL and limit: 0 takes the default (a TTL, a
+// size or a batch of 0 has no useful meaning, and is what a field left
+// unset holds), a negative value or one over its bound is
+// [ErrInvalidArgument]. So dedupe.WithTTL(0), Request.TTL 0,
+// WithMaxResponseSize(0), Purge(ctx, 0) and PurgeTx(ctx, tx, 0), and their
+// token, inbox and httpidem equivalents, are the defaults. A wait of 0
+// (dedupe.WithLockWait, httpidem.WithWait) waits not at all. Lengths that
+// have no default, a lease's and a no-repeat window's, must be positive.
 //
 // # Observing
 //

@@ -57,12 +57,16 @@ type options struct {
 }
 
 // WithTTL sets how long keys live after they are recorded (DefaultTTL
-// otherwise). A Request's own TTL overrides it. An expired key counts as
-// absent: the next claim takes it over.
+// otherwise, and for 0; negative is sqlonce.ErrInvalidArgument). A
+// Request's own TTL overrides it. An expired key counts as absent: the
+// next claim takes it over.
 func WithTTL(ttl time.Duration) Option {
 	return func(o *options) error {
-		if ttl <= 0 {
-			return fmt.Errorf("%w: TTL %v is not positive", sqlonce.ErrInvalidArgument, ttl)
+		switch {
+		case ttl < 0:
+			return fmt.Errorf("%w: TTL %v is negative", sqlonce.ErrInvalidArgument, ttl)
+		case ttl == 0:
+			ttl = DefaultTTL
 		}
 		o.ttl = ttl
 		return nil
@@ -70,11 +74,15 @@ func WithTTL(ttl time.Duration) Option {
 }
 
 // WithMaxResponseSize sets the largest response, in bytes, the Store
-// records (DefaultMaxResponseSize otherwise, at most MaxResponseSize).
+// records: DefaultMaxResponseSize otherwise, and for 0; at most
+// MaxResponseSize (sqlonce.ErrInvalidArgument above it or below 0).
 func WithMaxResponseSize(n int) Option {
 	return func(o *options) error {
-		if n < 0 || n > MaxResponseSize {
+		switch {
+		case n < 0 || n > MaxResponseSize:
 			return fmt.Errorf("%w: max response size %d is outside 0..%d", sqlonce.ErrInvalidArgument, n, MaxResponseSize)
+		case n == 0:
+			n = DefaultMaxResponseSize
 		}
 		o.maxResponse = n
 		return nil
@@ -106,11 +114,16 @@ func WithNoWait() Option { return WithLockWait(time.Millisecond) }
 // for another transaction holding the key, then returns an error matching
 // sqlonce.ErrInProgress; if the holder rolls back within d, the claim is
 // won. On MySQL/MariaDB d is counted in whole seconds, rounded down (below
-// one second it is WithNoWait). d must be positive.
+// one second it is WithNoWait). 0 waits not at all: it is WithNoWait.
+// Negative is sqlonce.ErrInvalidArgument.
 func WithLockWait(d time.Duration) Option {
 	return func(o *options) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: lock wait %v is not positive", sqlonce.ErrInvalidArgument, d)
+		switch {
+		case d < 0:
+			return fmt.Errorf("%w: lock wait %v is negative", sqlonce.ErrInvalidArgument, d)
+		case d == 0:
+			// A lock timeout of 0 means "no timeout" to PostgreSQL.
+			d = time.Millisecond
 		}
 		o.lockWait = d
 		return nil
@@ -150,7 +163,8 @@ type Request struct {
 	// sqlonce.ErrKeyReuse. Empty matches only empty. At most
 	// sqlonce.MaxFingerprintLen bytes.
 	Fingerprint []byte
-	// TTL overrides the Store's TTL for this key. Zero uses the Store's.
+	// TTL overrides the Store's TTL for this key. Zero uses the Store's;
+	// negative is sqlonce.ErrInvalidArgument.
 	TTL time.Duration
 }
 
@@ -361,8 +375,9 @@ func existing(req Request, e driver.Existing) (sqlonce.Result, error) {
 // transactions have locked, so that purgers and claims in progress do not
 // wait on each other; on MySQL/MariaDB it waits for them (an expired key
 // being taken over, another purger's batch), and each key is still
-// deleted once. limit must be 1..100000
-// (sqlonce.ErrInvalidArgument otherwise, before any SQL runs).
+// deleted once. limit is at most 100000; 0 is DefaultPurgeBatch
+// (sqlonce.ErrInvalidArgument for a negative limit or one over 100000,
+// before any SQL runs).
 func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (n int64, err error) {
 	op := obs.Start(s.observer, "dedupe", "PurgeTx", "", "")
 	defer func() { op.Rows(n); op.Done(ctx, err) }()
@@ -372,6 +387,9 @@ func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (n int64, e
 func (s *Store[TTx]) purgeTx(ctx context.Context, tx TTx, limit int) (int64, error) {
 	if err := keys.CheckTx(tx); err != nil {
 		return 0, err
+	}
+	if limit == 0 {
+		limit = DefaultPurgeBatch
 	}
 	if err := checkPurgeLimit(limit); err != nil {
 		return 0, err

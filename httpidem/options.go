@@ -160,13 +160,16 @@ func WithRecord(record RecordFunc) Option {
 }
 
 // WithMaxBody sets the largest request body accepted, in bytes
-// (DefaultMaxBody otherwise). A larger one is answered 413 before the
-// handler runs. The middleware reads the body to fingerprint it and hands
-// the handler a copy to read.
+// (DefaultMaxBody otherwise, and for 0; negative is an error). A larger
+// one is answered 413 before the handler runs. The middleware reads the
+// body to fingerprint it and hands the handler a copy to read.
 func WithMaxBody(n int64) Option {
 	return func(c *config) error {
-		if n < 0 {
+		switch {
+		case n < 0:
 			return invalid("max body %d is negative", n)
+		case n == 0:
+			n = DefaultMaxBody
 		}
 		c.maxBody = n
 		return nil
@@ -174,12 +177,16 @@ func WithMaxBody(n int64) Option {
 }
 
 // WithTTL sets how long a key and its recorded response live
-// (dedupe.DefaultTTL, 24 hours, otherwise). The draft asks servers to
-// publish this expiration policy. After it, the key is free again.
+// (dedupe.DefaultTTL, 24 hours, otherwise, and for 0; negative is an
+// error). The draft asks servers to publish this expiration policy. After
+// it, the key is free again.
 func WithTTL(ttl time.Duration) Option {
 	return func(c *config) error {
-		if ttl <= 0 {
-			return invalid("TTL %v is not positive", ttl)
+		switch {
+		case ttl < 0:
+			return invalid("TTL %v is negative", ttl)
+		case ttl == 0:
+			ttl = dedupe.DefaultTTL
 		}
 		c.ttl = ttl
 		return nil
@@ -187,14 +194,17 @@ func WithTTL(ttl time.Duration) Option {
 }
 
 // WithMaxResponseSize sets the largest response body recorded, in bytes
-// (dedupe.DefaultMaxResponseSize otherwise, at most
+// (dedupe.DefaultMaxResponseSize otherwise, and for 0; at most
 // dedupe.MaxResponseSize). A handler that writes more gets a 500 answer
 // and, in transactional mode, its work rolled back: size it above the
 // handler's largest answer.
 func WithMaxResponseSize(n int) Option {
 	return func(c *config) error {
-		if n < 0 || n > dedupe.MaxResponseSize {
+		switch {
+		case n < 0 || n > dedupe.MaxResponseSize:
 			return invalid("max response size %d is outside 0..%d", n, dedupe.MaxResponseSize)
+		case n == 0:
+			n = dedupe.DefaultMaxResponseSize
 		}
 		c.maxResponse = n
 		return nil
@@ -335,11 +345,12 @@ func FingerprintJSON(r *http.Request, body []byte) ([]byte, error) {
 // MySQL/MariaDB d counts in whole seconds, rounded down, as
 // dedupe.WithLockWait says; under one second it does not wait); in lease
 // mode it asks again at growing intervals, up to 200ms, holding none. Keep
-// d below the server's and the client's request timeouts.
+// d below the server's and the client's request timeouts. 0 waits not at
+// all, as without the option; negative is an error.
 func WithWait(d time.Duration) Option {
 	return func(c *config) error {
-		if d <= 0 {
-			return invalid("wait %v is not positive", d)
+		if d < 0 {
+			return invalid("wait %v is negative", d)
 		}
 		c.wait = d
 		return nil

@@ -36,13 +36,17 @@ type options struct {
 }
 
 // WithTTL sets how long a message id is remembered after its message was
-// applied (DefaultTTL otherwise). A message redelivered after that runs
+// applied (DefaultTTL otherwise, and for 0; negative is
+// sqlonce.ErrInvalidArgument). A message redelivered after that runs
 // again: choose it longer than the broker can redeliver a message (its
 // retention, its maximum redelivery delay).
 func WithTTL(ttl time.Duration) Option {
 	return func(o *options) error {
-		if ttl <= 0 {
-			return fmt.Errorf("%w: inbox TTL %v is not positive", sqlonce.ErrInvalidArgument, ttl)
+		switch {
+		case ttl < 0:
+			return fmt.Errorf("%w: inbox TTL %v is negative", sqlonce.ErrInvalidArgument, ttl)
+		case ttl == 0:
+			ttl = DefaultTTL
 		}
 		o.ttl = ttl
 		return nil

@@ -62,12 +62,16 @@ type options struct {
 	ttl time.Duration
 }
 
-// WithTTL sets how long tokens live from Issue (DefaultTTL otherwise). A
-// consumed token is kept until then, so that a repeat is recognised as
-// AlreadyDone; after it, the token is ErrExpired, then, once purged,
-// ErrUnknown.
+// WithTTL sets how long tokens live from Issue (DefaultTTL otherwise, and
+// for 0; sqlonce.ErrInvalidArgument below 0 or between 0 and 1µs, which
+// the database cannot count). A consumed token is kept until then, so that
+// a repeat is recognised as AlreadyDone; after it, the token is
+// ErrExpired, then, once purged, ErrUnknown.
 func WithTTL(ttl time.Duration) Option {
 	return func(o *options) error {
+		if ttl == 0 {
+			ttl = DefaultTTL
+		}
 		if ttl < time.Microsecond {
 			return fmt.Errorf("%w: token TTL %v is shorter than 1µs", sqlonce.ErrInvalidArgument, ttl)
 		}
@@ -229,8 +233,9 @@ func hash(token string) ([]byte, error) {
 }
 
 // PurgeTx deletes up to limit expired tokens, consumed or not, in tx and
-// reports how many. limit must be 1..100000 (sqlonce.ErrInvalidArgument
-// otherwise, before any SQL runs).
+// reports how many. limit is at most 100000; 0 is DefaultPurgeBatch
+// (sqlonce.ErrInvalidArgument for a negative limit or one over 100000,
+// before any SQL runs).
 func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (n int64, err error) {
 	op := obs.Start(s.observer, "token", "PurgeTx", "", "")
 	defer func() { op.Rows(n); op.Done(ctx, err) }()
@@ -240,6 +245,9 @@ func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (n int64, e
 func (s *Store[TTx]) purgeTx(ctx context.Context, tx TTx, limit int) (int64, error) {
 	if err := keys.CheckTx(tx); err != nil {
 		return 0, err
+	}
+	if limit == 0 {
+		limit = DefaultPurgeBatch
 	}
 	if err := checkPurge("limit", limit); err != nil {
 		return 0, err

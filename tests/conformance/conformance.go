@@ -30,6 +30,7 @@ func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("Inbox", func(t *testing.T) { runInbox(t, f) })
 	t.Run("InboxBatch", func(t *testing.T) { runInboxBatch(t, f) })
 	t.Run("NilTx", func(t *testing.T) { runNilTx(t, f) })
+	t.Run("ZeroValues", func(t *testing.T) { runZeroValues(t, f) })
 	t.Run("Observe", func(t *testing.T) { runObserve(t, f) })
 	t.Run("Namespace", func(t *testing.T) { runNamespace(t, f) })
 }

@@ -763,11 +763,9 @@ func ddInvalidArguments[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		t.Errorf("New(%T(nil)): got %v, want ErrInvalidArgument", typedNil, err)
 	}
 	for name, opt := range map[string]dedupe.Option{
-		"WithTTL(0)":                   dedupe.WithTTL(0),
 		"WithTTL(-1s)":                 dedupe.WithTTL(-time.Second),
 		"WithMaxResponseSize(-1)":      dedupe.WithMaxResponseSize(-1),
 		"WithMaxResponseSize(max + 1)": dedupe.WithMaxResponseSize(dedupe.MaxResponseSize + 1),
-		"WithLockWait(0)":              dedupe.WithLockWait(0),
 		"WithLockWait(-1s)":            dedupe.WithLockWait(-time.Second),
 		"nil option":                   nil,
 	} {

@@ -109,19 +109,19 @@ func runDedupeReplay[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 
-	t.Run("ZeroLimit", func(t *testing.T) {
+	t.Run("ZeroLimitIsDefault", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
 		store, err := dedupe.New(db.Driver(), dedupe.WithMaxResponseSize(0))
 		must(t, err)
-		res, _, err := ddDoResponse(ctx, db, store, harness.Default, dedupe.Request{Scope: "replay", Key: "empty"}, nil)
+		res, _, err := ddDoResponse(ctx, db, store, harness.Default, dedupe.Request{Scope: "replay", Key: "default"}, make([]byte, dedupe.DefaultMaxResponseSize))
 		must(t, err)
-		if !res.FirstRun() || res.Response == nil || len(res.Response) != 0 {
-			t.Fatalf("empty response: got %v %q", res, res.Response)
+		if !res.FirstRun() || len(res.Response) != dedupe.DefaultMaxResponseSize {
+			t.Fatalf("a response of the default limit: got %v with %d bytes", res, len(res.Response))
 		}
-		_, _, err = ddDoResponse(ctx, db, store, harness.Default, dedupe.Request{Scope: "replay", Key: "one byte"}, []byte{0})
+		_, _, err = ddDoResponse(ctx, db, store, harness.Default, dedupe.Request{Scope: "replay", Key: "one byte more"}, make([]byte, dedupe.DefaultMaxResponseSize+1))
 		if !errors.Is(err, sqlonce.ErrResponseTooLarge) {
-			t.Fatalf("one byte: got %v, want ErrResponseTooLarge", err)
+			t.Fatalf("one byte over the default: got %v, want ErrResponseTooLarge", err)
 		}
 		ddKeys(t, db, 1)
 	})

@@ -340,8 +340,10 @@ func runToken[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		if _, err := token.New[TTx](nil); !errors.Is(err, sqlonce.ErrInvalidArgument) {
 			t.Fatalf("nil driver: %v", err)
 		}
-		if _, err := token.New(db.Driver(), token.WithTTL(0)); !errors.Is(err, sqlonce.ErrInvalidArgument) {
-			t.Fatalf("zero TTL: %v", err)
+		for _, ttl := range []time.Duration{-time.Second, time.Nanosecond} {
+			if _, err := token.New(db.Driver(), token.WithTTL(ttl)); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+				t.Fatalf("TTL %v: %v", ttl, err)
+			}
 		}
 		s, err := token.New(db.Driver())
 		must(t, err)
