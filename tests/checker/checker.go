@@ -39,7 +39,7 @@ const (
 )
 
 // AllOps lists every workload.
-var AllOps = []string{Do, DoResponse, DoPair, DoNested, DoNestedText, Unique, Optimistic, StateMachine, Lease, StoreRun, DoBatch}
+var AllOps = []string{Do, DoResponse, DoPair, DoNested, DoNestedText, Unique, Optimistic, StateMachine, Lease, StoreRun, DoBatch, LeaseDeadline}
 
 // DurationEnv overrides the run length of every checker run (a Go
 // duration: "5m").
@@ -227,7 +227,8 @@ type run[TTx any] struct {
 	notes    map[string]int // events outside attempts (external calls, ...)
 	leases   sync.Map       // lease keys used
 
-	runTargets []runTarget // the key families the StoreRun workload hits
+	runTargets []runTarget  // the key families the StoreRun workload hits
+	ldKeys     atomic.Int64 // keys of the LeaseDeadline workload
 }
 
 func (r *run[TTx]) tick() int64 { return r.lclock.Add(1) }

@@ -38,6 +38,8 @@ func (w *worker[TTx]) loop() {
 			w.leaseOp(w.key(Lease))
 		case StoreRun:
 			w.runOp()
+		case LeaseDeadline:
+			w.leaseDeadlineOp()
 		case DoBatch:
 			w.batchOp()
 		default:

@@ -39,6 +39,8 @@ type Report struct {
 	unknownCommitted int
 	leaseClaims      int
 	leaseTakeovers   int
+	ldKeys           int // keys of the LeaseDeadline workload checked
+	ldTakeovers      int // of which a racer took the lapsed lease over and did the work
 	run              RunCounts
 	lines            []string
 }
@@ -187,6 +189,9 @@ func (r *Report) summarize() {
 	}
 	add("  leases: %d claims won, %d takeovers, %d external calls; notes: %s",
 		r.leaseClaims, r.leaseTakeovers, r.notes["lease external calls"], joinCounts(r.notes))
+	if r.ldKeys > 0 {
+		add("  lease deadline: %d keys raced at their lease's deadline, %d taken over and done by a racer", r.ldKeys, r.ldTakeovers)
+	}
 	byKind := map[string]int{}
 	for _, v := range r.Violations {
 		byKind[v.Kind]++

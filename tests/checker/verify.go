@@ -75,6 +75,8 @@ func (r *run[TTx]) verify(rep *Report, s *dbState, vEnd time.Time) {
 			v.checkStateMachine(key, steps, s)
 		case "opt":
 			v.checkOptimistic(key, steps, s)
+		case "ld":
+			v.checkLeaseDeadline(key, steps, s)
 		case "lease":
 			v.checkLease(key, steps, s, r.cfg.Lease, vEnd)
 		default:
@@ -117,7 +119,7 @@ func (r *run[TTx]) verify(rep *Report, s *dbState, vEnd time.Time) {
 // named reports whether the effects of key name their writer.
 func named(key string) bool {
 	family, _, _ := strings.Cut(key, ":")
-	return family == "do" || family == "resp" || family == "run" || family == "u" || family == "lease"
+	return family == "do" || family == "resp" || family == "run" || family == "u" || family == "lease" || family == "ld"
 }
 
 // wrote reports whether the database names st's attempt as the writer of

@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net"
+	"strconv"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
@@ -24,6 +26,10 @@ type Settings struct {
 	MySQL map[string]string
 	// Postgres are run-time parameters set on every connection.
 	Postgres map[string]string
+	// Addr, when set, is the "host:port" the pool dials instead of the
+	// server's: a proxy in front of it (tests/internal/faultproxy). DSN()
+	// still names the server itself.
+	Addr string
 }
 
 // Reopen returns db seen through a pool of its own (maxConns connections,
@@ -42,6 +48,17 @@ func Reopen[TTx any](t testing.TB, db DB[TTx], maxConns int, s Settings) (DB[TTx
 		}
 		for k, v := range s.Postgres {
 			cfg.ConnConfig.RuntimeParams[k] = v
+		}
+		if s.Addr != "" {
+			host, port, err := net.SplitHostPort(s.Addr)
+			if err != nil {
+				return nil, err
+			}
+			p, err := strconv.ParseUint(port, 10, 16)
+			if err != nil {
+				return nil, err
+			}
+			cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(p), nil
 		}
 		cfg.MaxConns = int32(maxConns)
 		pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -69,6 +86,9 @@ func Reopen[TTx any](t testing.TB, db DB[TTx], maxConns int, s Settings) (DB[TTx
 				cfg.Params[k] = v
 			}
 		}
+		if s.Addr != "" {
+			cfg.Addr = s.Addr
+		}
 		dsn := cfg.FormatDSN()
 		sqlDB, err := sql.Open("mysql", dsn)
 		if err != nil {
@@ -79,6 +99,9 @@ func Reopen[TTx any](t testing.TB, db DB[TTx], maxConns int, s Settings) (DB[TTx
 		t.Cleanup(func() { sqlDB.Close() })
 		if err := sqlDB.PingContext(ctx); err != nil {
 			return nil, err
+		}
+		if s.Addr != "" {
+			dsn = d.db.DSN
 		}
 		out = &myDB{db: &testdb.MySQL{DB: sqlDB, Name: d.db.Name, DSN: dsn}, driver: mysqldriver.New(sqlDB)}
 	case *liteDB:
