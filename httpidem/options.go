@@ -195,9 +195,13 @@ func WithTTL(ttl time.Duration) Option {
 
 // WithMaxResponseSize sets the largest response body recorded, in bytes
 // (dedupe.DefaultMaxResponseSize otherwise, and for 0; at most
-// dedupe.MaxResponseSize). A handler that writes more gets a 500 answer
-// and, in transactional mode, its work rolled back: size it above the
-// handler's largest answer.
+// dedupe.MaxResponseSize). Only the body counts: the status and the
+// recorded header fields are stored beside it, the whole record up to
+// dedupe.MaxResponseSize. An answer that cannot be recorded is answered
+// 500 with code CodeResponseTooLarge and reported to WithErrorLog; in
+// transactional mode the handler's work rolls back and the key stays
+// free, in lease mode the work is done and the key replays that problem.
+// Size it above the handler's largest answer.
 func WithMaxResponseSize(n int) Option {
 	return func(c *config) error {
 		switch {
