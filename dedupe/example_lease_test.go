@@ -8,16 +8,18 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/internal/exampledb"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 )
+
+// postgres and mariadb, at the end of example_test.go, connect and create
+// the tables these examples use, as a program does at start-up.
 
 // A charge through an outside payment provider cannot sit inside a database
 // transaction: a lease keeps duplicates out while it runs, and the recorded
 // answer serves every retry after.
 func ExampleStore_Claim() {
 	ctx := context.Background()
-	pool := exampledb.Postgres("dedupe_lease")
+	pool := postgres("dedupe_lease")
 	defer pool.Close()
 	store, err := dedupe.New(pgxdriver.New(pool))
 	if err != nil {
@@ -55,7 +57,7 @@ func ExampleStore_Claim() {
 // of instances.
 func ExampleStore_Purge() {
 	ctx := context.Background()
-	pool := exampledb.Postgres("dedupe_purge")
+	pool := postgres("dedupe_purge")
 	defer pool.Close()
 	store, err := dedupe.New(pgxdriver.New(pool))
 	if err != nil {

@@ -8,17 +8,19 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/internal/exampledb"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 )
+
+// postgres and mariadb, at the end of example_test.go, connect and create
+// the tables these examples use, as a program does at start-up.
 
 // A handler that owns its transaction lets the Store run it: the charge,
 // the key and the receipt commit together, and the retries get the first
 // receipt back.
 func ExampleStore_Run() {
 	ctx := context.Background()
-	pool := exampledb.Postgres("dedupe_run")
+	pool := postgres("dedupe_run")
 	defer pool.Close()
 
 	store, err := dedupe.New(pgxdriver.New(pool))
@@ -58,7 +60,7 @@ func ExampleStore_Run() {
 // repeat is answered by one read, outside any transaction.
 func ExampleRunJSON() {
 	ctx := context.Background()
-	db := exampledb.MySQL("dedupe_run")
+	db := mariadb("dedupe_run")
 	defer db.Close()
 
 	store, err := dedupe.New(mysqldriver.New(db))

@@ -5,11 +5,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sqlonce/sqlonce/inbox"
-	"github.com/sqlonce/sqlonce/internal/exampledb"
+	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 )
@@ -29,7 +33,7 @@ func (d delivery) Nak() { fmt.Println("nak", d.id) }
 // first attempt failed: the ledger gets each payment once.
 func Example() {
 	ctx := context.Background()
-	pool := exampledb.Postgres("inbox")
+	pool := postgres("inbox")
 	defer pool.Close()
 
 	in, err := inbox.New(pgxdriver.New(pool), "ledger-writer")
@@ -73,7 +77,7 @@ func Example() {
 // acks.
 func ExampleInbox_HandleTx() {
 	ctx := context.Background()
-	db := exampledb.MySQL("inbox")
+	db := mariadb("inbox")
 	defer db.Close()
 
 	in, err := inbox.New(mysqldriver.New(db), "order-projector")
@@ -116,7 +120,7 @@ func ExampleInbox_HandleTx() {
 // was lost.
 func ExampleInbox_HandleBatch() {
 	ctx := context.Background()
-	pool := exampledb.Postgres("inbox_batch")
+	pool := postgres("inbox_batch")
 	defer pool.Close()
 
 	in, err := inbox.New(pgxdriver.New(pool), "ledger-writer")
@@ -154,4 +158,109 @@ func ExampleInbox_HandleBatch() {
 	// pay-2 first run
 	// pay-3 first run
 	// ledger rows: 3 total: 400
+}
+
+// postgres does what a program does once at start-up: it connects to
+// PostgreSQL (SQLONCE_POSTGRES_DSN, or the local default below), installs
+// sqlonce's tables with migrations.Up and creates the business tables.
+// Each example works in a schema of its own, emptied on every run, so that
+// its output is the same each time.
+func postgres(name string) *pgxpool.Pool {
+	ctx := context.Background()
+	dsn := os.Getenv("SQLONCE_POSTGRES_DSN")
+	if dsn == "" {
+		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		panic(err)
+	}
+	schema := "example_" + name
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
+		panic(err)
+	}
+	// sqlonce's tables: goose runs on database/sql.
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	if err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
+		panic(err)
+	}
+	// The business tables the examples write.
+	if _, err := pool.Exec(ctx, `
+		CREATE TABLE orders (
+		    id      bigserial PRIMARY KEY,
+		    code    text   NOT NULL CONSTRAINT orders_code_key UNIQUE,
+		    amount  bigint NOT NULL DEFAULT 0,
+		    status  text   NOT NULL DEFAULT 'created',
+		    version bigint NOT NULL DEFAULT 1
+		);
+		CREATE TABLE ledger (
+		    id     bigserial PRIMARY KEY,
+		    ref    text   NOT NULL,
+		    amount bigint NOT NULL
+		)`); err != nil {
+		panic(err)
+	}
+	return pool
+}
+
+// mariadb does what a program does once at start-up: it connects to
+// MySQL or MariaDB (SQLONCE_MYSQL_DSN, or the local default below),
+// installs sqlonce's tables with migrations.Up and creates the business tables.
+// Each example works in a database of its own, emptied on every run, so
+// that its output is the same each time.
+func mariadb(name string) *sql.DB {
+	ctx := context.Background()
+	dsn := os.Getenv("SQLONCE_MYSQL_DSN")
+	if dsn == "" {
+		dsn = "root@tcp(127.0.0.1:3306)/test?parseTime=true"
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		panic(err)
+	}
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		panic(err)
+	}
+	defer admin.Close()
+	cfg.DBName = "example_" + name
+	for _, q := range []string{"DROP DATABASE IF EXISTS " + cfg.DBName, "CREATE DATABASE " + cfg.DBName} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			panic(err)
+		}
+	}
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		panic(err)
+	}
+	if err := migrations.Up(ctx, db, migrations.MySQL); err != nil {
+		panic(err)
+	}
+	// The business tables the examples write.
+	if _, err := db.ExecContext(ctx, `
+		CREATE TABLE orders (
+		    id      BIGINT      NOT NULL AUTO_INCREMENT PRIMARY KEY,
+		    code    VARCHAR(64) NOT NULL,
+		    amount  BIGINT      NOT NULL DEFAULT 0,
+		    status  VARCHAR(32) NOT NULL DEFAULT 'created',
+		    version BIGINT      NOT NULL DEFAULT 1,
+		    UNIQUE KEY orders_code_key (code)
+		)`); err != nil {
+		panic(err)
+	}
+	if _, err := db.ExecContext(ctx, `
+		CREATE TABLE ledger (
+		    id     BIGINT      NOT NULL AUTO_INCREMENT PRIMARY KEY,
+		    ref    VARCHAR(64) NOT NULL,
+		    amount BIGINT      NOT NULL
+		)`); err != nil {
+		panic(err)
+	}
+	return db
 }

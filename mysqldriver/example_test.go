@@ -2,10 +2,14 @@ package mysqldriver_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"os"
+
+	"github.com/go-sql-driver/mysql"
 
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/internal/exampledb"
+	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 )
 
@@ -13,7 +17,7 @@ import (
 // *sql.Tx the caller already has.
 func ExampleNew() {
 	ctx := context.Background()
-	db := exampledb.MySQL("mysqldriver")
+	db := mariadb("mysqldriver")
 	defer db.Close()
 
 	store, err := dedupe.New(mysqldriver.New(db))
@@ -35,4 +39,40 @@ func ExampleNew() {
 	}
 	fmt.Println(res)
 	// Output: first run
+}
+
+// mariadb does what a program does once at start-up: it connects to
+// MySQL or MariaDB (SQLONCE_MYSQL_DSN, or the local default below),
+// installs sqlonce's tables with migrations.Up.
+// Each example works in a database of its own, emptied on every run, so
+// that its output is the same each time.
+func mariadb(name string) *sql.DB {
+	ctx := context.Background()
+	dsn := os.Getenv("SQLONCE_MYSQL_DSN")
+	if dsn == "" {
+		dsn = "root@tcp(127.0.0.1:3306)/test?parseTime=true"
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		panic(err)
+	}
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		panic(err)
+	}
+	defer admin.Close()
+	cfg.DBName = "example_" + name
+	for _, q := range []string{"DROP DATABASE IF EXISTS " + cfg.DBName, "CREATE DATABASE " + cfg.DBName} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			panic(err)
+		}
+	}
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		panic(err)
+	}
+	if err := migrations.Up(ctx, db, migrations.MySQL); err != nil {
+		panic(err)
+	}
+	return db
 }

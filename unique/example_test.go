@@ -3,10 +3,13 @@ package unique_test
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
-	"github.com/sqlonce/sqlonce/internal/exampledb"
+	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/unique"
 )
@@ -15,7 +18,7 @@ import (
 // new, and the transaction goes on to commit its other writes.
 func ExampleInserter_Insert() {
 	ctx := context.Background()
-	pool := exampledb.Postgres("unique")
+	pool := postgres("unique")
 	defer pool.Close()
 
 	ins, err := unique.New(pgxdriver.New(pool))
@@ -54,7 +57,7 @@ func ExampleInserter_Insert() {
 // A repeat gets the row the first call inserted.
 func ExampleInsertOrGet() {
 	ctx := context.Background()
-	pool := exampledb.Postgres("unique_get")
+	pool := postgres("unique_get")
 	defer pool.Close()
 
 	ins, err := unique.New(pgxdriver.New(pool))
@@ -82,4 +85,53 @@ func ExampleInsertOrGet() {
 	// Output:
 	// first run order 1
 	// already done order 1
+}
+
+// postgres does what a program does once at start-up: it connects to
+// PostgreSQL (SQLONCE_POSTGRES_DSN, or the local default below), installs
+// sqlonce's tables with migrations.Up and creates the business tables.
+// Each example works in a schema of its own, emptied on every run, so that
+// its output is the same each time.
+func postgres(name string) *pgxpool.Pool {
+	ctx := context.Background()
+	dsn := os.Getenv("SQLONCE_POSTGRES_DSN")
+	if dsn == "" {
+		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		panic(err)
+	}
+	schema := "example_" + name
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
+		panic(err)
+	}
+	// sqlonce's tables: goose runs on database/sql.
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	if err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
+		panic(err)
+	}
+	// The business tables the examples write.
+	if _, err := pool.Exec(ctx, `
+		CREATE TABLE orders (
+		    id      bigserial PRIMARY KEY,
+		    code    text   NOT NULL CONSTRAINT orders_code_key UNIQUE,
+		    amount  bigint NOT NULL DEFAULT 0,
+		    status  text   NOT NULL DEFAULT 'created',
+		    version bigint NOT NULL DEFAULT 1
+		);
+		CREATE TABLE ledger (
+		    id     bigserial PRIMARY KEY,
+		    ref    text   NOT NULL,
+		    amount bigint NOT NULL
+		)`); err != nil {
+		panic(err)
+	}
+	return pool
 }
