@@ -127,6 +127,16 @@
 // or [Lease].Token on to the outside system so that a repeated call is
 // harmless there.
 //
+// # Observing
+//
+// A Store built on a driver from sqlonce.Observe reports one
+// sqlonce.Event per call (Do, DoResponse, DoJSON, Run, RunJSON, Claim,
+// Complete, Release, Extend, their Tx forms, Purge): the outcome
+// (first_run, replayed, already_done, in_progress, key_reuse, lease_lost,
+// error), the attempts of a transaction of its own and the cause of the
+// last retry, the time spent deciding the key (Event.Wait) and in fn
+// (Event.Work), and the response size. The key is never in it.
+//
 // # Isolation levels
 //
 // Run's transaction is READ COMMITTED on PostgreSQL and the server's

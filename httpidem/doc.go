@@ -124,6 +124,15 @@
 // request fingerprint, and lives for a short window. A double click runs
 // once and the second click gets the first answer.
 //
+// # Observing
+//
+// A Middleware built on a driver from sqlonce.Observe reports one
+// sqlonce.Event per request that carries a key (operation "Serve", the
+// scope of the key), with the status code answered in Event.HTTPStatus:
+// first_run, replayed, in_progress (409), key_reuse (422) or error, the
+// handler's time in Event.Work and the transaction's attempts. Its own
+// dedupe.Store does not report the request again.
+//
 // # Limits
 //
 // The request body is read (up to [WithMaxBody], 413 above it, before
