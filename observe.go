@@ -114,7 +114,10 @@ const (
 	// current (ErrLeaseLost).
 	EventLeaseLost
 	// EventTakeover means this call did the work after taking over an
-	// expired key or a lapsed lease (Result FirstRun).
+	// expired key or a lapsed lease (Result FirstRun): a lapsed lease is a
+	// holder that crashed or overran. PostgreSQL's and MySQL's drivers
+	// tell it; on SQLite, whose claim is one upsert, such a call reports
+	// EventFirstRun.
 	EventTakeover
 	// EventDone means an operation that answers no Result succeeded: a
 	// lease's Complete, Release or Extend, a Purge, a token's Issue.

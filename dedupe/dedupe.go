@@ -310,6 +310,9 @@ func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx c
 	if !c.Won {
 		return existing(req, c.Existing)
 	}
+	if c.Takeover {
+		op.Takeover()
+	}
 	// unclaim undoes the claim when no response gets recorded, so that a
 	// caller who commits anyway leaves no key marked done. Best effort: if
 	// the error aborted tx (PostgreSQL), this fails too and tx cannot

@@ -137,6 +137,9 @@ func (s *Store[TTx]) claimTx(ctx context.Context, tx TTx, req Request, d time.Du
 		res, err := existing(req, c.Existing)
 		return nil, res, err
 	}
+	if c.Takeover {
+		op.Takeover()
+	}
 	return &Lease{Scope: req.Scope, Key: req.Key, Token: c.Token, ttl: ttl}, sqlonce.Result{Outcome: sqlonce.FirstRun}, nil
 }
 

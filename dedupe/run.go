@@ -94,6 +94,9 @@ func (s *Store[TTx]) runOwn(ctx context.Context, req Request, fn func(ctx contex
 	case !out.Won:
 		return existing(req, out.Existing)
 	}
+	if out.Takeover {
+		op.Takeover()
+	}
 	resp := out.Response
 	if resp == nil {
 		resp = []byte{}

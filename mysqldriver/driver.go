@@ -212,7 +212,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 				return driver.Claim{}, err
 			}
 			if n == 1 {
-				return driver.Claim{Won: true, Token: row.NextToken}, nil
+				return driver.Claim{Won: true, Token: row.NextToken, Takeover: true}, nil
 			}
 			continue
 		}

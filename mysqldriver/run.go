@@ -75,7 +75,7 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 		if err := e.appendRest(ctx, tx, ns, scope, key, token, resp); err != nil {
 			return err
 		}
-		res = driver.RunResult{Won: true, Response: resp}
+		res = driver.RunResult{Won: true, Response: resp, Takeover: found}
 		return nil
 	})
 	if err != nil {

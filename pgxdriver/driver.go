@@ -157,7 +157,7 @@ func (e engine) claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (dri
 			Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key,
 		})
 		if err == nil {
-			return driver.Claim{Won: true, Token: token}, nil
+			return driver.Claim{Won: true, Token: token, Takeover: true}, nil
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return driver.Claim{}, err

@@ -141,7 +141,7 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 		// fn's work may have committed.
 		return res, commitError(err, live)
 	}
-	return driver.RunResult{Won: true, Response: resp}, nil
+	return driver.RunResult{Won: true, Response: resp, Takeover: found}, nil
 }
 
 // lookup queues the key's KeyGet on pl and returns its reader.

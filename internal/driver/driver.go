@@ -113,6 +113,10 @@ type Claim struct {
 	Won bool
 	// Token is the claim's fencing token (Won only).
 	Token int64
+	// Takeover is true when the claim was won by taking over an expired
+	// key or a lapsed lease, for engines that can tell (not SQLite's,
+	// whose claim is one upsert). Observation only.
+	Takeover bool
 	// Existing describes the live key that someone else holds (not Won).
 	Existing Existing
 }
@@ -155,6 +159,8 @@ type RunResult struct {
 	Won bool
 	// Response is fn's response (Won only).
 	Response []byte
+	// Takeover is Claim.Takeover for a Run.
+	Takeover bool
 	// Existing describes the live key found (not Won).
 	Existing Existing
 }

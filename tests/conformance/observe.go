@@ -21,6 +21,7 @@ import (
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/httpidem"
 	"github.com/sqlonce/sqlonce/inbox"
+	"github.com/sqlonce/sqlonce/internal/testclock"
 	"github.com/sqlonce/sqlonce/optimistic"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 	"github.com/sqlonce/sqlonce/token"
@@ -425,4 +426,52 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			}
 		})
 	}
+
+	t.Run("Takeover", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		rec := &recorder{}
+		s, err := dedupe.New(sqlonce.Observe(db.Driver(), rec))
+		must(t, err)
+		// PostgreSQL's and MySQL's drivers tell a takeover; SQLite's claim
+		// is one upsert, and reports a first run.
+		takeover := sqlonce.EventTakeover
+		if db.Dialect() == "sqlite" {
+			takeover = sqlonce.EventFirstRun
+		}
+		t0 := time.Now().UTC().Truncate(time.Second).Add(time.Hour)
+		at := func(d time.Duration) context.Context { return testclock.With(ctx, t0.Add(d)) }
+		want := func(what, op string, outcome sqlonce.EventOutcome) {
+			t.Helper()
+			if e := rec.last(); e.Operation != op || e.Outcome != outcome {
+				t.Fatalf("%s: %s %v (%v), want %s %v", what, e.Operation, e.Outcome, e.Err, op, outcome)
+			}
+		}
+
+		// A lease whose holder never completes lapses; the next claim takes
+		// the key over.
+		lreq := dedupe.Request{Scope: "obs", Key: "lease-lapse"}
+		_, _, err = s.Claim(at(0), lreq, time.Second)
+		must(t, err)
+		want("claim", "Claim", sqlonce.EventFirstRun)
+		_, _, err = s.Claim(at(2*time.Second), lreq, time.Second)
+		must(t, err)
+		want("claim after the lapse", "Claim", takeover)
+
+		// An expired key is taken over by Run and by Do.
+		rreq := dedupe.Request{Scope: "obs", Key: "expiring", TTL: time.Second}
+		work := func(ctx context.Context, tx TTx) ([]byte, error) { return []byte("r"), nil }
+		_, err = s.Run(at(0), rreq, work)
+		must(t, err)
+		want("run", "Run", sqlonce.EventFirstRun)
+		_, err = s.Run(at(2*time.Second), rreq, work)
+		must(t, err)
+		want("run after expiry", "Run", takeover)
+		ctx4 := at(4 * time.Second)
+		must(t, harness.WithTx(ctx4, db, harness.ReadCommitted, func(tx TTx) error {
+			_, err := s.Do(ctx4, tx, rreq, func(ctx context.Context) error { return nil })
+			return err
+		}))
+		want("do after expiry", "Do", takeover)
+	})
 }
