@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"testing"
 
 	"github.com/sqlonce/sqlonce"
@@ -58,5 +60,35 @@ func TestAttempts(t *testing.T) {
 	}
 	if msg := got.RetryCause.Error(); msg != `key "<key>": `+sqlonce.ErrStaleRead.Error() {
 		t.Fatalf("retry cause %q", msg)
+	}
+}
+
+// BenchmarkOp is what one observed operation costs the CPU, apart from
+// any database: the calls a Store.Run makes on its Op, with no Observer,
+// a no-op one, and SlogObserver writing JSON to io.Discard. Compare with
+// tests/bench BenchmarkObserve, the same over real databases.
+func BenchmarkOp(b *testing.B) {
+	ctx := context.Background()
+	res := sqlonce.Result{Outcome: sqlonce.AlreadyDone, Response: []byte("receipt")}
+	for _, c := range []struct {
+		name string
+		o    sqlonce.Observer
+	}{
+		{"none", nil},
+		{"noop", sqlonce.ObserverFunc(func(context.Context, sqlonce.Event) {})},
+		{"slog", sqlonce.SlogObserver(slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug})))},
+		{"slog_filtered", sqlonce.SlogObserver(slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn})))},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				op := Start(c.o, "dedupe", "Run", "payments", "key-1")
+				op.WorkStart()
+				op.WorkEnd()
+				op.Tried(nil)
+				op.Decided()
+				op.End(ctx, res, nil)
+			}
+		})
 	}
 }
