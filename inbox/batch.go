@@ -6,6 +6,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/internal/obs"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 )
 
@@ -29,14 +30,15 @@ const MaxBatch = dedupe.MaxBatch
 // deadlock or a serialization failure HandleBatch runs the transaction,
 // and fn, again itself, a few times. At most MaxBatch ids
 // (sqlonce.ErrInvalidArgument otherwise).
-func (i *Inbox[TTx]) HandleBatch(ctx context.Context, msgIDs []string, fn func(ctx context.Context, tx TTx, fresh []string) error) ([]sqlonce.Result, error) {
+func (i *Inbox[TTx]) HandleBatch(ctx context.Context, msgIDs []string, fn func(ctx context.Context, tx TTx, fresh []string) error) (res []sqlonce.Result, err error) {
+	op := obs.Start(i.observer, "inbox", "HandleBatch", i.consumer, "")
+	defer func() { i.endBatch(ctx, &op, res, err) }()
 	if fn == nil {
 		return nil, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
 	}
-	var res []sqlonce.Result
-	err := owntx.Run(ctx, i.engine, func(ctx context.Context, tx TTx) error {
+	err = owntx.RunObserved(ctx, i.engine, &op, func(ctx context.Context, tx TTx) error {
 		var err error
-		res, err = i.HandleBatchTx(ctx, tx, msgIDs, func(ctx context.Context, fresh []string) error { return fn(ctx, tx, fresh) })
+		res, err = i.store.DoBatch(ctx, tx, i.consumer, msgIDs, func(ctx context.Context, fresh []string) error { return fn(ctx, tx, fresh) })
 		return err
 	})
 	if err != nil {
@@ -48,6 +50,19 @@ func (i *Inbox[TTx]) HandleBatch(ctx context.Context, msgIDs []string, fn func(c
 // HandleBatchTx is HandleBatch in the caller's transaction, for consumers
 // that run their own: commit tx, then ack the batch. On an error roll tx
 // back and do not ack.
-func (i *Inbox[TTx]) HandleBatchTx(ctx context.Context, tx TTx, msgIDs []string, fn func(ctx context.Context, fresh []string) error) ([]sqlonce.Result, error) {
+func (i *Inbox[TTx]) HandleBatchTx(ctx context.Context, tx TTx, msgIDs []string, fn func(ctx context.Context, fresh []string) error) (res []sqlonce.Result, err error) {
+	op := obs.Start(i.observer, "inbox", "HandleBatchTx", i.consumer, "")
+	defer func() { i.endBatch(ctx, &op, res, err) }()
 	return i.store.DoBatch(ctx, tx, i.consumer, msgIDs, fn)
+}
+
+// endBatch reports a batch as one Event: FirstRun when any message was
+// fresh, with their number in Rows.
+func (i *Inbox[TTx]) endBatch(ctx context.Context, op *obs.Op, results []sqlonce.Result, err error) {
+	if !op.On() {
+		return
+	}
+	res, fresh := obs.Batch(results)
+	op.Rows(fresh)
+	op.End(ctx, res, err)
 }

@@ -140,6 +140,21 @@ func (op *Op) EndSet(ctx context.Context) { op.End(ctx, op.res, op.err) }
 // Done is End for an operation that answers no Result.
 func (op *Op) Done(ctx context.Context, err error) { op.End(ctx, sqlonce.Result{}, err) }
 
+// Batch sums up a batch's results as one Result for its Event: FirstRun
+// when any key was fresh, AlreadyDone when none was, and the number of
+// fresh keys.
+func Batch(results []sqlonce.Result) (res sqlonce.Result, fresh int64) {
+	for _, r := range results {
+		if r.FirstRun() {
+			res.Outcome = sqlonce.FirstRun
+			fresh++
+		} else if res.Outcome == 0 {
+			res.Outcome = sqlonce.AlreadyDone
+		}
+	}
+	return res, fresh
+}
+
 // Outcome classifies a strategy's answer.
 func Outcome(res sqlonce.Result, err error) sqlonce.EventOutcome {
 	switch {

@@ -299,7 +299,23 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			must(t, err)
 			want("inbox", "inbox", "Handle", "mailer", outcome)
 		}
-		if n := len(rec.count("dedupe", "Do")); n != before {
+		for _, c := range []struct {
+			ids     []string
+			outcome sqlonce.EventOutcome
+			fresh   int64
+		}{
+			{[]string{"b1", "b2"}, sqlonce.EventFirstRun, 2},
+			{[]string{"b1", "b3"}, sqlonce.EventFirstRun, 1},
+			{[]string{"b1", "b2"}, sqlonce.EventAlreadyDone, 0},
+		} {
+			_, err := in.HandleBatch(ctx, c.ids, func(ctx context.Context, tx TTx, fresh []string) error { return nil })
+			must(t, err)
+			want("inbox batch", "inbox", "HandleBatch", "mailer", c.outcome)
+			if e := rec.last(); e.Rows != c.fresh {
+				t.Fatalf("batch %v: Rows %d, want %d fresh", c.ids, e.Rows, c.fresh)
+			}
+		}
+		if n := len(rec.count("dedupe", "Do")) + len(rec.count("dedupe", "DoBatch")); n != before {
 			t.Fatalf("the inbox's Store reported %d dedupe events", n)
 		}
 
