@@ -68,9 +68,11 @@ type Lease struct {
 	ttl time.Duration
 }
 
-// Claim claims req's key in lease mode for d, in a short transaction of
-// its own on the driver's database handle (sqlonce.ErrNoDB without one),
-// and commits it, so that other callers see the lease at once. It returns:
+// Claim claims req's key in lease mode for d on the driver's database
+// handle (sqlonce.ErrNoDB without one) and commits it, so that other
+// callers see the lease at once: on PostgreSQL in one round trip, its
+// statements in autocommit (each decides alone); elsewhere, and with
+// WithLockWait, in a short transaction of its own. It returns:
 //   - FirstRun and the Lease: do the work, then Complete or Release;
 //   - AlreadyDone with the recorded response and a nil Lease: the work was
 //     completed earlier (by a lease, or by Do in a transaction);
@@ -93,7 +95,16 @@ func (s *Store[TTx]) Claim(ctx context.Context, req Request, d time.Duration) (l
 	if _, err := s.checkClaim(req, d); err != nil {
 		return nil, sqlonce.Result{}, err
 	}
-	err = owntx.RunObserved(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+	// The claim's statements each decide alone (an insert, or a takeover
+	// conditional on the key being still available): on PostgreSQL they
+	// run in autocommit, one round trip, with no BEGIN and COMMIT around
+	// them. A bounded wait needs a transaction (a savepoint and its
+	// lock_timeout).
+	run := owntx.RunStatements[TTx]
+	if s.lockWait > 0 {
+		run = owntx.RunObserved[TTx]
+	}
+	err = run(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
 		var err error
 		l, res, err = s.claimTx(ctx, tx, req, d, &op)
 		return err
@@ -188,7 +199,9 @@ func (s *Store[TTx]) checkComplete(l *Lease, response []byte) error {
 }
 
 // Complete records response for the leased key and ends the lease, in a
-// transaction of its own (sqlonce.ErrNoDB without a database handle). From
+// statement committed on its own (sqlonce.ErrNoDB without a database
+// handle; one round trip on PostgreSQL, a transaction of its own
+// elsewhere). From
 // then on repeats get AlreadyDone with response (a nil response is
 // recorded as empty) until the key expires, the Request's TTL from now.
 //
@@ -204,7 +217,8 @@ func (s *Store[TTx]) Complete(ctx context.Context, l *Lease, response []byte) (e
 	if err := s.checkComplete(l, response); err != nil {
 		return err
 	}
-	return owntx.RunObserved(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+	// One statement: in autocommit where the driver can (PostgreSQL).
+	return owntx.RunStatements(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
 		return s.completeTx(ctx, tx, l, response)
 	})
 }
@@ -229,7 +243,7 @@ func (s *Store[TTx]) completeTx(ctx context.Context, tx TTx, l *Lease, response 
 	return leaseResult("complete", l, ok, err)
 }
 
-// Release gives the lease up, in a transaction of its own, so that the
+// Release gives the lease up, committed on its own as Complete is, so that the
 // next claimer runs the work at once rather than at the deadline: call it
 // when the work failed in a way a retry can fix, and did nothing a retry
 // must not repeat. The token is spent: the releaser can neither complete
@@ -242,7 +256,7 @@ func (s *Store[TTx]) Release(ctx context.Context, l *Lease) (err error) {
 	if err := checkLease(l); err != nil {
 		return err
 	}
-	return owntx.RunObserved(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+	return owntx.RunStatements(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
 		return s.releaseTx(ctx, tx, l)
 	})
 }
@@ -266,7 +280,7 @@ func (s *Store[TTx]) releaseTx(ctx context.Context, tx TTx, l *Lease) error {
 }
 
 // Extend moves the lease's deadline to d from the database's now (earlier
-// or later), in a transaction of its own, for work that runs longer than
+// or later), committed on its own as Complete is, for work that runs longer than
 // planned; the key's expiry moves along when it would come first. A lease
 // that lapsed but that nobody took over is held again. It returns an error
 // matching sqlonce.ErrLeaseLost, and changes nothing, when the token is no
@@ -281,7 +295,7 @@ func (s *Store[TTx]) Extend(ctx context.Context, l *Lease, d time.Duration) (err
 	if err := checkDuration(d); err != nil {
 		return err
 	}
-	return owntx.RunObserved(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+	return owntx.RunStatements(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
 		return s.extendTx(ctx, tx, l, d)
 	})
 }

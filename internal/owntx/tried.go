@@ -2,6 +2,7 @@ package owntx
 
 import (
 	"context"
+	"errors"
 
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/obs"
@@ -18,4 +19,25 @@ func RunObserved[TTx any](ctx context.Context, e driver.Engine[TTx], op *obs.Op,
 		op.Tried(err)
 		return err
 	})
+}
+
+// RunStatements is RunObserved for fn whose statements need no transaction
+// around them (see driver.Autocommitter): where e can, they run in
+// autocommit, which saves the BEGIN and COMMIT round trips.
+func RunStatements[TTx any](ctx context.Context, e driver.Engine[TTx], op *obs.Op, fn func(ctx context.Context, tx TTx) error) error {
+	a, ok := e.(driver.Autocommitter[TTx])
+	if !ok {
+		return RunObserved(ctx, e, op, fn)
+	}
+	err := Retry(ctx, func() error {
+		err := a.Autocommit(ctx, fn)
+		if !errors.Is(err, driver.ErrNoRun) {
+			op.Tried(err)
+		}
+		return err
+	})
+	if errors.Is(err, driver.ErrNoRun) {
+		return RunObserved(ctx, e, op, fn)
+	}
+	return err
 }
