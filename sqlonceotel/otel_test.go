@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +22,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/httpidem"
 	"github.com/sqlonce/sqlonce/internal/exampledb"
 	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/mysqldriver"
@@ -71,10 +74,12 @@ func TestPostgres(t *testing.T) {
 		}
 		return n
 	}
-	run(t, "postgresql", pgxdriver.New(pool), countRows, func(ctx context.Context, tx pgx.Tx, ref string) error {
+	work := func(ctx context.Context, tx pgx.Tx, ref string) error {
 		_, err := tx.Exec(ctx, "INSERT INTO ledger (ref, amount) VALUES ($1, 1)", ref)
 		return err
-	})
+	}
+	run(t, "postgresql", pgxdriver.New(pool), countRows, work)
+	runHTTP(t, "postgresql", pgxdriver.New(pool), work)
 }
 
 func TestMariaDB(t *testing.T) {
@@ -115,10 +120,12 @@ func runSQL(t *testing.T, system string, d sqlonce.Driver[*sql.Tx], db *sql.DB) 
 		}
 		return n
 	}
-	run(t, system, d, countRows, func(ctx context.Context, tx *sql.Tx, ref string) error {
+	work := func(ctx context.Context, tx *sql.Tx, ref string) error {
 		_, err := tx.ExecContext(ctx, "INSERT INTO ledger (ref, amount) VALUES (?, 1)", ref)
 		return err
-	})
+	}
+	run(t, system, d, countRows, work)
+	runHTTP(t, system, d, work)
 }
 
 // run races Store.Run calls on a few keys through an Observer on the SDK's
@@ -248,6 +255,45 @@ func run[TTx any](t *testing.T, system string, d sqlonce.Driver[TTx], count func
 	}
 	if attempts != retrySum {
 		t.Fatalf("spans count %d retries, %s %d", attempts, sqlonceotel.MetricRetries, retrySum)
+	}
+}
+
+// runHTTP sends one request twice and a third with another body through
+// an httpidem Middleware on an observed driver: three httpidem.Serve
+// spans, with http.response.status_code 201, 201 and 422.
+func runHTTP[TTx any](t *testing.T, system string, d sqlonce.Driver[TTx], work func(context.Context, TTx, string) error) {
+	spans := tracetest.NewSpanRecorder()
+	o, err := sqlonceotel.New(sqlonceotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))),
+		sqlonceotel.WithMeterProvider(sdkmetric.NewMeterProvider()), sqlonceotel.WithDBSystem(system))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := httpidem.New(sqlonce.Observe(d, o), func(*http.Request) string { return "user-1" })
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tx, _ := httpidem.TxFrom[TTx](r.Context())
+		if err := work(r.Context(), tx, "http"); err != nil {
+			httpidem.Fail(r.Context(), err)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	for _, body := range []string{"a", "a", "b"} {
+		r := httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader(body))
+		r.Header.Set("Idempotency-Key", `"order-77"`)
+		h.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	var got []string
+	for _, s := range spans.Ended() {
+		attrs := attribute.NewSet(s.Attributes()...)
+		status, _ := attrs.Value("http.response.status_code")
+		outcome, _ := attrs.Value(sqlonceotel.AttrOutcome)
+		got = append(got, fmt.Sprint(s.Name(), " ", outcome.AsString(), " ", status.AsInt64()))
+	}
+	if want := "[httpidem.Serve first_run 201 httpidem.Serve replayed 201 httpidem.Serve key_reuse 422]"; fmt.Sprint(got) != want {
+		t.Fatalf("spans %v, want %s", got, want)
 	}
 }
 
