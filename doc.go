@@ -38,9 +38,17 @@
 // its transaction type: [github.com/sqlonce/sqlonce/pgxdriver] for pgx.Tx
 // (PostgreSQL), [github.com/sqlonce/sqlonce/mysqldriver] for *sql.Tx (MySQL
 // and MariaDB) and [github.com/sqlonce/sqlonce/sqlitedriver] for *sql.Tx
-// (SQLite). The dialect follows from the driver; it is never probed at run
-// time. sqlonce never commits or rolls back the caller's transaction, and
-// refuses a nil one ([ErrInvalidArgument]) before any SQL runs.
+// (SQLite: modernc.org/sqlite or mattn/go-sqlite3). The dialect follows
+// from the driver; it is never probed at run time. sqlonce never commits
+// or rolls back the caller's transaction, and refuses a nil one
+// ([ErrInvalidArgument]) before any SQL runs.
+//
+// Each driver package links its own database library and teaches
+// [IsRetryable] and [IsCommitUnknown] that library's errors when a
+// program imports it; this package and the strategy packages link no
+// database library. When the connection is lost while a transaction that
+// sqlonce commits itself is committing, the error matches
+// [ErrCommitUnknown]: resend with the same key.
 //
 // # Zero values
 //

@@ -4,9 +4,10 @@ import "github.com/sqlonce/sqlonce/internal/driver"
 
 // Driver connects the strategies to one database library. It is generic
 // over the transaction type the caller already has: pgxdriver.New returns a
-// Driver[pgx.Tx], mysqldriver.New and sqlitedriver.New a Driver[*sql.Tx].
-// The dialect is fixed
-// by the driver chosen, never probed at run time.
+// Driver[pgx.Tx], mysqldriver.New and sqlitedriver.New a Driver[*sql.Tx]
+// (sqlitedriver.New also returns an error: it refuses a *sql.DB of a
+// SQLite library whose errors it does not recognise). The dialect is
+// fixed by the driver chosen, never probed at run time.
 //
 // Only the drivers in this module implement Driver.
 type Driver[TTx any] interface {

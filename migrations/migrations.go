@@ -35,7 +35,8 @@ const (
 	Postgres Dialect = "postgres"
 	// MySQL is MySQL 8 or MariaDB 10.5 or later.
 	MySQL Dialect = "mysql"
-	// SQLite is SQLite 3.42 or later (modernc.org/sqlite, see sqlitedriver).
+	// SQLite is SQLite 3.42 or later (modernc.org/sqlite or
+	// mattn/go-sqlite3, see sqlitedriver).
 	SQLite Dialect = "sqlite"
 )
 

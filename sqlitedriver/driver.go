@@ -1,15 +1,33 @@
 // Package sqlitedriver is the sqlonce driver for SQLite through
-// database/sql and modernc.org/sqlite, a SQLite in pure Go (no cgo).
-// Strategies built on it take the *sql.Tx the caller already has. It runs
-// every strategy as the PostgreSQL and MySQL drivers do, with the same
-// results, on a database file the application embeds.
+// database/sql. Strategies built on it take the *sql.Tx the caller
+// already has. It runs every strategy as the PostgreSQL and MySQL drivers
+// do, with the same results, on a database file the application embeds.
+//
+// # SQLite libraries
+//
+// Two SQLite libraries are supported: modernc.org/sqlite, a SQLite in
+// pure Go, and github.com/mattn/go-sqlite3, the cgo binding of SQLite's C
+// library. The driver recognises the errors of both (a busy database, a
+// duplicate key) by their type's package and its code, without importing
+// either: this package links no SQLite library, and a program links only
+// the one it uses. New refuses a *sql.DB of any other database/sql driver
+// with sqlonce.ErrInvalidArgument, rather than misread its errors.
+// ncruces/go-sqlite3 is not supported.
+//
+// Package sqlitedriver/modernc imports modernc.org/sqlite and opens a
+// database configured as below (modernc.Open), or gives its DSN
+// (modernc.DSN) for sql.Open("sqlite", ...). Package sqlitedriver/mattn
+// does the same for mattn/go-sqlite3 (mattn.Open, mattn.DSN, for
+// sql.Open("sqlite3", ...)); the program imports
+// github.com/mattn/go-sqlite3 itself, which needs cgo.
 //
 // # Configuring the database
 //
 // SQLite runs one writing transaction at a time, on the whole database;
-// everything below follows from that. Open returns a *sql.DB set up as
-// sqlonce needs, and DSN the data source name it uses, for callers who
-// call sql.Open themselves. Either way:
+// everything below follows from that. The Open functions of the packages
+// above return a *sql.DB set up as sqlonce needs, and their DSN functions
+// the data source name they use, for callers who call sql.Open
+// themselves. Either way:
 //
 //   - Writing transactions take the write lock at BEGIN (_txlock=immediate,
 //     BEGIN IMMEDIATE). A transaction begun DEFERRED, SQLite's default,
@@ -19,7 +37,7 @@
 //     run again. Begun IMMEDIATE, it waits at BEGIN instead, and never has
 //     to start over. Read-only transactions (sql.TxOptions{ReadOnly: true})
 //     still begin DEFERRED and never wait.
-//   - busy_timeout (10 s in Open) bounds that wait. A BEGIN that waited
+//   - busy_timeout (BusyTimeout, 10 s) bounds that wait. A BEGIN that waited
 //     longer fails with SQLITE_BUSY; sqlonce.IsRetryable reports true for
 //     every SQLITE_BUSY and SQLITE_LOCKED error.
 //   - journal_mode=WAL lets readers run while a writer writes, and the
@@ -27,7 +45,7 @@
 //   - foreign_keys=ON: SQLite leaves foreign keys unenforced unless told.
 //   - The pool: every connection of the *sql.DB is a connection to the same
 //     file. Transactions queue for the write lock whatever the pool size;
-//     Open caps the pool at 16 connections, enough for readers, and lets
+//     Open caps the pool at MaxOpenConns (16) connections, enough for readers, and lets
 //     database/sql queue the rest.
 //   - A file, never ":memory:": each pooled connection to ":memory:" is a
 //     database of its own.
@@ -52,8 +70,9 @@
 // unixepoch('subsec') at millisecond resolution; times are stored as
 // microseconds since the Unix epoch. SQLite reads it once per statement,
 // not per transaction, so each decision about a key (held, lapsed,
-// expired, done) is taken from one statement's reading. sqlonce needs SQLite 3.42 or later
-// (modernc.org/sqlite v1.23 or later).
+// expired, done) is taken from one statement's reading. sqlonce needs
+// SQLite 3.42 or later (modernc.org/sqlite v1.23 or later,
+// mattn/go-sqlite3 v1.14.17 or later).
 //
 // # Unique constraints
 //
@@ -93,9 +112,24 @@ var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 // New returns a driver. db is used only by operations that run their own
 // short transactions (dedupe leases and purge); pass nil when every call
 // runs inside a transaction of yours. See the package documentation for
-// how db must be configured; Open returns one that is.
-func New(db *sql.DB) *Driver {
-	return &Driver{e: engine{db: db, q: sqlitedb.New()}}
+// how db must be configured; sqlitedriver/modernc and sqlitedriver/mattn
+// open one that is.
+//
+// db must come from modernc.org/sqlite or github.com/mattn/go-sqlite3,
+// whose errors the driver recognises, directly or through a database/sql
+// driver that wraps one (a tracing wrapper): New returns an error
+// matching sqlonce.ErrInvalidArgument for any other. It tells the library
+// by db.Driver()'s type; a wrapper's db is asked for one error (a
+// statement that does not parse, sent once, with a 5 s timeout) and
+// accepted if that error is a supported library's. With a nil db, the
+// transactions' library cannot be checked; use one of those two.
+func New(db *sql.DB) (*Driver, error) {
+	if db != nil {
+		if err := checkLibrary(db); err != nil {
+			return nil, err
+		}
+	}
+	return &Driver{e: engine{db: db, q: sqlitedb.New()}}, nil
 }
 
 // Engine is for sqlonce's own packages. It is nil for a nil *Driver, so

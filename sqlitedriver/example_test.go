@@ -9,11 +9,13 @@ import (
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 )
 
-// Open a database file configured for sqlonce, install the tables, and
+// Open a database file configured for sqlonce (here with modernc.org/sqlite),
+// install the tables, build the driver on it, and
 // run a request twice: the work runs once, the repeat replays its answer.
-func ExampleOpen() {
+func ExampleNew() {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "sqlonce-example-")
 	if err != nil {
@@ -21,7 +23,7 @@ func ExampleOpen() {
 	}
 	defer os.RemoveAll(dir)
 
-	db, err := sqlitedriver.Open(filepath.Join(dir, "app.db"))
+	db, err := modernc.Open(filepath.Join(dir, "app.db"))
 	if err != nil {
 		panic(err)
 	}
@@ -33,7 +35,11 @@ func ExampleOpen() {
 		panic(err)
 	}
 
-	store, err := dedupe.New(sqlitedriver.New(db))
+	drv, err := sqlitedriver.New(db)
+	if err != nil {
+		panic(err)
+	}
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}

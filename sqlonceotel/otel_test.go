@@ -28,6 +28,7 @@ import (
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"github.com/sqlonce/sqlonce/sqlonceotel"
 )
 
@@ -98,7 +99,7 @@ func TestMariaDB(t *testing.T) {
 
 func TestSQLite(t *testing.T) {
 	ctx := context.Background()
-	db, err := sqlitedriver.Open(filepath.Join(t.TempDir(), "otel.db"))
+	db, err := modernc.Open(filepath.Join(t.TempDir(), "otel.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,11 @@ func TestSQLite(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "CREATE TABLE ledger (id INTEGER PRIMARY KEY, ref TEXT NOT NULL, amount INTEGER NOT NULL)"); err != nil {
 		t.Fatal(err)
 	}
-	runSQL(t, "sqlite", sqlitedriver.New(db), db)
+	d, err := sqlitedriver.New(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSQL(t, "sqlite", d, db)
 }
 
 func runSQL(t *testing.T, system string, d sqlonce.Driver[*sql.Tx], db *sql.DB) {

@@ -24,6 +24,7 @@ import (
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 )
 
 // connectTimeout bounds how long a server that does not answer is waited for.
@@ -194,11 +195,16 @@ func openSQLite(path string, create bool) (opened, error) {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && !create {
 		return nil, fmt.Errorf("no SQLite database at %s", path)
 	}
-	db, err := sqlitedriver.Open(path)
+	db, err := modernc.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	return sqlBackend(migrations.SQLite, "SQLite file "+path, db, sqlitedriver.New(db), nil), nil
+	drv, err := sqlitedriver.New(db)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return sqlBackend(migrations.SQLite, "SQLite file "+path, db, drv, nil), nil
 }
 
 // sqlBackend serves MySQL and SQLite, both through database/sql.

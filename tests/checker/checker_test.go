@@ -39,7 +39,7 @@ func TestMySQL(t *testing.T) {
 }
 
 // TestSQLite runs the workload on one database file. Default transactions
-// begin IMMEDIATE, as sqlitedriver.Open sets up; Serializable ones DEFERRED,
+// begin IMMEDIATE, as the SQLite openers set up; Serializable ones DEFERRED,
 // which meet SQLITE_BUSY_SNAPSHOT and retry. Killing a connection from
 // another session has no SQLite counterpart: those faults fail the work
 // instead.

@@ -11,3 +11,7 @@ func TestPostgres(t *testing.T) { Run(t, harness.Postgres) }
 func TestMySQL(t *testing.T) { Run(t, harness.MySQL) }
 
 func TestSQLite(t *testing.T) { Run(t, harness.SQLite) }
+
+// TestSQLiteMattn runs the suite on SQLite through mattn/go-sqlite3 (cgo),
+// the other SQLite library sqlitedriver supports.
+func TestSQLiteMattn(t *testing.T) { Run(t, harness.SQLiteMattn) }

@@ -30,7 +30,9 @@ func handleless[TTx any](t testing.TB, d sqlonce.Driver[TTx]) map[string]sqlonce
 	case *mysqldriver.Driver:
 		nd = map[string]any{"nil": mysqldriver.New(nil)}
 	case *sqlitedriver.Driver:
-		nd = map[string]any{"nil": sqlitedriver.New(nil)}
+		d, err := sqlitedriver.New(nil)
+		must(t, err)
+		nd = map[string]any{"nil": d}
 	default:
 		t.Fatalf("unknown driver %T", d)
 	}

@@ -133,7 +133,7 @@ func ownHandle[TTx any](t testing.TB, db harness.DB[TTx], maxConns int) (sqlonce
 	case "mysql", "sqlite":
 		name := "mysql"
 		if db.Dialect() == "sqlite" {
-			name = sqlitedriver.DriverName
+			name = sqliteDriverName(db)
 		}
 		h, err := sql.Open(name, db.DSN())
 		must(t, err)
@@ -143,7 +143,8 @@ func ownHandle[TTx any](t testing.TB, db harness.DB[TTx], maxConns int) (sqlonce
 		if name == "mysql" {
 			d = mysqldriver.New(h)
 		} else {
-			d = sqlitedriver.New(h)
+			d, err = sqlitedriver.New(h)
+			must(t, err)
 		}
 		inUse = func() int { return h.Stats().InUse }
 	default:

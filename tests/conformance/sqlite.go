@@ -8,7 +8,7 @@ import (
 
 // Why a case cannot run on SQLite. SQLite runs one writing transaction at
 // a time, on the whole database, and the harness's Default transactions
-// take its write lock at BEGIN (BEGIN IMMEDIATE, as sqlitedriver.Open sets
+// take its write lock at BEGIN (BEGIN IMMEDIATE, as the SQLite openers set
 // up): a second one waits at BEGIN until the first ends.
 const (
 	// sqliteTwoWriters: the case holds two Default transactions open at
@@ -30,6 +30,12 @@ func skipOnSQLite[TTx any](t *testing.T, db harness.DB[TTx], why string) {
 	if db.Dialect() == "sqlite" {
 		t.Skip(why)
 	}
+}
+
+// sqliteDriverName is the database/sql driver name that opens db's DSN:
+// the SQLite library db runs on.
+func sqliteDriverName[TTx any](db harness.DB[TTx]) string {
+	return any(db).(interface{ SQLDriverName() string }).SQLDriverName()
 }
 
 // constraintText is how db's duplicate-key error names a constraint of the

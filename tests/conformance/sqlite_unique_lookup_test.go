@@ -11,6 +11,7 @@ import (
 
 	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"github.com/sqlonce/sqlonce/tests/internal/bizdb"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 	"github.com/sqlonce/sqlonce/unique"
@@ -25,8 +26,8 @@ import (
 // deterministic.
 func TestSQLiteUniqueLookupCancelled(t *testing.T) {
 	ctx := ctxT(t)
-	dsn := sqlitedriver.DSN(testdb.EmptySQLite(t))
-	probe, err := sql.Open(sqlitedriver.DriverName, dsn)
+	dsn := modernc.DSN(testdb.EmptySQLite(t))
+	probe, err := sql.Open(modernc.DriverName, dsn)
 	must(t, err)
 	inner := probe.Driver()
 	must(t, migrations.Up(ctx, probe, migrations.SQLite))
@@ -38,7 +39,9 @@ func TestSQLiteUniqueLookupCancelled(t *testing.T) {
 	hook := &cancelOnLookup{inner: inner, dsn: dsn}
 	db := sql.OpenDB(hook)
 	t.Cleanup(func() { db.Close() })
-	ins, err := unique.New(sqlitedriver.New(db))
+	d, err := sqlitedriver.New(db)
+	must(t, err)
+	ins, err := unique.New(d)
 	must(t, err)
 
 	for range 20 {

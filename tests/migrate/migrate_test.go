@@ -20,6 +20,7 @@ import (
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 )
 
@@ -96,7 +97,7 @@ func targets() []target {
 		{
 			dialect: migrations.SQLite,
 			open: func(t *testing.T) conn {
-				db, err := sqlitedriver.Open(testdb.EmptySQLite(t))
+				db, err := modernc.Open(testdb.EmptySQLite(t))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -104,7 +105,11 @@ func targets() []target {
 				return conn{db: db}
 			},
 			works: func(t *testing.T, c conn) []sqlonce.Outcome {
-				return sqlWorks(t, c.db, sqlitedriver.New(c.db))
+				d, err := sqlitedriver.New(c.db)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return sqlWorks(t, c.db, d)
 			},
 		},
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/sqlonce/sqlonce/optimistic"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"github.com/sqlonce/sqlonce/statemachine"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 	"github.com/sqlonce/sqlonce/tests/internal/wire"
@@ -111,12 +112,16 @@ func mysqlEnv(t *testing.T) *env[*sql.Tx] {
 
 func sqliteEnv(t *testing.T) *env[*sql.Tx] {
 	h := harness.SQLite(t, 4)
-	db, c, err := openCounting(sqlitedriver.DriverName, h.DSN())
+	db, c, err := openCounting(modernc.DriverName, h.DSN())
 	must(t, err)
 	db.SetMaxOpenConns(2)
 	db.SetMaxIdleConns(2)
 	t.Cleanup(func() { db.Close() })
-	return sqlEnv(h, sqlitedriver.New(db), db, func() { c.n.Store(0) }, func() wire.Counts {
+	// A counting wrapper around modernc.org/sqlite: New asks it for an
+	// error and finds the library's.
+	d, err := sqlitedriver.New(db)
+	must(t, err)
+	return sqlEnv(h, d, db, func() { c.n.Store(0) }, func() wire.Counts {
 		return wire.Counts{Statements: int(c.n.Load())}
 	})
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
-	"github.com/sqlonce/sqlonce/sqlitedriver"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 )
 
@@ -106,7 +105,7 @@ func Reopen[TTx any](t testing.TB, db DB[TTx], maxConns int, s Settings) (DB[TTx
 		out = &myDB{db: &testdb.MySQL{DB: sqlDB, Name: d.db.Name, DSN: dsn}, driver: mysqldriver.New(sqlDB)}
 	case *liteDB:
 		// SQLite takes no settings: a second pool on the same file.
-		sqlDB, err := sql.Open(sqlitedriver.DriverName, d.db.DSN)
+		sqlDB, err := sql.Open(d.db.Lib.DriverName, d.db.DSN)
 		if err != nil {
 			return nil, err
 		}
@@ -116,7 +115,7 @@ func Reopen[TTx any](t testing.TB, db DB[TTx], maxConns int, s Settings) (DB[TTx
 		if err := sqlDB.PingContext(ctx); err != nil {
 			return nil, err
 		}
-		out = newLiteDB(t, &testdb.SQLite{DB: sqlDB, Path: d.db.Path, DSN: d.db.DSN}, maxConns)
+		out = newLiteDB(t, &testdb.SQLite{DB: sqlDB, Path: d.db.Path, DSN: d.db.DSN, Lib: d.db.Lib}, maxConns)
 	default:
 		return nil, fmt.Errorf("harness: Reopen: unknown DB %T", db)
 	}

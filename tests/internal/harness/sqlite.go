@@ -16,12 +16,12 @@ import (
 
 // SQLite is the Factory for SQLite through database/sql and
 // modernc.org/sqlite: a database file of its own per test, opened as
-// sqlitedriver.DSN says.
+// modernc.DSN says.
 //
 // SQLite has one isolation level, SERIALIZABLE. Begin maps the levels onto
 // the two ways a writing transaction can begin:
 //   - Default is the database's configured default, BEGIN IMMEDIATE (what
-//     sqlitedriver.Open sets): the transaction takes the database's write
+//     the Open of sqlitedriver/modernc and /mattn sets): the transaction takes the database's write
 //     lock at BEGIN, waiting up to busy_timeout for the one who holds it.
 //     Two such transactions are never open at once.
 //   - ReadCommitted, RepeatableRead and Serializable begin DEFERRED, SQLite's
@@ -31,7 +31,15 @@ import (
 //     PostgreSQL's REPEATABLE READ and SERIALIZABLE fail with 40001.
 func SQLite(t testing.TB, maxConns int) DB[*sql.Tx] {
 	t.Helper()
-	db := testdb.NewSQLite(t, maxConns)
+	db := testdb.NewSQLiteWith(t, testdb.Modernc, maxConns)
+	return newLiteDB(t, db, maxConns)
+}
+
+// SQLiteMattn is SQLite through github.com/mattn/go-sqlite3 (cgo), opened
+// as mattn.DSN says.
+func SQLiteMattn(t testing.TB, maxConns int) DB[*sql.Tx] {
+	t.Helper()
+	db := testdb.NewSQLiteWith(t, testdb.Mattn, maxConns)
 	return newLiteDB(t, db, maxConns)
 }
 
@@ -40,14 +48,18 @@ func newLiteDB(t testing.TB, db *testdb.SQLite, maxConns int) *liteDB {
 	if maxConns <= 0 {
 		maxConns = 8
 	}
-	deferred, err := sql.Open(sqlitedriver.DriverName, strings.Replace(db.DSN, "_txlock=immediate", "_txlock=deferred", 1))
+	deferred, err := sql.Open(db.Lib.DriverName, strings.Replace(db.DSN, "_txlock=immediate", "_txlock=deferred", 1))
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
 	deferred.SetMaxOpenConns(maxConns)
 	deferred.SetMaxIdleConns(maxConns)
 	t.Cleanup(func() { deferred.Close() })
-	return &liteDB{db: db, deferred: deferred, driver: sqlitedriver.New(db.DB)}
+	d, err := sqlitedriver.New(db.DB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &liteDB{db: db, deferred: deferred, driver: d}
 }
 
 type liteDB struct {
@@ -61,6 +73,9 @@ type liteDB struct {
 func (l *liteDB) Dialect() string                 { return "sqlite" }
 func (l *liteDB) Driver() sqlonce.Driver[*sql.Tx] { return l.driver }
 func (l *liteDB) DSN() string                     { return l.db.DSN }
+
+// SQLDriverName is the database/sql driver name that opens DSN.
+func (l *liteDB) SQLDriverName() string { return l.db.Lib.DriverName }
 
 func (l *liteDB) Begin(ctx context.Context, iso Isolation) (*sql.Tx, error) {
 	if iso == Default {
@@ -91,7 +106,7 @@ func (l *liteDB) Key(ctx context.Context, scope, key string) (KeyRow, bool, erro
 		return KeyRow{}, false, nil
 	}
 	if hasResponse == 1 && r.Response == nil {
-		r.Response = []byte{} // modernc.org/sqlite reads a zero-length BLOB as nil
+		r.Response = []byte{} // the libraries read a zero-length BLOB as nil
 	}
 	r.Leased, r.Expired = leased == 1, expired == 1
 	return r, err == nil, err

@@ -6,21 +6,42 @@ import (
 	"path/filepath"
 	"testing"
 
+	// The database/sql driver "sqlite3" (cgo), for SQLiteMattn.
+	_ "github.com/mattn/go-sqlite3"
+
 	"github.com/sqlonce/sqlonce/migrations"
-	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/mattn"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"github.com/sqlonce/sqlonce/tests/internal/bizdb"
+)
+
+// SQLiteLib is a SQLite library sqlonce supports: its database/sql driver
+// name and the DSN that configures a file as sqlonce needs.
+type SQLiteLib struct {
+	Name       string
+	DriverName string
+	DSN        func(path string) string
+}
+
+var (
+	// Modernc is modernc.org/sqlite, pure Go.
+	Modernc = SQLiteLib{Name: "modernc", DriverName: modernc.DriverName, DSN: modernc.DSN}
+	// Mattn is github.com/mattn/go-sqlite3, cgo.
+	Mattn = SQLiteLib{Name: "mattn", DriverName: mattn.DriverName, DSN: mattn.DSN}
 )
 
 // SQLite is a database file of its own, in the test's temporary directory,
 // with the tables migrated. SQLite needs no server: it is never skipped.
 type SQLite struct {
-	// DB is opened with sqlitedriver.DSN (BEGIN IMMEDIATE, busy timeout,
-	// WAL, foreign keys).
+	// DB is opened with Lib's DSN (BEGIN IMMEDIATE, busy timeout, WAL,
+	// foreign keys).
 	DB *sql.DB
 	// Path is the database file.
 	Path string
-	// DSN opens the same file with the same settings (driver "sqlite").
+	// DSN opens the same file with the same settings (driver
+	// Lib.DriverName).
 	DSN string
+	Lib SQLiteLib
 }
 
 // EmptySQLite returns the path of a database file that does not exist yet,
@@ -30,13 +51,19 @@ func EmptySQLite(t testing.TB) string {
 	return filepath.Join(t.TempDir(), "test.db")
 }
 
-// NewSQLite creates a database file for t and migrates it. maxConns bounds
-// the pool (0: 8).
+// NewSQLite creates a database file for t with modernc.org/sqlite and
+// migrates it. maxConns bounds the pool (0: 8).
 func NewSQLite(t testing.TB, maxConns int) *SQLite {
 	t.Helper()
+	return NewSQLiteWith(t, Modernc, maxConns)
+}
+
+// NewSQLiteWith is NewSQLite through the SQLite library lib.
+func NewSQLiteWith(t testing.TB, lib SQLiteLib, maxConns int) *SQLite {
+	t.Helper()
 	path := EmptySQLite(t)
-	dsn := sqlitedriver.DSN(path)
-	db, err := sql.Open(sqlitedriver.DriverName, dsn)
+	dsn := lib.DSN(path)
+	db, err := sql.Open(lib.DriverName, dsn)
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
@@ -53,5 +80,5 @@ func NewSQLite(t testing.TB, maxConns int) *SQLite {
 	if err := bizdb.Migrate(ctx, db, "sqlite"); err != nil {
 		t.Fatal(err)
 	}
-	return &SQLite{DB: db, Path: path, DSN: dsn}
+	return &SQLite{DB: db, Path: path, DSN: dsn, Lib: lib}
 }

@@ -1,4 +1,4 @@
-package sqlitedriver_test
+package modernc_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 )
 
 // Open refuses what cannot be a shared database file, and what it opens
@@ -15,13 +16,13 @@ import (
 // connection.
 func TestOpen(t *testing.T) {
 	for _, bad := range []string{"", ":memory:", "file:x.db?mode=memory", "a?b.db"} {
-		if db, err := sqlitedriver.Open(bad); err == nil {
+		if db, err := modernc.Open(bad); err == nil {
 			db.Close()
 			t.Errorf("Open(%q) succeeded", bad)
 		}
 	}
 
-	db, err := sqlitedriver.Open(filepath.Join(t.TempDir(), "t.db"))
+	db, err := modernc.Open(filepath.Join(t.TempDir(), "t.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestOpen(t *testing.T) {
 			t.Errorf("connection %d: journal_mode %s, busy_timeout %dms, foreign_keys %d", i, mode, busy, fk)
 		}
 	}
-	if dsn := sqlitedriver.DSN("x.db"); !strings.Contains(dsn, "_txlock=immediate") {
+	if dsn := modernc.DSN("x.db"); !strings.Contains(dsn, "_txlock=immediate") {
 		t.Errorf("DSN %q does not begin transactions IMMEDIATE", dsn)
 	}
 }

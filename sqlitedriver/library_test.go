@@ -1,0 +1,52 @@
+package sqlitedriver_test
+
+import (
+	"database/sql"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	// A database/sql driver that is not a SQLite library.
+	_ "github.com/go-sql-driver/mysql"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
+)
+
+// New accepts a database of a SQLite library it recognises, and refuses
+// any other database/sql driver's, saying which libraries it supports,
+// rather than misread its errors. (mattn/go-sqlite3, a wrapping driver,
+// and real PostgreSQL and MariaDB servers are checked in the tests
+// module.)
+func TestNewLibrary(t *testing.T) {
+	db, err := modernc.Open(filepath.Join(t.TempDir(), "t.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := sqlitedriver.New(db); err != nil {
+		t.Fatalf("modernc.org/sqlite: %v", err)
+	}
+	if d, err := sqlitedriver.New(nil); err != nil || d == nil {
+		t.Fatalf("New(nil) = %v, %v; want a driver for transactions of the caller's", d, err)
+	}
+
+	// A database of another database/sql driver is asked for an error; a
+	// server that cannot be reached gives one that is not SQLite's.
+	other, err := sql.Open("mysql", "root@tcp(127.0.0.1:1)/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	d, err := sqlitedriver.New(other)
+	if !errors.Is(err, sqlonce.ErrInvalidArgument) || d != nil {
+		t.Fatalf("New on go-sql-driver/mysql = %v, %v; want ErrInvalidArgument", d, err)
+	}
+	for _, want := range []string{"github.com/go-sql-driver/mysql", "modernc.org/sqlite", "github.com/mattn/go-sqlite3"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not name %s", err, want)
+		}
+	}
+}
