@@ -45,7 +45,7 @@
 //     unescaping), or more than one field, is answered 400 with code
 //     [CodeKeyInvalid].
 //   - A request that must carry a key and has none is answered 400
-//     ([CodeKeyMissing]). Which methods are handled ([WithMethods], POST
+//     ([CodeKeyMissing], section 2.7). Which methods are handled ([WithMethods], POST
 //     and PATCH by default) and which requests must carry a key
 //     ([WithRequired]) is configurable.
 //   - A key is unique per caller (section 5's composite key): the
@@ -58,7 +58,8 @@
 //     path, query and body ([FingerprintJSON]: canonical JSON, so that key
 //     order and white space do not count). The same key with a different
 //     fingerprint, including the same key sent to another method or
-//     route, is answered 422 ([CodeKeyReused]): a key names one request.
+//     route, is answered 422 ([CodeKeyReused], section 2.7): a key names
+//     one request.
 //   - A repeat after the first request completed gets its recorded answer
 //     (section 2.6): status, the header fields named with
 //     [WithResponseHeaders] and the body, byte for byte, marked with
@@ -71,7 +72,7 @@
 //     must undo its writes on an error calls [Fail], or the middleware
 //     is built with RecordSuccess.
 //   - A repeat while the first request is still running is answered 409
-//     ([CodeInProgress]) at once, with Retry-After; with [WithWait] it is
+//     ([CodeInProgress], section 2.7) at once, with Retry-After; with [WithWait] it is
 //     held, for a bounded time, until the first request ends and then
 //     gets its answer (409 only past the bound).
 //   - Keys expire after [WithTTL] (24 hours by default; section 2.3 asks
