@@ -33,13 +33,6 @@ func Fail(ctx context.Context, err error) {
 	}
 }
 
-// failedError carries the error a handler reported with Fail out of the
-// transaction, so that the transaction rolls back.
-type failedError struct{ err error }
-
-func (e *failedError) Error() string { return "httpidem: the handler failed: " + e.err.Error() }
-func (e *failedError) Unwrap() error { return e.err }
-
 // TxFrom returns the transaction transactional mode runs the request's
 // handler in. Do the handler's database work in it: it commits together
 // with the key and the recorded response, or rolls back with them. Every

@@ -11,9 +11,9 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/idem"
 	"github.com/sqlonce/sqlonce/internal/namespace"
 	"github.com/sqlonce/sqlonce/internal/obs"
-	"github.com/sqlonce/sqlonce/internal/owntx"
 )
 
 const (
@@ -31,10 +31,6 @@ const (
 
 	// DefaultLease is the lease WithLease(0) takes: 30 seconds.
 	DefaultLease = 30 * time.Second
-
-	// txAttempts bounds the runs of one request in transactional mode when
-	// the database asks for a retry (deadlock, serialization failure).
-	txAttempts = owntx.Attempts
 )
 
 // Middleware makes the handlers it wraps idempotent per Idempotency-Key.
@@ -45,7 +41,7 @@ type Middleware[TTx any] struct {
 	principal func(*http.Request) string
 	store     *dedupe.Store[TTx]
 	observer  sqlonce.Observer
-	runTx     func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
+	runner    idem.Runner[TTx] // transactional mode
 }
 
 // New returns a Middleware on the driver. principal names the
@@ -118,13 +114,13 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 		}
 		return nil, fmt.Errorf("%w: httpidem: %s needs a driver built with a database handle: %w", sqlonce.ErrInvalidArgument, mode, sqlonce.ErrNoDB)
 	}
-	m.runTx = func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error { return e.InTx(ctx, fn) }
+	m.runner = idem.Runner[TTx]{Store: store, RunTx: e.InTx}
 	if c.txFunc != nil {
 		run, ok := c.txFunc.(func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error)
 		if !ok {
 			return nil, invalid("WithTxFunc is for another transaction type than the driver's")
 		}
-		m.runTx = run
+		m.runner.RunTx = run
 	}
 	return m, nil
 }

@@ -1,7 +1,6 @@
 package httpidem
 
 import (
-	"strings"
 	"testing"
 )
 
@@ -54,25 +53,5 @@ func TestParseKey(t *testing.T) {
 				t.Fatalf("parseKey(%q) = (%q, %v, %v), want (%q, %v, ok=%v)", tc.lines, key, present, err, tc.key, tc.present, tc.ok)
 			}
 		})
-	}
-}
-
-func TestScopeUnambiguous(t *testing.T) {
-	if scope('k', "p") == scope('s', "p") {
-		t.Fatal("client and derived keys share a scope")
-	}
-	if scope('k', "alice") == scope('k', "bob") {
-		t.Fatal("two callers share a scope")
-	}
-	long := scope('k', strings.Repeat("p", 300))
-	if len(long) > 255 || !strings.HasPrefix(long, "k#") {
-		t.Fatalf("long scope %q", long)
-	}
-	if bad := scope('k', "p\x00"); !strings.HasPrefix(bad, "k#") {
-		t.Fatalf("scope with NUL kept readable: %q", bad)
-	}
-	// A readable scope never looks like a hashed one.
-	if s := scope('k', "#"+strings.Repeat("0", 64)); strings.HasPrefix(s, "k#") {
-		t.Fatalf("readable scope %q looks hashed", s)
 	}
 }

@@ -3,7 +3,6 @@ package httpidem
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,7 +13,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/idem"
 	"github.com/sqlonce/sqlonce/internal/obs"
 )
 
@@ -79,7 +78,7 @@ func (m *Middleware[TTx]) Wrap(next http.Handler) http.Handler {
 			if derived {
 				key, kind, ttl = hex.EncodeToString(fp), 's', m.noRepeat
 			}
-			req = &dedupe.Request{Scope: scope(kind, principal), Key: key, Fingerprint: fp, TTL: ttl}
+			req = &dedupe.Request{Scope: idem.Scope(kind, principal), Key: key, Fingerprint: fp, TTL: ttl}
 		}
 		var op obs.Op
 		if req != nil {
@@ -144,26 +143,6 @@ func (m *Middleware[TTx]) fingerprint(r *http.Request, body []byte) ([]byte, err
 	}
 	return dedupe.Fingerprint(parts...), nil
 }
-
-// scope is a key's namespace: the caller alone. Method and route are in
-// the fingerprint instead, so that a key reused on another endpoint is
-// refused (422) rather than run as a new request. kind keeps client keys
-// and derived submit keys apart. A scope the store would refuse (too long
-// for the table, not valid UTF-8, a NUL byte) is replaced by its hash,
-// which no readable scope can equal (those have ':' after kind).
-func scope(kind byte, principal string) string {
-	s := string(kind) + ":" + principal
-	if keys.Check("scope", s) == nil {
-		return s
-	}
-	sum := sha256.Sum256([]byte(s))
-	return string(kind) + "#" + hex.EncodeToString(sum[:])
-}
-
-var (
-	errNotRecorded = errors.New("httpidem: response not recorded")
-	errPanicked    = errors.New("httpidem: handler panicked")
-)
 
 // serve runs h and returns what it panicked with, if it did.
 func serve(h http.Handler, w http.ResponseWriter, r *http.Request) (panicked any) {

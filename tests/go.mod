@@ -13,9 +13,12 @@ require (
 	github.com/pressly/goose/v3 v3.29.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sqlonce/sqlonce v0.0.0
+	github.com/sqlonce/sqlonce/grpcidem v0.0.0
 	github.com/testcontainers/testcontainers-go v0.44.0
 	github.com/testcontainers/testcontainers-go/modules/mariadb v0.44.0
 	github.com/testcontainers/testcontainers-go/modules/postgres v0.44.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 )
 
 require (
@@ -113,7 +116,7 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261005182115-fad411399dd8 // indirect
 	modernc.org/libc v1.78.0 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
@@ -121,6 +124,8 @@ require (
 )
 
 replace github.com/sqlonce/sqlonce => ../
+
+replace github.com/sqlonce/sqlonce/grpcidem => ../grpcidem
 
 // Refused by the module proxy (403); tidy then picks the next version.
 exclude github.com/Azure/go-ansiterm v0.0.0-20261006220739-8c912ac31dd4

@@ -27,6 +27,7 @@ func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("AntiPattern", func(t *testing.T) { runAntiPattern(t, f) })
 	t.Run("Token", func(t *testing.T) { runToken(t, f) })
 	t.Run("HTTPIdem", func(t *testing.T) { runHTTPIdem(t, f) })
+	t.Run("GRPCIdem", func(t *testing.T) { runGRPCIdem(t, f) })
 	t.Run("Inbox", func(t *testing.T) { runInbox(t, f) })
 	t.Run("InboxBatch", func(t *testing.T) { runInboxBatch(t, f) })
 	t.Run("NilTx", func(t *testing.T) { runNilTx(t, f) })

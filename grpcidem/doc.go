@@ -1,0 +1,42 @@
+// Package grpcidem is a unary gRPC server interceptor with httpidem's
+// contract: a client that retries a call with the same key (metadata
+// "idempotency-key") gets the first response back, and the work is done
+// once. It shares sqlonce's transport-neutral core with httpidem, and is a
+// module of its own so that only its importers depend on grpc-go.
+//
+//	i, err := grpcidem.New(pgxdriver.New(pool), func(ctx context.Context) string {
+//		return callerID(ctx) // the authenticated caller
+//	})
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(i.Unary()))
+//
+//	func (s *server) Pay(ctx context.Context, in *pb.PayRequest) (*pb.PayReply, error) {
+//		tx, ok := grpcidem.TxFrom[pgx.Tx](ctx)
+//		if !ok {
+//			return nil, status.Error(codes.Internal, "no transaction")
+//		}
+//		// Writes through tx commit together with the key and the reply.
+//		...
+//	}
+//
+// # The contract, mapped to gRPC
+//
+//	HTTP (httpidem)                      gRPC (grpcidem)
+//	Idempotency-Key header               "idempotency-key" metadata, one value
+//	missing or malformed key: 400        InvalidArgument
+//	no authenticated caller: 401         Unauthenticated
+//	key scoped by caller                 key scoped by caller
+//	fingerprint: method, route, body     fingerprint: full method, request message (deterministic)
+//	key reused elsewhere: 422            FailedPrecondition
+//	first request still running: 409     Aborted
+//	replay, Idempotent-Replayed: true    recorded message, header "idempotent-replayed: true"
+//	outcome unknown after COMMIT: 500    Unavailable (retry with the same key)
+//	answer too large to record: 500      ResourceExhausted
+//
+// Only successful responses are recorded: a handler error rolls the
+// transaction back, is returned as is, and leaves the key free, so that a
+// retry runs the handler again (httpidem's RecordSuccess). The handler may
+// run more than once for one call when the database reports a deadlock or
+// a serialization failure; keep effects outside the database out of it.
+// The response message is recorded as a google.protobuf.Any, so its type
+// must be linked into the server (it is, as the handler returns it).
+package grpcidem

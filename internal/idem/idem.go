@@ -1,0 +1,154 @@
+// Package idem is the transport-neutral core of sqlonce's request
+// idempotency (httpidem for HTTP, grpcidem for gRPC): how a key is scoped,
+// and how one request is run in transactional mode, attempt after
+// attempt, down to one Outcome that each transport turns into its own
+// answer (a status code and problem, a gRPC status).
+package idem
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/owntx"
+)
+
+// Scope is a key's namespace: the caller alone. What the request is
+// (method, route, message) belongs in the fingerprint, so that a key
+// reused on another endpoint is refused rather than run. kind keeps
+// apart keys of different origins (a client's, a derived one, another
+// transport's). A scope the store would refuse (too long, not valid
+// UTF-8, a NUL byte) is replaced by its hash, which no readable scope can
+// equal (those have ':' after kind).
+func Scope(kind byte, principal string) string {
+	s := string(kind) + ":" + principal
+	if keys.Check("scope", s) == nil {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return string(kind) + "#" + hex.EncodeToString(sum[:])
+}
+
+// Outcome is how a request ended.
+type Outcome int
+
+const (
+	// Answered: the last attempt's own answer is the client's; it
+	// committed (recorded with the key, or a request without a key), or
+	// was not to be recorded and rolled back (ErrNotRecorded, a Failure).
+	Answered Outcome = iota
+	// Replayed: the key was recorded earlier; Result.Response holds the
+	// record.
+	Replayed
+	// InProgress: another request holds the key.
+	InProgress
+	// Reused: the key was recorded with another fingerprint.
+	Reused
+	// TooLarge: the answer could not be recorded; rolled back.
+	TooLarge
+	// Unknown: an error followed COMMIT; the work may be done.
+	Unknown
+	// Gone: the request's context ended and the work rolled back.
+	Gone
+	// Panicked: the handler panicked; rolled back. The transport panics
+	// again.
+	Panicked
+	// Failed: any other error; rolled back, not carried out.
+	Failed
+)
+
+var (
+	// ErrNotRecorded, returned by an attempt, rolls its transaction back
+	// and leaves its answer to the client unrecorded.
+	ErrNotRecorded = errors.New("idem: answer not recorded")
+	// ErrPanicked, returned by an attempt, rolls its transaction back and
+	// ends the request with Panicked.
+	ErrPanicked = errors.New("idem: handler panicked")
+)
+
+// Failure carries an error the handler reported out of its transaction,
+// so that the transaction rolls back; when the database asks for a retry
+// (sqlonce.IsRetryable) the request runs again.
+type Failure struct{ Err error }
+
+func (e *Failure) Error() string { return "the handler failed: " + e.Err.Error() }
+func (e *Failure) Unwrap() error { return e.Err }
+
+// Runner runs requests in transactional mode.
+type Runner[TTx any] struct {
+	Store *dedupe.Store[TTx]
+	// RunTx begins a transaction, calls fn, commits when fn returns nil
+	// and rolls back otherwise.
+	RunTx func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
+}
+
+// Serve runs one request: attempt runs the handler in tx and returns the
+// record of its answer (or ErrNotRecorded, ErrPanicked, a *Failure, an
+// error matching sqlonce.ErrResponseTooLarge). With req, the key is
+// claimed in the same transaction and the record stored with it; without,
+// attempt runs alone. An attempt the database refuses (deadlock,
+// serialization failure) is run again in a new transaction, up to
+// owntx.Attempts. tried, if not nil, sees each attempt's result.
+func (r Runner[TTx]) Serve(ctx context.Context, req *dedupe.Request, attempt func(ctx context.Context, tx TTx) ([]byte, error), tried func(sqlonce.Result, error)) (sqlonce.Result, Outcome, error) {
+	for n := 1; ; n++ {
+		var (
+			res sqlonce.Result
+			// committing is set when fn returns nil: an error RunTx
+			// returns after that comes from COMMIT (or from what a
+			// caller's runner does after fn); the work may be done.
+			committing bool
+		)
+		err := r.RunTx(ctx, func(ctx context.Context, tx TTx) error {
+			var err error
+			if req == nil {
+				_, err = attempt(ctx, tx)
+			} else {
+				res, err = r.Store.DoResponse(ctx, tx, *req, func(ctx context.Context) ([]byte, error) { return attempt(ctx, tx) })
+			}
+			committing = err == nil
+			return err
+		})
+		if errors.Is(err, ErrPanicked) {
+			return res, Panicked, err
+		}
+		if tried != nil {
+			tried(res, err)
+		}
+		var failed *Failure
+		switch {
+		case err == nil && req != nil && res.AlreadyDone():
+			return res, Replayed, nil
+		case err == nil:
+			return res, Answered, nil
+		case committing && (errors.Is(err, sqlonce.ErrCommitUnknown) || !sqlonce.IsRetryable(err)):
+			// Only an error the database reports for the transaction
+			// says the commit did not happen; after anything else it may
+			// have.
+			if ctx.Err() != nil {
+				return res, Gone, err
+			}
+			return res, Unknown, err
+		case errors.As(err, &failed) && sqlonce.IsRetryable(failed.Err) && n < owntx.Attempts && owntx.Pause(ctx, n):
+			continue
+		case errors.Is(err, ErrNotRecorded) || errors.As(err, &failed):
+			return res, Answered, err
+		case errors.Is(err, sqlonce.ErrInProgress):
+			return res, InProgress, err
+		case errors.Is(err, sqlonce.ErrKeyReuse):
+			return res, Reused, err
+		case errors.Is(err, sqlonce.ErrResponseTooLarge):
+			return res, TooLarge, err
+		case ctx.Err() != nil:
+			return res, Gone, err
+		case sqlonce.IsRetryable(err) && !driver.Classify(err).Has(driver.LockNotAvailable) && n < owntx.Attempts && owntx.Pause(ctx, n):
+			continue
+		default:
+			return res, Failed, err
+		}
+	}
+}
