@@ -24,7 +24,10 @@ func (e engine) Autocommit(ctx context.Context, fn func(ctx context.Context, tx 
 	if !ok {
 		return driver.ErrNoRun
 	}
-	return fn(ctx, autoTx{db})
+	// Each statement is its own COMMIT: one whose connection is lost on
+	// the way may have committed (driver.CommitError).
+	live := ctx.Err() == nil
+	return driver.CommitError(fn(ctx, autoTx{db}), live)
 }
 
 // errAutocommit is what autoTx answers where a transaction is needed.
