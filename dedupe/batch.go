@@ -45,17 +45,7 @@ const MaxBatch = driver.MaxBatch
 // FirstRun when fn ran, and Rows the number of keys fn was given.
 func (s *Store[TTx]) DoBatch(ctx context.Context, tx TTx, scope string, ids []string, fn func(ctx context.Context, fresh []string) error) (results []sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "dedupe", "DoBatch", scope, "")
-	defer func() {
-		var res sqlonce.Result
-		for _, r := range results {
-			if r.FirstRun() {
-				res.Outcome = sqlonce.FirstRun
-				break
-			}
-			res.Outcome = sqlonce.AlreadyDone
-		}
-		op.End(ctx, res, err)
-	}()
+	defer func() { op.EndBatch(ctx, results, err) }()
 	return s.doBatch(ctx, tx, scope, ids, fn, &op)
 }
 

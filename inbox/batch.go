@@ -32,7 +32,7 @@ const MaxBatch = dedupe.MaxBatch
 // (sqlonce.ErrInvalidArgument otherwise).
 func (i *Inbox[TTx]) HandleBatch(ctx context.Context, msgIDs []string, fn func(ctx context.Context, tx TTx, fresh []string) error) (res []sqlonce.Result, err error) {
 	op := obs.Start(i.observer, "inbox", "HandleBatch", i.consumer, "")
-	defer func() { i.endBatch(ctx, &op, res, err) }()
+	defer func() { op.EndBatch(ctx, res, err) }()
 	if fn == nil {
 		return nil, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
 	}
@@ -52,17 +52,6 @@ func (i *Inbox[TTx]) HandleBatch(ctx context.Context, msgIDs []string, fn func(c
 // back and do not ack.
 func (i *Inbox[TTx]) HandleBatchTx(ctx context.Context, tx TTx, msgIDs []string, fn func(ctx context.Context, fresh []string) error) (res []sqlonce.Result, err error) {
 	op := obs.Start(i.observer, "inbox", "HandleBatchTx", i.consumer, "")
-	defer func() { i.endBatch(ctx, &op, res, err) }()
+	defer func() { op.EndBatch(ctx, res, err) }()
 	return i.store.DoBatch(ctx, tx, i.consumer, msgIDs, fn)
-}
-
-// endBatch reports a batch as one Event: FirstRun when any message was
-// fresh, with their number in Rows.
-func (i *Inbox[TTx]) endBatch(ctx context.Context, op *obs.Op, results []sqlonce.Result, err error) {
-	if !op.On() {
-		return
-	}
-	res, fresh := obs.Batch(results)
-	op.Rows(fresh)
-	op.End(ctx, res, err)
 }

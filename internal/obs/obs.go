@@ -107,7 +107,20 @@ func (op *Op) Status(code int) { op.e.HTTPStatus = code }
 func (op *Op) Scope(scope string) { op.e.Scope = scope }
 
 // End reports the operation with its result and error to the Observer.
+// An operation that answers a Result ends with an Outcome or an error;
+// neither means that End runs deferred while a panic (the caller's
+// function's) unwinds, and it reports ErrPanicked.
 func (op *Op) End(ctx context.Context, res sqlonce.Result, err error) {
+	if op.o != nil && err == nil && res.Outcome == 0 {
+		err = ErrPanicked
+	}
+	op.end(ctx, res, err)
+}
+
+// ErrPanicked is the Event.Err of an operation left by a panic.
+var ErrPanicked = errors.New("sqlonce: the operation panicked")
+
+func (op *Op) end(ctx context.Context, res sqlonce.Result, err error) {
 	if op.o == nil {
 		return
 	}
@@ -138,7 +151,23 @@ func (op *Op) Set(res sqlonce.Result, err error) {
 func (op *Op) EndSet(ctx context.Context) { op.End(ctx, op.res, op.err) }
 
 // Done is End for an operation that answers no Result.
-func (op *Op) Done(ctx context.Context, err error) { op.End(ctx, sqlonce.Result{}, err) }
+func (op *Op) Done(ctx context.Context, err error) { op.end(ctx, sqlonce.Result{}, err) }
+
+// EndBatch is End for a batch: one Event, FirstRun when any key was
+// fresh, AlreadyDone when none was, with the number of fresh keys in
+// Rows; done for an empty batch.
+func (op *Op) EndBatch(ctx context.Context, results []sqlonce.Result, err error) {
+	if op.o == nil {
+		return
+	}
+	if len(results) == 0 {
+		op.end(ctx, sqlonce.Result{}, err)
+		return
+	}
+	res, fresh := Batch(results)
+	op.Rows(fresh)
+	op.end(ctx, res, err)
+}
 
 // Batch sums up a batch's results as one Result for its Event: FirstRun
 // when any key was fresh, AlreadyDone when none was, and the number of

@@ -92,3 +92,22 @@ func BenchmarkOp(b *testing.B) {
 		})
 	}
 }
+
+func TestPanicIsAnError(t *testing.T) {
+	var got sqlonce.Event
+	o := sqlonce.ObserverFunc(func(_ context.Context, e sqlonce.Event) { got = e })
+	func() {
+		defer func() { _ = recover() }()
+		op := Start(o, "dedupe", "Do", "s", "k")
+		defer func() { op.End(context.Background(), sqlonce.Result{}, nil) }()
+		panic("fn")
+	}()
+	if got.Outcome != sqlonce.EventError || !errors.Is(got.Err, ErrPanicked) {
+		t.Fatalf("a panicking operation reported %v (%v)", got.Outcome, got.Err)
+	}
+	op := Start(o, "dedupe", "Complete", "s", "k")
+	op.Done(context.Background(), nil)
+	if got.Outcome != sqlonce.EventDone || got.Err != nil {
+		t.Fatalf("Done reported %v (%v)", got.Outcome, got.Err)
+	}
+}

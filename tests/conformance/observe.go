@@ -319,6 +319,28 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			t.Fatalf("the inbox's Store reported %d dedupe events", n)
 		}
 
+		// dedupe.DoBatch: one Event per batch, the fresh keys in Rows.
+		ds, err := dedupe.New(drv)
+		must(t, err)
+		for _, c := range []struct {
+			ids     []string
+			outcome sqlonce.EventOutcome
+			fresh   int64
+		}{
+			{[]string{"x", "y", "x"}, sqlonce.EventFirstRun, 2},
+			{[]string{"x", "y"}, sqlonce.EventAlreadyDone, 0},
+			{nil, sqlonce.EventDone, 0},
+		} {
+			inTx(func(tx TTx) error {
+				_, err := ds.DoBatch(ctx, tx, "batch", c.ids, func(context.Context, []string) error { return nil })
+				return err
+			})
+			want("dedupe batch", "dedupe", "DoBatch", "batch", c.outcome)
+			if e := rec.last(); e.Rows != c.fresh {
+				t.Fatalf("batch %v: Rows %d, want %d fresh", c.ids, e.Rows, c.fresh)
+			}
+		}
+
 		// optimistic and statemachine: the Observer comes with ctx.
 		octx := sqlonce.ContextWithObserver(ctx, rec)
 		for _, outcome := range []sqlonce.EventOutcome{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
