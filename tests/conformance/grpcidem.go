@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -134,17 +135,21 @@ func runGRPCIdem[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		wantCode(t, "no key", err, codes.InvalidArgument)
 		_, _, err = g.call(ctx, "", "k9", "c")
 		wantCode(t, "no caller", err, codes.Unauthenticated)
+		_, _, err = g.call(ctx, "alice", strings.Repeat("k", sqlonce.MaxKeyLen+1), "c")
+		wantCode(t, "a key of 256 bytes", err, codes.InvalidArgument)
+		_, _, err = g.call(ctx, "alice", strings.Repeat("k", sqlonce.MaxKeyLen), "c")
+		must(t, err)                                        // 255 bytes is the longest key
 		bob, replayed, err := g.call(ctx, "bob", "k1", "a") // scoped by caller
 		must(t, err)
 		if replayed || bob == first {
 			t.Fatal("bob got alice's response")
 		}
-		if n := g.runs.Load(); n != 2 {
-			t.Fatalf("handler ran %d times, want 2", n)
+		if n := g.runs.Load(); n != 3 {
+			t.Fatalf("handler ran %d times, want 3", n)
 		}
 		ddLedger(t, db, "a", 2)
 		ddLedger(t, db, "b", 0)
-		ddLedger(t, db, "c", 0)
+		ddLedger(t, db, "c", 1)
 	})
 
 	t.Run("HandlerErrorRollsBackAndFreesTheKey", func(t *testing.T) {
