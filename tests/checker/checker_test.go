@@ -33,6 +33,18 @@ func TestPostgres(t *testing.T) {
 	exactlyOnce(t, db)
 }
 
+// TestPostgresSQL and TestPostgresPQ run the workload through
+// pgsqldriver, on database/sql with pgx's stdlib driver and with lib/pq.
+func TestPostgresSQL(t *testing.T) {
+	db := harness.PostgresSQL(t, poolSize)
+	exactlyOnce(t, db)
+}
+
+func TestPostgresPQ(t *testing.T) {
+	db := harness.PostgresPQ(t, poolSize)
+	exactlyOnce(t, db)
+}
+
 func TestMySQL(t *testing.T) {
 	db := harness.MySQL(t, poolSize)
 	exactlyOnce(t, db)

@@ -8,6 +8,10 @@ import (
 
 func TestPostgres(t *testing.T) { Run(t, harness.Postgres) }
 
+func TestPostgresSQL(t *testing.T) { Run(t, harness.PostgresSQL) }
+
+func TestPostgresPQ(t *testing.T) { Run(t, harness.PostgresPQ) }
+
 func TestMySQL(t *testing.T) { Run(t, harness.MySQL) }
 
 func TestSQLite(t *testing.T) { Run(t, harness.SQLite) }

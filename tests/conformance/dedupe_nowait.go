@@ -17,12 +17,15 @@ import (
 
 // lockWaitSetting reads tx's lock wait setting: lock_timeout on PostgreSQL,
 // the session's innodb_lock_wait_timeout on MySQL/MariaDB.
-func lockWaitSetting[TTx any](ctx context.Context, tx TTx) (string, error) {
+func lockWaitSetting[TTx any](ctx context.Context, dialect string, tx TTx) (string, error) {
 	var v string
 	switch tx := any(tx).(type) {
 	case pgx.Tx:
 		return v, tx.QueryRow(ctx, "SHOW lock_timeout").Scan(&v)
 	case *sql.Tx:
+		if dialect == "postgres" {
+			return v, tx.QueryRowContext(ctx, "SHOW lock_timeout").Scan(&v)
+		}
 		return v, tx.QueryRowContext(ctx, "SELECT CAST(@@SESSION.innodb_lock_wait_timeout AS CHAR)").Scan(&v)
 	}
 	return "", fmt.Errorf("no lock wait setting for %T", tx)
@@ -32,21 +35,25 @@ func lockWaitSetting[TTx any](ctx context.Context, tx TTx) (string, error) {
 // the transaction on PostgreSQL, of the session on MySQL), so that a check
 // afterwards shows it was restored rather than reset, and returns the value
 // lockWaitSetting reads for it.
-func setLockWait[TTx any](ctx context.Context, tx TTx) (string, error) {
+func setLockWait[TTx any](ctx context.Context, dialect string, tx TTx) (string, error) {
 	switch tx := any(tx).(type) {
 	case pgx.Tx:
 		_, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '4321ms'")
 		return "4321ms", err
 	case *sql.Tx:
+		if dialect == "postgres" {
+			_, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '4321ms'")
+			return "4321ms", err
+		}
 		_, err := tx.ExecContext(ctx, "SET SESSION innodb_lock_wait_timeout = 43")
 		return "43", err
 	}
 	return "", fmt.Errorf("no lock wait setting for %T", tx)
 }
 
-func wantLockWait[TTx any](t testing.TB, ctx context.Context, tx TTx, what, want string) {
+func wantLockWait[TTx any](t testing.TB, ctx context.Context, dialect string, tx TTx, what, want string) {
 	t.Helper()
-	got, err := lockWaitSetting(ctx, tx)
+	got, err := lockWaitSetting(ctx, dialect, tx)
 	must(t, err)
 	if got != want {
 		t.Fatalf("%s: lock wait setting %q, want %q restored", what, got, want)
@@ -84,7 +91,7 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				defer func() { _ = db.Rollback(context.Background(), tx2) }()
 				biz := db.Tx(tx2)
 				must(t, biz.LedgerInsert(ctx, "before", 1))
-				want, err := setLockWait(ctx, tx2)
+				want, err := setLockWait(ctx, db.Dialect(), tx2)
 				must(t, err)
 
 				ran := false
@@ -106,7 +113,7 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				if elapsed > 2*time.Second {
 					t.Errorf("no-wait claim took %v", elapsed)
 				}
-				wantLockWait(t, ctx, tx2, "after ErrInProgress", want)
+				wantLockWait(t, ctx, db.Dialect(), tx2, "after ErrInProgress", want)
 
 				// The transaction goes on: more writes, another claim.
 				must(t, biz.LedgerInsert(ctx, "after", 1))
@@ -115,20 +122,20 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 					return biz.LedgerInsert(ctx, other.Key, 1)
 				})
 				wantOutcome(t, "another key in the same transaction", res, err, sqlonce.FirstRun, nil)
-				wantLockWait(t, ctx, tx2, "after a claim that won", want)
+				wantLockWait(t, ctx, db.Dialect(), tx2, "after a claim that won", want)
 				must(t, db.Commit(ctx, tx2))
 				must(t, db.Commit(ctx, tx1))
 
 				// A repeat finds the key done: the path that reads it back
 				// restores the setting too.
 				must(t, harness.WithTx(ctx, db, iso, func(tx TTx) error {
-					want, err := setLockWait(ctx, tx)
+					want, err := setLockWait(ctx, db.Dialect(), tx)
 					if err != nil {
 						return err
 					}
 					res, err := s.Do(ctx, tx, req, func(context.Context) error { return errors.New("ran again") })
 					wantOutcome(t, "repeat after commit", res, err, sqlonce.AlreadyDone, nil)
-					wantLockWait(t, ctx, tx, "after a claim that found the key done", want)
+					wantLockWait(t, ctx, db.Dialect(), tx, "after a claim that found the key done", want)
 					return nil
 				}))
 
@@ -194,7 +201,7 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		go func() {
 			var r result
 			r.err = harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
-				want, err := setLockWait(ctx, tx)
+				want, err := setLockWait(ctx, db.Dialect(), tx)
 				if err != nil {
 					return err
 				}
@@ -207,7 +214,7 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				if err != nil {
 					return err
 				}
-				if got, err := lockWaitSetting(ctx, tx); err != nil || got != want {
+				if got, err := lockWaitSetting(ctx, db.Dialect(), tx); err != nil || got != want {
 					return fmt.Errorf("lock wait setting %q (%v), want %q", got, err, want)
 				}
 				return nil

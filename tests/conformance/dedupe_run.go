@@ -21,6 +21,7 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/pgsqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
@@ -126,13 +127,17 @@ func ownHandle[TTx any](t testing.TB, db harness.DB[TTx], maxConns int) (sqlonce
 		d     any
 		inUse func() int
 	)
-	switch db.Dialect() {
-	case "postgres":
+	sqlDriver, overSQL := any(db).(interface{ SQLDriverName() string })
+	switch {
+	case db.Dialect() == "postgres" && !overSQL:
 		pool := pgPool(t, db, int32(maxConns))
 		d, inUse = pgxdriver.New(pool), func() int { return int(pool.Stat().AcquiredConns()) }
-	case "mysql", "sqlite":
+	case db.Dialect() == "postgres", db.Dialect() == "mysql", db.Dialect() == "sqlite":
 		name := "mysql"
-		if db.Dialect() == "sqlite" {
+		switch {
+		case overSQL:
+			name = sqlDriver.SQLDriverName()
+		case db.Dialect() == "sqlite":
 			name = sqliteDriverName(db)
 		}
 		h, err := sql.Open(name, db.DSN())
@@ -140,9 +145,12 @@ func ownHandle[TTx any](t testing.TB, db harness.DB[TTx], maxConns int) (sqlonce
 		h.SetMaxOpenConns(maxConns)
 		h.SetMaxIdleConns(maxConns)
 		t.Cleanup(func() { h.Close() })
-		if name == "mysql" {
+		switch db.Dialect() {
+		case "postgres":
+			d = pgsqldriver.New(h)
+		case "mysql":
 			d = mysqldriver.New(h)
-		} else {
+		default:
 			d, err = sqlitedriver.New(h)
 			must(t, err)
 		}
@@ -1389,7 +1397,7 @@ func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("OtherBeginner", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 2)
-		if db.Dialect() != "postgres" {
+		if _, ok := any(db).(harness.DB[pgx.Tx]); !ok {
 			t.Skip("pgxdriver only: the other drivers take a *sql.DB")
 		}
 		pool := pgPool(t, db, Racers+2)

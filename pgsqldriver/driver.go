@@ -1,0 +1,221 @@
+package pgsqldriver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/dbsqlc/pgsqldb"
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+// Driver is the PostgreSQL driver for database/sql. It holds no state of
+// its own besides the optional database handle, and is safe for
+// concurrent use.
+type Driver struct {
+	e engine
+}
+
+var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
+
+// New returns a driver. db is used only by operations that run their own
+// short transactions (dedupe leases, Store.Run and purge); pass nil when
+// every call runs inside a transaction of yours.
+func New(db *sql.DB) *Driver {
+	return &Driver{e: engine{db: db, q: pgsqldb.New()}}
+}
+
+// Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
+// that constructors can refuse one instead of panicking later.
+func (d *Driver) Engine() driver.Engine[*sql.Tx] {
+	if d == nil {
+		return nil
+	}
+	return d.e
+}
+
+type engine struct {
+	db *sql.DB
+	q  *pgsqldb.Queries
+}
+
+func (e engine) Guard(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context) error) error {
+	// Any error aborts a PostgreSQL transaction: ROLLBACK TO SAVEPOINT is
+	// what keeps tx usable after fn fails. The savepoint stays, as after
+	// pgx's nested Rollback: one round trip fewer.
+	return driver.SQLSavepoint(ctx, tx, false, fn)
+}
+
+func (engine) IsDuplicate(err error, constraint string) bool {
+	return uniqueViolation(err, constraint)
+}
+
+func pgNow(t time.Time) sql.NullTime {
+	if t.IsZero() {
+		return sql.NullTime{}
+	}
+	return sql.NullTime{Time: t, Valid: true}
+}
+
+func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (driver.Claim, error) {
+	if p.LockWait > 0 {
+		return e.claimBounded(ctx, tx, p)
+	}
+	return e.claim(ctx, tx, p)
+}
+
+// claimBounded runs the claim under a savepoint with lock_timeout set, so
+// that a claim that gives up waiting leaves tx usable and its lock_timeout
+// as it was.
+func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (driver.Claim, error) {
+	var c driver.Claim
+	err := e.Guard(ctx, tx, func(ctx context.Context) error {
+		ms := max(p.LockWait.Milliseconds(), 1)
+		prev, err := e.q.LockTimeoutSet(ctx, tx, strconv.FormatInt(ms, 10)+"ms")
+		if err != nil {
+			return err
+		}
+		c, err = e.claim(ctx, tx, p)
+		if err != nil {
+			return err
+		}
+		_, err = e.q.LockTimeoutSet(ctx, tx, prev.Previous)
+		return err
+	})
+	return c, err
+}
+
+// claimAttempts bounds the loop for a key that vanishes (purged) between the
+// claim that found it and the read of it.
+const claimAttempts = 3
+
+func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (driver.Claim, error) {
+	ins := pgsqldb.KeyClaimParams{
+		Namespace:      int16(p.Namespace),
+		Scope:          p.Scope,
+		IdempotencyKey: p.Key.Key,
+		Fingerprint:    driver.NonNil(p.Fingerprint),
+		State:          driver.StateDone,
+		Now:            pgNow(p.Now),
+		TtlUs:          p.TTL.Microseconds(),
+	}
+	if p.Lease > 0 {
+		ins.State = driver.StateLeased
+		ins.LeaseUs = sql.NullInt64{Int64: p.Lease.Microseconds(), Valid: true}
+		ins.TtlUs = max(p.TTL, p.Lease).Microseconds() // keeps locked_until <= expires_at
+	}
+	for range claimAttempts {
+		c, err := e.q.KeyClaim(ctx, tx, ins)
+		switch {
+		case err == nil && c.Inserted:
+			return driver.Claim{Won: true, Token: c.Token}, nil
+		case err == nil && !c.Available:
+			return driver.Claim{Existing: driver.Existing{Fingerprint: c.Fingerprint, Response: c.Response, Leased: c.Locked}}, nil
+		case err == nil:
+			// Expired or lapsed: take it over below.
+		case !errors.Is(err, sql.ErrNoRows):
+			return driver.Claim{}, err
+		default:
+			// The key was committed while the insert waited, after this
+			// statement's snapshot: read it with a new one.
+			row, err := e.q.KeyGet(ctx, tx, pgsqldb.KeyGetParams{Now: ins.Now, Namespace: ins.Namespace, Scope: ins.Scope, IdempotencyKey: ins.IdempotencyKey})
+			if errors.Is(err, sql.ErrNoRows) {
+				continue // purged since the insert saw it: insert again
+			}
+			if err != nil {
+				return driver.Claim{}, err
+			}
+			if !row.Available {
+				return driver.Claim{Existing: driver.Existing{Fingerprint: row.Fingerprint, Response: row.Response, Leased: row.Locked}}, nil
+			}
+		}
+		token, err := e.q.KeyTakeover(ctx, tx, pgsqldb.KeyTakeoverParams{
+			Fingerprint: ins.Fingerprint, State: ins.State, Now: ins.Now, LeaseUs: ins.LeaseUs, TtlUs: ins.TtlUs,
+			Namespace: ins.Namespace, Scope: p.Scope, IdempotencyKey: p.Key.Key,
+		})
+		if err == nil {
+			return driver.Claim{Won: true, Token: token}, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return driver.Claim{}, err
+		}
+		// A concurrent takeover won: claim again.
+	}
+	return driver.Claim{}, fmt.Errorf("%w: key changed %d times while being claimed", sqlonce.ErrStaleRead, claimAttempts)
+}
+
+func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte) error {
+	n, err := e.q.KeySetResponse(ctx, tx, pgsqldb.KeySetResponseParams{
+		Response: response, Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		return fmt.Errorf("%w: the claim to record a response on is gone", sqlonce.ErrLeaseLost)
+	}
+	return nil
+}
+
+func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, token int64) error {
+	_, err := e.q.KeyDelete(ctx, tx, pgsqldb.KeyDeleteParams{Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
+	return err
+}
+
+func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
+	n, err := e.q.KeyComplete(ctx, tx, pgsqldb.KeyCompleteParams{
+		Response: driver.NonNil(response), Now: pgNow(now), TtlUs: ttl.Microseconds(),
+		Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	return n == 1, err
+}
+
+func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, now time.Time) (bool, error) {
+	n, err := e.q.KeyRelease(ctx, tx, pgsqldb.KeyReleaseParams{
+		Now: pgNow(now), Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	return n == 1, err
+}
+
+func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, lease time.Duration, now time.Time) (bool, error) {
+	n, err := e.q.KeyExtend(ctx, tx, pgsqldb.KeyExtendParams{
+		Now: pgNow(now), LeaseUs: lease.Microseconds(), Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	return n == 1, err
+}
+
+func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
+	return e.q.KeyPurge(ctx, tx, pgsqldb.KeyPurgeParams{Now: pgNow(now), MaxRows: int32(limit)})
+}
+
+// readCommitted begins every transaction sqlonce runs itself: sqlonce's
+// own statements rely on constraints and row locks, never on a snapshot,
+// and a stricter level would only add serialization failures.
+var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+
+func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	if e.db == nil {
+		return sqlonce.ErrNoDB
+	}
+	tx, err := e.db.BeginTx(ctx, readCommitted)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback()
+			panic(p)
+		}
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if err = fn(ctx, tx); err != nil {
+		return err
+	}
+	return tx.Commit()
+}

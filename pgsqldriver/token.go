@@ -1,0 +1,37 @@
+package pgsqldriver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/sqlonce/sqlonce/internal/dbsqlc/pgsqldb"
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+func (e engine) TokenInsert(ctx context.Context, tx *sql.Tx, hash []byte, scope string, ttl time.Duration, now time.Time) error {
+	return e.q.TokenInsert(ctx, tx, pgsqldb.TokenInsertParams{
+		TokenHash: hash, Scope: scope, Now: pgNow(now), TtlUs: ttl.Microseconds(),
+	})
+}
+
+func (e engine) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (bool, error) {
+	n, err := e.q.TokenConsume(ctx, tx, pgsqldb.TokenConsumeParams{Now: pgNow(now), TokenHash: hash, Scope: scope})
+	return n == 1, err
+}
+
+func (e engine) TokenGet(ctx context.Context, tx *sql.Tx, hash []byte, now time.Time) (driver.TokenState, bool, error) {
+	r, err := e.q.TokenGet(ctx, tx, pgsqldb.TokenGetParams{Now: pgNow(now), TokenHash: hash})
+	if errors.Is(err, sql.ErrNoRows) {
+		return driver.TokenState{}, false, nil
+	}
+	if err != nil {
+		return driver.TokenState{}, false, err
+	}
+	return driver.TokenState{Scope: r.Scope, Consumed: r.Consumed, Expired: r.Expired}, true, nil
+}
+
+func (e engine) TokenPurge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
+	return e.q.TokenPurge(ctx, tx, pgsqldb.TokenPurgeParams{Now: pgNow(now), MaxRows: int32(limit)})
+}

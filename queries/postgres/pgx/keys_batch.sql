@@ -1,0 +1,81 @@
+-- name: KeyGet :batchone
+-- Reads a key that KeyClaim found but could not see, or that Store.Run
+-- looks up under KeyLock. available: expired, or a lapsed lease, so
+-- KeyTakeover may claim it. A batch, so that Store.Run sends it in the
+-- round trip that begins its transaction.
+SELECT
+    fingerprint,
+    response,
+    state,
+    token,
+    (state = 2 AND locked_until > coalesce(sqlc.narg('now')::timestamptz, now()))::boolean AS locked,
+    (expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+     OR (state = 2 AND locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))::boolean AS available
+FROM sqlonce_keys
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key');
+
+-- name: KeyRunDelete :batchexec
+-- Deletes the expired key, or the lapsed lease, that Store.Run takes over,
+-- in the round trip of its commit: the row it read (token), if it is still
+-- available. A lease completed late by its holder is not: it stays, and
+-- fails the KeyRunInsert that follows.
+DELETE FROM sqlonce_keys
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token')
+  AND (expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+       OR (state = 2 AND locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())));
+
+-- name: KeyTryLockGet :batchone
+-- Store.Run's first statement after BEGIN: takes the key's advisory lock if
+-- no other transaction holds it (see KeyLock) and reads the key, in one
+-- statement. The read uses the statement's snapshot, taken before the lock:
+-- a run that held the lock and committed in between is not seen, and its
+-- row then fails this run's KeyRunInsert (the run starts over and replays
+-- it). Not locked: KeyLock and KeyGet, which wait and read afresh.
+SELECT
+    pg_try_advisory_xact_lock(
+        1936289646,
+        hashtext(sqlc.arg('namespace')::smallint::text || ':' || octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)
+    )::boolean AS locked,
+    (k.token IS NOT NULL)::boolean AS found,
+    k.fingerprint,
+    k.response,
+    coalesce(k.token, 0)::bigint AS token,
+    coalesce(k.state = 2 AND k.locked_until > coalesce(sqlc.narg('now')::timestamptz, now()), false)::boolean AS leased,
+    coalesce(k.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+             OR (k.state = 2 AND k.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())), false)::boolean AS available
+FROM (SELECT 1) AS one
+LEFT JOIN sqlonce_keys AS k ON k.namespace = sqlc.arg('namespace') AND k.scope = sqlc.arg('scope') AND k.idempotency_key = sqlc.arg('idempotency_key');
+
+-- name: KeyLock :batchexec
+-- Takes the advisory lock that Store.Run holds on a key from its lookup to
+-- its commit, waiting while another run holds it. The lock only makes
+-- concurrent runs of one key wait for each other instead of all doing the
+-- work: KeyRunInsert, a plain INSERT, is what refuses a second record. It
+-- lives in the two-int4 key space, class 1936289646 ('sqon'), apart from
+-- the bigint advisory locks applications take; two keys whose 32-bit hashes
+-- collide only wait for each other.
+SELECT pg_advisory_xact_lock(
+    1936289646,
+    hashtext(sqlc.arg('namespace')::smallint::text || ':' || octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)
+);
+
+-- name: KeyRunInsert :batchexec
+-- Records a key done, with its fingerprint and response, at the end of
+-- Store.Run's transaction, in the round trip of its COMMIT. A plain INSERT,
+-- not ON CONFLICT: on a key that another transaction recorded meanwhile it
+-- fails, and the COMMIT queued behind it never runs. min_token keeps the
+-- token of a taken-over key growing.
+INSERT INTO sqlonce_keys (
+    namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
+) VALUES (
+    sqlc.arg('namespace'),
+    sqlc.arg('scope'),
+    sqlc.arg('idempotency_key'),
+    sqlc.arg('fingerprint'),
+    sqlc.arg('response'),
+    1,
+    greatest((extract(epoch FROM coalesce(sqlc.narg('now')::timestamptz, clock_timestamp())) * 1000000)::bigint, sqlc.arg('min_token')::bigint),
+    NULL,
+    coalesce(sqlc.narg('now')::timestamptz, now()),
+    coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('ttl_us')::bigint * interval '1 microsecond'
+);
