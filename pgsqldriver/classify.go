@@ -2,7 +2,14 @@ package pgsqldriver
 
 import (
 	"reflect"
+
+	"github.com/sqlonce/sqlonce/internal/driver"
 )
+
+// Every program that links this package classifies the PostgreSQL errors
+// of both database/sql drivers, from sqlonce and from its own queries
+// alike (sqlonce.IsRetryable).
+func init() { driver.Register(driver.ClassifierFunc(classify)) }
 
 // PostgreSQL SQLSTATE codes sqlonce acts on.
 const (
@@ -27,6 +34,22 @@ func sqlState(err error) string {
 		return s.SQLState()
 	}
 	return ""
+}
+
+// classify reads one error of a tree by its SQLSTATE. The network errors
+// both libraries return (io.ErrUnexpectedEOF, *net.OpError,
+// driver.ErrBadConn) and sql.ErrTxDone are the standard library's,
+// classified by package driver.
+func classify(err error) driver.Class {
+	switch sqlState(err) {
+	case codeSerializationFailure, codeDeadlockDetected:
+		return driver.Retryable
+	case codeLockNotAvailable:
+		return driver.Retryable | driver.LockNotAvailable
+	case codeUniqueViolation:
+		return driver.Unique
+	}
+	return 0
 }
 
 // constraintName returns the constraint a PostgreSQL error names: the
@@ -55,31 +78,7 @@ func constraintName(err error) string {
 // uniqueViolation reports whether an error of err's tree is a unique
 // violation on the named constraint. An empty constraint matches any.
 func uniqueViolation(err error, constraint string) bool {
-	return walk(err, func(e error) bool {
+	return driver.Walk(err, func(e error) bool {
 		return sqlState(e) == codeUniqueViolation && (constraint == "" || constraintName(e) == constraint)
 	})
-}
-
-// walk calls visit on err and on every error it wraps or joins, depth
-// first, until visit returns true, and reports whether it did.
-func walk(err error, visit func(error) bool) bool {
-	for depth := 0; err != nil && depth < 100; depth++ {
-		if visit(err) {
-			return true
-		}
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			err = u.Unwrap()
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				if walk(e, visit) {
-					return true
-				}
-			}
-			return false
-		default:
-			return false
-		}
-	}
-	return false
 }

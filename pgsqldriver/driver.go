@@ -217,5 +217,6 @@ func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	if err = fn(ctx, tx); err != nil {
 		return err
 	}
-	return tx.Commit()
+	live := ctx.Err() == nil
+	return driver.CommitError(tx.Commit(), live)
 }
