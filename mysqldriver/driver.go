@@ -49,7 +49,8 @@ import (
 
 // Driver is the MySQL/MariaDB driver. It is safe for concurrent use.
 type Driver struct {
-	e engine
+	e     engine
+	check *driver.DialectCheck // nil: db is known to be MySQL/MariaDB's
 }
 
 var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
@@ -64,7 +65,16 @@ func New(db *sql.DB) *Driver {
 	if db != nil {
 		e.stmts = cacheFor(db)
 	}
-	return &Driver{e: e}
+	return &Driver{e: e, check: checkDialect(db)}
+}
+
+// checkDialect refuses a handle of another database: a *sql.DB of
+// PostgreSQL's or SQLite's driver at New, and one of a driver it does not
+// know (a wrapper such as otelsql), or the transactions of a driver built
+// with nil, at the first call. Every call then returns an error matching
+// sqlonce.ErrInvalidArgument.
+func checkDialect(db *sql.DB) *driver.DialectCheck {
+	return driver.CheckSQLDialect(db, driver.MySQL, "mysqldriver", sqlonce.ErrInvalidArgument)
 }
 
 // Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
@@ -72,6 +82,9 @@ func New(db *sql.DB) *Driver {
 func (d *Driver) Engine() driver.Engine[*sql.Tx] {
 	if d == nil {
 		return nil
+	}
+	if d.check != nil {
+		return driver.Checked{Engine: d.e, Check: d.check, DB: d.e.db}
 	}
 	return d.e
 }

@@ -26,6 +26,15 @@
 // conflict with a row the snapshot cannot see is a serialization failure
 // (40001), which sqlonce.IsRetryable reports.
 //
+// # Another database's handle
+//
+// New knows the database/sql drivers of the common libraries by their
+// type: a *sql.DB of go-sql-driver/mysql or of a SQLite driver makes every
+// call of the driver return an error matching sqlonce.ErrInvalidArgument,
+// before any statement runs. For a driver it does not know (a wrapper such
+// as otelsql), and for a driver built with nil, the first call asks the
+// server once (SELECT version()).
+//
 // # Names of unique constraints
 //
 // For unique.Insert, PostgreSQL names a primary key "<table>_pkey" and an

@@ -17,7 +17,8 @@ import (
 // its own besides the optional database handle, and is safe for
 // concurrent use.
 type Driver struct {
-	e engine
+	e     engine
+	check *driver.DialectCheck // nil: db is known to be PostgreSQL's
 }
 
 var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
@@ -26,7 +27,16 @@ var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 // short transactions (dedupe leases, Store.Run and purge); pass nil when
 // every call runs inside a transaction of yours.
 func New(db *sql.DB) *Driver {
-	return &Driver{e: engine{db: db, q: pgsqldb.New()}}
+	return &Driver{e: engine{db: db, q: pgsqldb.New()}, check: checkDialect(db)}
+}
+
+// checkDialect refuses a handle of another database: a *sql.DB of
+// go-sql-driver/mysql's or a SQLite driver's at New, and one of a driver it
+// does not know (a wrapper such as otelsql), or the transactions of a
+// driver built with nil, at the first call. Every call then returns an
+// error matching sqlonce.ErrInvalidArgument.
+func checkDialect(db *sql.DB) *driver.DialectCheck {
+	return driver.CheckSQLDialect(db, driver.Postgres, "pgsqldriver", sqlonce.ErrInvalidArgument)
 }
 
 // Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
@@ -34,6 +44,9 @@ func New(db *sql.DB) *Driver {
 func (d *Driver) Engine() driver.Engine[*sql.Tx] {
 	if d == nil {
 		return nil
+	}
+	if d.check != nil {
+		return driver.Checked{Engine: d.e, Check: d.check, DB: d.e.db}
 	}
 	return d.e
 }

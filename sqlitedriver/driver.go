@@ -104,7 +104,8 @@ import (
 
 // Driver is the SQLite driver. It is safe for concurrent use.
 type Driver struct {
-	e engine
+	e     engine
+	check *driver.DialectCheck // nil: db is known to be SQLite's
 }
 
 var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
@@ -129,7 +130,15 @@ func New(db *sql.DB) (*Driver, error) {
 			return nil, err
 		}
 	}
-	return &Driver{e: engine{db: db, q: sqlitedb.New()}}, nil
+	return &Driver{e: engine{db: db, q: sqlitedb.New()}, check: checkDialect(db)}, nil
+}
+
+// checkDialect refuses the transactions of another database: for a driver
+// built with nil (checkLibrary judges a handle), or on a wrapped handle,
+// one probe at the first call tells SQLite from a server database, and
+// every call then returns an error matching sqlonce.ErrInvalidArgument.
+func checkDialect(db *sql.DB) *driver.DialectCheck {
+	return driver.CheckSQLDialect(db, driver.SQLite, "sqlitedriver", sqlonce.ErrInvalidArgument)
 }
 
 // Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
@@ -137,6 +146,9 @@ func New(db *sql.DB) (*Driver, error) {
 func (d *Driver) Engine() driver.Engine[*sql.Tx] {
 	if d == nil {
 		return nil
+	}
+	if d.check != nil {
+		return driver.Checked{Engine: d.e, Check: d.check, DB: d.e.db}
 	}
 	return d.e
 }

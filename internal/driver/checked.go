@@ -1,0 +1,134 @@
+package driver
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// Checked is an Engine on *sql.Tx whose every call first passes Check: a
+// driver's Engine returns one when its DialectCheck is not settled at New.
+// It forwards Runner and DuplicateInTx to the engine when it has them.
+type Checked struct {
+	Engine[*sql.Tx]
+	Check *DialectCheck
+	// DB is the driver's handle (may be nil), probed by the calls that
+	// run on it rather than on a caller's transaction.
+	DB *sql.DB
+}
+
+var (
+	_ Runner[*sql.Tx]        = Checked{}
+	_ DuplicateInTx[*sql.Tx] = Checked{}
+)
+
+func (c Checked) Guard(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context) error) error {
+	if err := c.Check.Err(ctx, tx); err != nil {
+		return err
+	}
+	return c.Engine.Guard(ctx, tx, fn)
+}
+
+func (c Checked) IsDuplicateInTx(ctx context.Context, tx *sql.Tx, err error, constraint string) bool {
+	if d, ok := c.Engine.(DuplicateInTx[*sql.Tx]); ok {
+		return d.IsDuplicateInTx(ctx, tx, err, constraint)
+	}
+	return c.Engine.IsDuplicate(err, constraint)
+}
+
+func (c Checked) Claim(ctx context.Context, tx *sql.Tx, p ClaimParams) (Claim, error) {
+	if err := c.Check.Err(ctx, tx); err != nil {
+		return Claim{}, err
+	}
+	return c.Engine.Claim(ctx, tx, p)
+}
+
+func (c Checked) SetResponse(ctx context.Context, tx *sql.Tx, k Key, token int64, response []byte) error {
+	if err := c.Check.Err(ctx, tx); err != nil {
+		return err
+	}
+	return c.Engine.SetResponse(ctx, tx, k, token, response)
+}
+
+func (c Checked) Unclaim(ctx context.Context, tx *sql.Tx, k Key, token int64) error {
+	if err := c.Check.Err(ctx, tx); err != nil {
+		return err
+	}
+	return c.Engine.Unclaim(ctx, tx, k, token)
+}
+
+func (c Checked) Complete(ctx context.Context, tx *sql.Tx, k Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
+	if err := c.Check.Err(ctx, tx); err != nil {
+		return false, err
+	}
+	return c.Engine.Complete(ctx, tx, k, token, response, ttl, now)
+}
+
+func (c Checked) Release(ctx context.Context, tx *sql.Tx, k Key, token int64, now time.Time) (bool, error) {
+	if err := c.Check.Err(ctx, tx); err != nil {
+		return false, err
+	}
+	return c.Engine.Release(ctx, tx, k, token, now)
+}
+
+func (c Checked) Extend(ctx context.Context, tx *sql.Tx, k Key, token int64, lease time.Duration, now time.Time) (bool, error) {
+	if err := c.Check.Err(ctx, tx); err != nil {
+		return false, err
+	}
+	return c.Engine.Extend(ctx, tx, k, token, lease, now)
+}
+
+func (c Checked) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
+	if err := c.Check.Err(ctx, tx); err != nil {
+		return 0, err
+	}
+	return c.Engine.Purge(ctx, tx, limit, now)
+}
+
+func (c Checked) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if c.DB != nil {
+		if err := c.Check.Err(ctx, c.DB); err != nil {
+			return err
+		}
+	}
+	return c.Engine.InTx(ctx, fn)
+}
+
+func (c Checked) Run(ctx context.Context, p RunParams, fn func(ctx context.Context, tx *sql.Tx) ([]byte, error)) (RunResult, error) {
+	r, ok := c.Engine.(Runner[*sql.Tx])
+	if !ok || c.DB == nil {
+		return RunResult{}, ErrNoRun // the generic path, through the checked calls
+	}
+	if err := c.Check.Err(ctx, c.DB); err != nil {
+		return RunResult{}, err
+	}
+	return r.Run(ctx, p, fn)
+}
+
+func (c Checked) TokenInsert(ctx context.Context, tx *sql.Tx, hash []byte, scope string, ttl time.Duration, now time.Time) error {
+	if err := c.Check.Err(ctx, tx); err != nil {
+		return err
+	}
+	return c.Engine.TokenInsert(ctx, tx, hash, scope, ttl, now)
+}
+
+func (c Checked) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (bool, error) {
+	if err := c.Check.Err(ctx, tx); err != nil {
+		return false, err
+	}
+	return c.Engine.TokenConsume(ctx, tx, hash, scope, now)
+}
+
+func (c Checked) TokenGet(ctx context.Context, tx *sql.Tx, hash []byte, now time.Time) (TokenState, bool, error) {
+	if err := c.Check.Err(ctx, tx); err != nil {
+		return TokenState{}, false, err
+	}
+	return c.Engine.TokenGet(ctx, tx, hash, now)
+}
+
+func (c Checked) TokenPurge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
+	if err := c.Check.Err(ctx, tx); err != nil {
+		return 0, err
+	}
+	return c.Engine.TokenPurge(ctx, tx, limit, now)
+}
