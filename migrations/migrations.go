@@ -11,6 +11,18 @@
 //
 // sqlc reads the same files as its schema, so the generated queries always
 // match the tables.
+//
+// # Concurrent runs and poolers
+//
+// On PostgreSQL, Up takes an advisory lock so that instances starting at
+// once run the migrations one after another. The lock is taken by a
+// transaction of its own (pg_advisory_xact_lock) on a second connection of
+// db and held until the migrations end, which works through a pooler in
+// transaction mode (PgBouncer): a session lock would be released by a
+// statement the pooler may send to another server connection, and stay
+// held. With db.SetMaxOpenConns(1) there is no second connection, and Up
+// falls back to goose's session lock: run it directly against PostgreSQL
+// then, not through a transaction pooler.
 package migrations
 
 import (
@@ -75,11 +87,18 @@ func NewProvider(d Dialect, db *sql.DB, opts ...goose.ProviderOption) (*goose.Pr
 		// all but one fail; run migrations from one instance.
 		gd = goose.DialectSQLite3
 	default:
-		locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID))
-		if err != nil {
-			return nil, err
+		if db != nil && db.Stats().MaxOpenConnections == 1 {
+			// One connection cannot both hold txLocker's transaction and
+			// run the migrations: a session lock on the migrations' own
+			// connection, which a transaction pooler can strand.
+			locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID))
+			if err != nil {
+				return nil, err
+			}
+			base = append(base, goose.WithSessionLocker(locker))
+		} else {
+			base = append(base, goose.WithLocker(&txLocker{}))
 		}
-		base = append(base, goose.WithSessionLocker(locker))
 	}
 	return goose.NewProvider(gd, db, fsys, append(base, opts...)...)
 }

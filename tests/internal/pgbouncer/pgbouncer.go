@@ -1,0 +1,266 @@
+// Package pgbouncer runs a real PgBouncer in transaction pooling mode, as a
+// child process on a free loopback port, in front of the test PostgreSQL
+// server, and gives each test schema a database name of its own on it.
+//
+// PgBouncer 1.18 does not pass a client's search_path (a startup parameter,
+// or -c search_path in options) to the server: in transaction pooling a
+// server connection serves many clients, and only the few parameters it
+// tracks (client_encoding, DateStyle, TimeZone, standard_conforming_strings,
+// application_name) follow the client. So a schema is reached the way a
+// deployment would: a database entry whose connect_query sets search_path
+// on every server connection of that entry's pool. Schema adds one and has
+// PgBouncer reload its configuration.
+package pgbouncer
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+)
+
+// BinEnv names the pgbouncer binary, when it is not on PATH or in
+// /usr/sbin.
+const BinEnv = "SQLONCE_PGBOUNCER"
+
+// Bouncer is a running PgBouncer.
+type Bouncer struct {
+	Port int
+
+	dir     string
+	ini     string
+	server  *url.URL // the PostgreSQL server behind it
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	mu      sync.Mutex
+	entries []string // [databases] lines
+}
+
+var (
+	shared     *Bouncer
+	sharedOnce sync.Once
+	sharedErr  error
+)
+
+// Shared returns the package's PgBouncer, started on first use and
+// stopped by Stop (call it from TestMain). Outside CI a missing pgbouncer
+// binary skips t; under CI=true it fails t.
+func Shared(t testing.TB) *Bouncer {
+	t.Helper()
+	server := testdb.PostgresDSN(t)
+	sharedOnce.Do(func() { shared, sharedErr = start(server) })
+	if sharedErr != nil {
+		if testdb.InCI() {
+			t.Fatalf("CI=true and pgbouncer did not start: %v", sharedErr)
+		}
+		t.Skipf("pgbouncer did not start (apt-get install pgbouncer): %v", sharedErr)
+	}
+	return shared
+}
+
+// Stop stops the shared PgBouncer, if one was started.
+func Stop() {
+	if shared != nil {
+		shared.stop()
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func start(serverDSN string) (*Bouncer, error) {
+	bin := os.Getenv(BinEnv)
+	if bin == "" {
+		var err error
+		if bin, err = exec.LookPath("pgbouncer"); err != nil {
+			if _, statErr := os.Stat("/usr/sbin/pgbouncer"); statErr != nil {
+				return nil, err
+			}
+			bin = "/usr/sbin/pgbouncer"
+		}
+	}
+	server, err := url.Parse(serverDSN)
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "sqlonce-pgbouncer-")
+	if err != nil {
+		return nil, err
+	}
+	// PgBouncer runs as the postgres user when the tests run as root:
+	// it must read the files and write its log here.
+	if err := os.Chmod(dir, 0o777); err != nil {
+		return nil, err
+	}
+	b := &Bouncer{Port: port, dir: dir, ini: filepath.Join(dir, "pgbouncer.ini"), server: server, exited: make(chan struct{})}
+	if err := os.WriteFile(filepath.Join(dir, "users.txt"), []byte(`"postgres" ""`+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+	if err := b.writeIni(); err != nil {
+		return nil, err
+	}
+	args := []string{b.ini}
+	name := bin
+	if os.Geteuid() == 0 {
+		name, args = "runuser", append([]string{"-u", "postgres", "--", bin}, args...)
+	}
+	b.cmd = exec.Command(name, args...) // its log goes to logfile
+	if err := b.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { _ = b.cmd.Wait(); close(b.exited) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second)
+		if err == nil {
+			c.Close()
+			return b, nil
+		}
+		select {
+		case <-b.exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "pgbouncer.log"))
+			return nil, fmt.Errorf("pgbouncer exited at start: %v: %s", b.cmd.ProcessState, log)
+		default:
+		}
+		if time.Now().After(deadline) {
+			b.stop()
+			return nil, fmt.Errorf("pgbouncer not listening on %d: %w", port, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// writeIni writes the configuration: transaction pooling, trust
+// authentication, no unix socket, and the [databases] entries.
+func (b *Bouncer) writeIni() error {
+	host, port := b.server.Hostname(), b.server.Port()
+	if port == "" {
+		port = "5432"
+	}
+	dbname := strings.TrimPrefix(b.server.Path, "/")
+	var sb strings.Builder
+	sb.WriteString("[databases]\n")
+	fmt.Fprintf(&sb, "%s = host=%s port=%s dbname=%s\n", dbname, host, port, dbname)
+	for _, e := range b.entries {
+		sb.WriteString(e + "\n")
+	}
+	fmt.Fprintf(&sb, `
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = %d
+unix_socket_dir =
+auth_type = trust
+auth_file = %s
+admin_users = postgres
+pool_mode = transaction
+ignore_startup_parameters = extra_float_digits
+max_client_conn = 2000
+default_pool_size = 20
+server_idle_timeout = 10
+logfile = %s
+pidfile = %s
+`, b.Port, filepath.Join(b.dir, "users.txt"), filepath.Join(b.dir, "pgbouncer.log"), filepath.Join(b.dir, "pgbouncer.pid"))
+	return os.WriteFile(b.ini, []byte(sb.String()), 0o644)
+}
+
+// DSN is the DSN of the server's own database through the bouncer.
+func (b *Bouncer) DSN() string { return b.dsn(strings.TrimPrefix(b.server.Path, "/")) }
+
+func (b *Bouncer) dsn(dbname string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", b.Port, dbname)
+}
+
+// Schema adds a database named after schema whose server connections
+// have search_path set to it, reloads the bouncer, and returns its DSN.
+func (b *Bouncer) Schema(t testing.TB, schema string) string {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	host, port := b.server.Hostname(), b.server.Port()
+	if port == "" {
+		port = "5432"
+	}
+	entry := fmt.Sprintf("%s = host=%s port=%s dbname=%s pool_size=10 connect_query='SET search_path TO %s'",
+		schema, host, port, strings.TrimPrefix(b.server.Path, "/"), schema)
+	b.entries = append(b.entries, entry)
+	if err := b.reload(); err != nil {
+		t.Fatalf("pgbouncer RELOAD: %v", err)
+	}
+	// Registered before the schema's own drop (cleanups run last first),
+	// so that the bouncer's server connections are gone by then.
+	t.Cleanup(func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for i, e := range b.entries {
+			if e == entry {
+				b.entries = append(b.entries[:i], b.entries[i+1:]...)
+				break
+			}
+		}
+		if err := b.admin("KILL " + schema); err != nil {
+			t.Errorf("pgbouncer KILL %s: %v", schema, err)
+		}
+		if err := b.reload(); err != nil {
+			t.Errorf("pgbouncer RELOAD: %v", err)
+		}
+	})
+	return b.dsn(schema)
+}
+
+func (b *Bouncer) reload() error {
+	if err := b.writeIni(); err != nil {
+		return err
+	}
+	return b.admin("RELOAD")
+}
+
+// admin runs a command on the admin console, which speaks only the simple
+// query protocol.
+func (b *Bouncer) admin(cmd string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := pgx.Connect(ctx, b.dsn("pgbouncer")+"&default_query_exec_mode=simple_protocol")
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	_, err = c.Exec(ctx, cmd)
+	return err
+}
+
+// stop ends the process by pid (SIGTERM, then SIGKILL) and removes its
+// directory.
+func (b *Bouncer) stop() {
+	if b.cmd != nil && b.cmd.Process != nil {
+		_ = b.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-b.exited:
+		case <-time.After(5 * time.Second):
+			_ = b.cmd.Process.Kill()
+			<-b.exited
+		}
+	}
+	_ = os.RemoveAll(b.dir)
+}
