@@ -2,6 +2,27 @@
 // github.com/jackc/pgx/v5. Strategies built on it take the pgx.Tx the
 // caller already has, from a pgxpool.Pool, a pgx.Conn or a nested
 // transaction.
+//
+// # PgBouncer and other transaction poolers
+//
+// pgx's default query exec mode, QueryExecModeCacheStatement, prepares
+// named statements ("stmtcache_...") on the server connection and reuses
+// them; a pooler in transaction mode hands each transaction another server
+// connection, so every operation fails, through PgBouncer 1.18 with
+// `prepared statement "stmtcache_..." already exists` or `does not exist`
+// (not retryable). Set the pool's exec mode to one that keeps no named
+// statement across transactions:
+//
+//	postgres://user@bouncer:6432/app?default_query_exec_mode=exec
+//
+// (or cache_describe, or simple_protocol; in code,
+// cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec). sqlonce's
+// conformance suite runs through a real PgBouncer in transaction mode with
+// exec and cache_describe. Keep session state out of the DSN: PgBouncer
+// refuses an options startup parameter and does not pass search_path; set
+// search_path for the database entry on the bouncer instead (connect_query,
+// or ALTER ROLE ... SET search_path). Run sqlonce's migrations directly
+// against PostgreSQL, not through the bouncer (see package migrations).
 package pgxdriver
 
 import (

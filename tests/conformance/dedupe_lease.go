@@ -14,6 +14,7 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/pgsqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
@@ -27,6 +28,8 @@ func handleless[TTx any](t testing.TB, d sqlonce.Driver[TTx]) map[string]sqlonce
 	switch any(d).(type) {
 	case *pgxdriver.Driver:
 		nd = map[string]any{"nil": pgxdriver.New(nil), "nil *pgxpool.Pool": pgxdriver.New((*pgxpool.Pool)(nil))}
+	case *pgsqldriver.Driver:
+		nd = map[string]any{"nil": pgsqldriver.New(nil)}
 	case *mysqldriver.Driver:
 		nd = map[string]any{"nil": mysqldriver.New(nil)}
 	case *sqlitedriver.Driver:

@@ -24,6 +24,9 @@ import (
 func rawDB[TTx any](t testing.TB, db harness.DB[TTx]) *sql.DB {
 	t.Helper()
 	name := map[string]string{"postgres": "pgx", "mysql": "mysql", "sqlite": "sqlite"}[db.Dialect()]
+	if d, ok := any(db).(interface{ SQLDriverName() string }); ok {
+		name = d.SQLDriverName() // lib/pq's DSN may not suit pgx (through PgBouncer)
+	}
 	if name == "" {
 		t.Fatalf("no database/sql driver for dialect %q", db.Dialect())
 	}

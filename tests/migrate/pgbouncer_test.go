@@ -27,7 +27,7 @@ func TestUpThroughPgBouncer(t *testing.T) {
 	ctx := context.Background()
 	b := pgbouncer.Shared(t)
 	schema, _ := testdb.EmptyPostgres(t)
-	dsn := b.Schema(t, schema) + "&default_query_exec_mode=exec"
+	dsn := b.Schema(t, schema, nil) + "&default_query_exec_mode=exec"
 	const instances = 4
 	var wg sync.WaitGroup
 	errs := make([]error, instances)

@@ -23,6 +23,9 @@ func Postgres(t testing.TB, maxConns int) DB[pgx.Tx] {
 type pgDB struct {
 	db     *testdb.Postgres
 	driver *pgxdriver.Driver
+	// reopenDSN, behind a PgBouncer, returns the DSN of a bouncer database
+	// of the same schema whose server connections carry settings (Reopen).
+	reopenDSN func(t testing.TB, settings map[string]string) string
 }
 
 func (p *pgDB) Dialect() string                { return "postgres" }

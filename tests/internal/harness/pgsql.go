@@ -60,6 +60,8 @@ type pgSQLDB struct {
 	dsn       string
 	sqlDriver string
 	driver    *pgsqldriver.Driver
+	// reopenDSN: see pgDB.
+	reopenDSN func(t testing.TB, settings map[string]string) string
 }
 
 // SQLDriverName is the database/sql driver the handle uses: "pgx" or

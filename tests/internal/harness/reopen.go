@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"net/url"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
@@ -41,6 +42,15 @@ func Reopen[TTx any](t testing.TB, db DB[TTx], maxConns int, s Settings) (DB[TTx
 	var out any
 	switch d := any(db).(type) {
 	case *pgDB:
+		if d.reopenDSN != nil {
+			r := bouncedPgx(t, d.reopenDSN(t, s.Postgres), d.db.Schema, maxConns)
+			r.reopenDSN = d.reopenDSN
+			if err := r.db.Pool.Ping(ctx); err != nil {
+				return nil, err
+			}
+			out = r
+			break
+		}
 		cfg, err := pgxpool.ParseConfig(d.db.DSN)
 		if err != nil {
 			return nil, err
@@ -69,6 +79,21 @@ func Reopen[TTx any](t testing.TB, db DB[TTx], maxConns int, s Settings) (DB[TTx
 			return nil, err
 		}
 		out = &pgDB{db: &testdb.Postgres{Pool: pool, Schema: d.db.Schema, DSN: d.db.DSN}, driver: pgxdriver.New(pool)}
+	case *pgSQLDB:
+		dsn := d.dsn
+		if d.reopenDSN != nil {
+			dsn = d.reopenDSN(t, s.Postgres)
+		} else {
+			for k, v := range s.Postgres {
+				dsn += "&" + url.QueryEscape(k) + "=" + url.QueryEscape(v)
+			}
+		}
+		r := newPgSQL(t, d.sqlDriver, dsn, maxConns)
+		r.reopenDSN = d.reopenDSN
+		if err := r.db.PingContext(ctx); err != nil {
+			return nil, err
+		}
+		out = r
 	case *myDB:
 		cfg, err := mysql.ParseDSN(d.db.DSN)
 		if err != nil {

@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,6 +47,7 @@ type Bouncer struct {
 	exited  chan struct{}
 	mu      sync.Mutex
 	entries []string // [databases] lines
+	n       int      // databases added with settings
 }
 
 var (
@@ -192,9 +194,11 @@ func (b *Bouncer) dsn(dbname string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", b.Port, dbname)
 }
 
-// Schema adds a database named after schema whose server connections
-// have search_path set to it, reloads the bouncer, and returns its DSN.
-func (b *Bouncer) Schema(t testing.TB, schema string) string {
+// Schema adds a database whose server connections have search_path set to
+// schema, and each of settings (run-time parameters, as a client would put
+// in its startup packet, which PgBouncer refuses), reloads the bouncer, and
+// returns its DSN. The database is removed when t ends.
+func (b *Bouncer) Schema(t testing.TB, schema string, settings map[string]string) string {
 	t.Helper()
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -202,14 +206,29 @@ func (b *Bouncer) Schema(t testing.TB, schema string) string {
 	if port == "" {
 		port = "5432"
 	}
-	entry := fmt.Sprintf("%s = host=%s port=%s dbname=%s pool_size=10 connect_query='SET search_path TO %s'",
-		schema, host, port, strings.TrimPrefix(b.server.Path, "/"), schema)
+	name := schema
+	query := "SET search_path TO " + schema
+	if len(settings) > 0 {
+		b.n++
+		name = fmt.Sprintf("%s_%d", schema, b.n)
+		keys := make([]string, 0, len(settings))
+		for k := range settings {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			query += fmt.Sprintf(`; SET %s TO "%s"`, k, settings[k])
+		}
+	}
+	entry := fmt.Sprintf("%s = host=%s port=%s dbname=%s pool_size=10 connect_query='%s'",
+		name, host, port, strings.TrimPrefix(b.server.Path, "/"), query)
 	b.entries = append(b.entries, entry)
 	if err := b.reload(); err != nil {
 		t.Fatalf("pgbouncer RELOAD: %v", err)
 	}
-	// Registered before the schema's own drop (cleanups run last first),
-	// so that the bouncer's server connections are gone by then.
+	// Registered after the schema's creation, so run before its drop
+	// (cleanups run last first): the bouncer's server connections are gone
+	// by then.
 	t.Cleanup(func() {
 		b.mu.Lock()
 		defer b.mu.Unlock()
@@ -219,14 +238,14 @@ func (b *Bouncer) Schema(t testing.TB, schema string) string {
 				break
 			}
 		}
-		if err := b.admin("KILL " + schema); err != nil {
-			t.Errorf("pgbouncer KILL %s: %v", schema, err)
+		if err := b.admin("KILL " + name); err != nil {
+			t.Errorf("pgbouncer KILL %s: %v", name, err)
 		}
 		if err := b.reload(); err != nil {
 			t.Errorf("pgbouncer RELOAD: %v", err)
 		}
 	})
-	return b.dsn(schema)
+	return b.dsn(name)
 }
 
 func (b *Bouncer) reload() error {

@@ -1,0 +1,76 @@
+package harness
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/tests/internal/pgbouncer"
+	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+)
+
+// PgBouncerPgx is the Factory for pgxdriver through a PgBouncer in
+// transaction pooling mode, with pgx's query exec mode mode: pgx's default,
+// cache_statement, cannot work through PgBouncer 1.18 (see pgxdriver's
+// package documentation). The schema is created and migrated directly on
+// the server, then reached through a bouncer database of its own.
+func PgBouncerPgx(mode string) Factory[pgx.Tx] {
+	return func(t testing.TB, maxConns int) DB[pgx.Tx] {
+		t.Helper()
+		b := pgbouncer.Shared(t)
+		direct := testdb.NewPostgres(t, 2)
+		direct.Pool.Close() // the case reaches the schema through the bouncer only
+		reopen := func(t testing.TB, settings map[string]string) string {
+			return b.Schema(t, direct.Schema, settings) + "&default_query_exec_mode=" + mode
+		}
+		db := bouncedPgx(t, reopen(t, nil), direct.Schema, maxConns)
+		db.reopenDSN = reopen
+		return db
+	}
+}
+
+// bouncedPgx opens a pgx pool on dsn, a bouncer database of schema.
+func bouncedPgx(t testing.TB, dsn, schema string, maxConns int) *pgDB {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if maxConns <= 0 {
+		maxConns = 8
+	}
+	cfg.MaxConns = int32(maxConns)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return &pgDB{db: &testdb.Postgres{Pool: pool, Schema: schema, DSN: dsn}, driver: pgxdriver.New(pool)}
+}
+
+// PgBouncerSQL is the Factory for pgsqldriver through a PgBouncer in
+// transaction pooling mode, with the database/sql driver sqlDriver: "pgx"
+// (in exec mode "exec": its default statement cache cannot work through
+// the bouncer either) or "postgres" (lib/pq, whose unnamed statements do).
+func PgBouncerSQL(sqlDriver string) Factory[*sql.Tx] {
+	return func(t testing.TB, maxConns int) DB[*sql.Tx] {
+		t.Helper()
+		b := pgbouncer.Shared(t)
+		direct := testdb.NewPostgres(t, 2)
+		direct.Pool.Close() // the case reaches the schema through the bouncer only
+		reopen := func(t testing.TB, settings map[string]string) string {
+			dsn := b.Schema(t, direct.Schema, settings)
+			if sqlDriver == "pgx" {
+				dsn += "&default_query_exec_mode=exec"
+			}
+			return dsn
+		}
+		db := newPgSQL(t, sqlDriver, reopen(t, nil), maxConns)
+		db.reopenDSN = reopen
+		return db
+	}
+}
