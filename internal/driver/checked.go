@@ -8,7 +8,9 @@ import (
 
 // Checked is an Engine on *sql.Tx whose every call first passes Check: a
 // driver's Engine returns one when its DialectCheck is not settled at New.
-// It forwards Runner and DuplicateInTx to the engine when it has them.
+// It forwards Runner, DuplicateInTx and BatchClaimer to the engine when it
+// has them, and otherwise answers as the strategies' fallbacks expect
+// (ErrNoRun, IsDuplicate, every key undecided).
 type Checked struct {
 	Engine[*sql.Tx]
 	Check *DialectCheck
@@ -20,6 +22,7 @@ type Checked struct {
 var (
 	_ Runner[*sql.Tx]        = Checked{}
 	_ DuplicateInTx[*sql.Tx] = Checked{}
+	_ BatchClaimer[*sql.Tx]  = Checked{}
 )
 
 func (c Checked) Guard(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context) error) error {
@@ -29,11 +32,21 @@ func (c Checked) Guard(ctx context.Context, tx *sql.Tx, fn func(ctx context.Cont
 	return c.Engine.Guard(ctx, tx, fn)
 }
 
-func (c Checked) IsDuplicateInTx(ctx context.Context, tx *sql.Tx, err error, constraint string) bool {
+func (c Checked) IsDuplicateInTx(ctx context.Context, tx *sql.Tx, err error, constraint string) (bool, error) {
 	if d, ok := c.Engine.(DuplicateInTx[*sql.Tx]); ok {
 		return d.IsDuplicateInTx(ctx, tx, err, constraint)
 	}
-	return c.Engine.IsDuplicate(err, constraint)
+	return c.Engine.IsDuplicate(err, constraint), nil
+}
+
+func (c Checked) ClaimBatch(ctx context.Context, tx *sql.Tx, p BatchParams) ([]BatchClaim, error) {
+	if err := c.Check.Err(ctx, tx); err != nil {
+		return nil, err
+	}
+	if b, ok := c.Engine.(BatchClaimer[*sql.Tx]); ok {
+		return b.ClaimBatch(ctx, tx, p)
+	}
+	return make([]BatchClaim, len(p.Keys)), nil // none decided: each claimed alone
 }
 
 func (c Checked) Claim(ctx context.Context, tx *sql.Tx, p ClaimParams) (Claim, error) {

@@ -20,9 +20,9 @@ import (
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgsqldriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 	"github.com/sqlonce/sqlonce/token"
 	"github.com/sqlonce/sqlonce/unique"
-	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 )
 
 // wrapped is a database/sql driver that no check knows, as a tracing
@@ -147,7 +147,10 @@ func check(t *testing.T, ctx context.Context, db *sql.DB, drv sqlonce.Driver[*sq
 
 	// unique.Insert of a code that exists: the duplicate of the wrong
 	// database must never come back as the insert's own error.
-	ins := unique.New(drv)
+	ins, err := unique.New(drv)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
