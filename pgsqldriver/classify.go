@@ -1,6 +1,9 @@
 package pgsqldriver
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"reflect"
 
 	"github.com/sqlonce/sqlonce/internal/driver"
@@ -17,6 +20,7 @@ const (
 	codeSerializationFailure = "40001"
 	codeDeadlockDetected     = "40P01"
 	codeLockNotAvailable     = "55P03"
+	codeQueryCanceled        = "57014"
 )
 
 // sqlStater is what a PostgreSQL error of either database/sql driver
@@ -50,6 +54,19 @@ func classify(err error) driver.Class {
 		return driver.Unique
 	}
 	return 0
+}
+
+// canceled makes err, the error of a statement that ctx cancelled, match
+// ctx's error, as pgx's do: lib/pq cancels the statement on the server and
+// returns only the server's answer (57014, query_canceled).
+func canceled(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ctx.Err()) {
+		return err
+	}
+	if driver.Walk(err, func(e error) bool { return sqlState(e) == codeQueryCanceled }) {
+		return fmt.Errorf("%w: %w", context.Cause(ctx), err)
+	}
+	return err
 }
 
 // constraintName returns the constraint a PostgreSQL error names: the

@@ -74,7 +74,8 @@ func pgNow(t time.Time) sql.NullTime {
 	return sql.NullTime{Time: t, Valid: true}
 }
 
-func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (driver.Claim, error) {
+func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (_ driver.Claim, err error) {
+	defer func() { err = canceled(ctx, err) }()
 	if p.LockWait > 0 {
 		return e.claimBounded(ctx, tx, p)
 	}
@@ -161,7 +162,8 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 	return driver.Claim{}, fmt.Errorf("%w: key changed %d times while being claimed", sqlonce.ErrStaleRead, claimAttempts)
 }
 
-func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte) error {
+func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte) (err error) {
+	defer func() { err = canceled(ctx, err) }()
 	n, err := e.q.KeySetResponse(ctx, tx, pgsqldb.KeySetResponseParams{
 		Response: response, Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
@@ -174,12 +176,14 @@ func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token
 	return nil
 }
 
-func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, token int64) error {
-	_, err := e.q.KeyDelete(ctx, tx, pgsqldb.KeyDeleteParams{Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
+func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, token int64) (err error) {
+	defer func() { err = canceled(ctx, err) }()
+	_, err = e.q.KeyDelete(ctx, tx, pgsqldb.KeyDeleteParams{Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
 	return err
 }
 
-func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
+func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (_ bool, err error) {
+	defer func() { err = canceled(ctx, err) }()
 	n, err := e.q.KeyComplete(ctx, tx, pgsqldb.KeyCompleteParams{
 		Response: driver.NonNil(response), Now: pgNow(now), TtlUs: ttl.Microseconds(),
 		Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
@@ -187,21 +191,24 @@ func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token in
 	return n == 1, err
 }
 
-func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, now time.Time) (bool, error) {
+func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, now time.Time) (_ bool, err error) {
+	defer func() { err = canceled(ctx, err) }()
 	n, err := e.q.KeyRelease(ctx, tx, pgsqldb.KeyReleaseParams{
 		Now: pgNow(now), Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
 }
 
-func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, lease time.Duration, now time.Time) (bool, error) {
+func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, lease time.Duration, now time.Time) (_ bool, err error) {
+	defer func() { err = canceled(ctx, err) }()
 	n, err := e.q.KeyExtend(ctx, tx, pgsqldb.KeyExtendParams{
 		Now: pgNow(now), LeaseUs: lease.Microseconds(), Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
 }
 
-func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
+func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (_ int64, err error) {
+	defer func() { err = canceled(ctx, err) }()
 	return e.q.KeyPurge(ctx, tx, pgsqldb.KeyPurgeParams{Now: pgNow(now), MaxRows: int32(limit)})
 }
 
@@ -214,6 +221,7 @@ func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	if e.db == nil {
 		return sqlonce.ErrNoDB
 	}
+	defer func() { err = canceled(ctx, err) }()
 	tx, err := e.db.BeginTx(ctx, readCommitted)
 	if err != nil {
 		return err

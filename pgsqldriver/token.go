@@ -10,18 +10,21 @@ import (
 	"github.com/sqlonce/sqlonce/internal/driver"
 )
 
-func (e engine) TokenInsert(ctx context.Context, tx *sql.Tx, hash []byte, scope string, ttl time.Duration, now time.Time) error {
+func (e engine) TokenInsert(ctx context.Context, tx *sql.Tx, hash []byte, scope string, ttl time.Duration, now time.Time) (err error) {
+	defer func() { err = canceled(ctx, err) }()
 	return e.q.TokenInsert(ctx, tx, pgsqldb.TokenInsertParams{
 		TokenHash: hash, Scope: scope, Now: pgNow(now), TtlUs: ttl.Microseconds(),
 	})
 }
 
-func (e engine) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (bool, error) {
+func (e engine) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (_ bool, err error) {
+	defer func() { err = canceled(ctx, err) }()
 	n, err := e.q.TokenConsume(ctx, tx, pgsqldb.TokenConsumeParams{Now: pgNow(now), TokenHash: hash, Scope: scope})
 	return n == 1, err
 }
 
-func (e engine) TokenGet(ctx context.Context, tx *sql.Tx, hash []byte, now time.Time) (driver.TokenState, bool, error) {
+func (e engine) TokenGet(ctx context.Context, tx *sql.Tx, hash []byte, now time.Time) (_ driver.TokenState, _ bool, err error) {
+	defer func() { err = canceled(ctx, err) }()
 	r, err := e.q.TokenGet(ctx, tx, pgsqldb.TokenGetParams{Now: pgNow(now), TokenHash: hash})
 	if errors.Is(err, sql.ErrNoRows) {
 		return driver.TokenState{}, false, nil
@@ -32,6 +35,7 @@ func (e engine) TokenGet(ctx context.Context, tx *sql.Tx, hash []byte, now time.
 	return driver.TokenState{Scope: r.Scope, Consumed: r.Consumed, Expired: r.Expired}, true, nil
 }
 
-func (e engine) TokenPurge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
+func (e engine) TokenPurge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (_ int64, err error) {
+	defer func() { err = canceled(ctx, err) }()
 	return e.q.TokenPurge(ctx, tx, pgsqldb.TokenPurgeParams{Now: pgNow(now), MaxRows: int32(limit)})
 }
