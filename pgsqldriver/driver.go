@@ -152,7 +152,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 			Namespace: ins.Namespace, Scope: p.Scope, IdempotencyKey: p.Key.Key,
 		})
 		if err == nil {
-			return driver.Claim{Won: true, Token: token}, nil
+			return driver.Claim{Won: true, Token: token, Takeover: true}, nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return driver.Claim{}, err

@@ -5,8 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"net"
-	"strconv"
 	"net/url"
+	"strconv"
 	"testing"
 
 	"github.com/go-sql-driver/mysql"
