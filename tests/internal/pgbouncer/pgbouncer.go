@@ -220,7 +220,10 @@ func (b *Bouncer) Schema(t testing.TB, schema string, settings map[string]string
 			query += fmt.Sprintf(`; SET %s TO "%s"`, k, settings[k])
 		}
 	}
-	entry := fmt.Sprintf("%s = host=%s port=%s dbname=%s pool_size=10 connect_query='%s'",
+	// pool_size above the most connections a case holds at once (Racers+4
+	// open transactions while warming a pool): below it, they wait for
+	// each other.
+	entry := fmt.Sprintf("%s = host=%s port=%s dbname=%s pool_size=50 connect_query='%s'",
 		name, host, port, strings.TrimPrefix(b.server.Path, "/"), query)
 	b.entries = append(b.entries, entry)
 	if err := b.reload(); err != nil {
