@@ -20,6 +20,7 @@ import (
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgsqldriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 	"github.com/sqlonce/sqlonce/token"
 	"github.com/sqlonce/sqlonce/unique"
@@ -79,20 +80,27 @@ func handles(t *testing.T) []handle {
 		{"pgx-stdlib", "postgres", "pgx", pg},
 		{"lib-pq", "postgres", "postgres", pg},
 		{"mysql", "mysql", "mysql", my},
-		{"sqlite", "sqlite", sqlitedriver.DriverName, lite},
+		{"sqlite", "sqlite", modernc.DriverName, lite},
 	}
 }
 
 type driverCase struct {
 	name    string
 	dialect string
-	new     func(*sql.DB) sqlonce.Driver[*sql.Tx]
+	// new builds the driver; sqlitedriver.New may refuse the handle itself.
+	new func(*sql.DB) (sqlonce.Driver[*sql.Tx], error)
 }
 
 var drivers = []driverCase{
-	{"pgsqldriver", "postgres", func(db *sql.DB) sqlonce.Driver[*sql.Tx] { return pgsqldriver.New(db) }},
-	{"mysqldriver", "mysql", func(db *sql.DB) sqlonce.Driver[*sql.Tx] { return mysqldriver.New(db) }},
-	{"sqlitedriver", "sqlite", func(db *sql.DB) sqlonce.Driver[*sql.Tx] { return sqlitedriver.New(db) }},
+	{"pgsqldriver", "postgres", func(db *sql.DB) (sqlonce.Driver[*sql.Tx], error) { return pgsqldriver.New(db), nil }},
+	{"mysqldriver", "mysql", func(db *sql.DB) (sqlonce.Driver[*sql.Tx], error) { return mysqldriver.New(db), nil }},
+	{"sqlitedriver", "sqlite", func(db *sql.DB) (sqlonce.Driver[*sql.Tx], error) {
+		d, err := sqlitedriver.New(db)
+		if err != nil {
+			return nil, err
+		}
+		return d, nil
+	}},
 }
 
 func TestWrongDatabase(t *testing.T) {
@@ -117,11 +125,22 @@ func TestWrongDatabase(t *testing.T) {
 			for _, mode := range []string{"known", "wrapped", "nil"} {
 				t.Run(h.name+"/"+d.name+"/"+mode, func(t *testing.T) {
 					db := open(t, h, mode == "wrapped")
-					var drv sqlonce.Driver[*sql.Tx]
+					var (
+						drv sqlonce.Driver[*sql.Tx]
+						err error
+					)
 					if mode == "nil" {
-						drv = d.new(nil)
+						drv, err = d.new(nil)
 					} else {
-						drv = d.new(db)
+						drv, err = d.new(db)
+					}
+					switch {
+					case err != nil && h.dialect == d.dialect:
+						t.Fatalf("New on its own database: %v", err)
+					case err != nil && !errors.Is(err, sqlonce.ErrInvalidArgument):
+						t.Fatalf("New on another database: %v, want an error matching ErrInvalidArgument", err)
+					case err != nil:
+						return // refused at New
 					}
 					check(t, ctx, db, drv, h.dialect == d.dialect, mode)
 				})
