@@ -69,8 +69,12 @@ var (
 	// the same key: if the first commit went through, the repeat answers
 	// AlreadyDone (with the recorded response); if not, it runs the work.
 	//
-	// The original error stays in the chain. IsCommitUnknown also
-	// recognises a lost connection in the error of a COMMIT of yours.
+	// The original error stays in the chain. sqlonce does not resend
+	// itself: after a commit that went through, the resend's answer differs
+	// from the first attempt's (Run answers AlreadyDone for work this call
+	// did, a lease's Complete ErrLeaseLost), and only the caller knows
+	// which answer it needs. IsRetryable is false for it. IsCommitUnknown
+	// also recognises a lost connection in the error of a COMMIT of yours.
 	ErrCommitUnknown = driver.ErrCommitUnknown
 
 	// ErrNoDB is returned by operations that run their own transactions
