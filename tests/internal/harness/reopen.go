@@ -128,6 +128,16 @@ func Reopen[TTx any](t testing.TB, db DB[TTx], maxConns int, s Settings) (DB[TTx
 			dsn = d.db.DSN
 		}
 		out = &myDB{db: &testdb.MySQL{DB: sqlDB, Name: d.db.Name, DSN: dsn}, driver: mysqldriver.New(sqlDB)}
+	case *spreadDB:
+		var nodes []DB[*sql.Tx]
+		for _, n := range d.nodes {
+			r, err := Reopen(t, n, maxConns, s)
+			if err != nil {
+				return nil, err
+			}
+			nodes = append(nodes, r)
+		}
+		out = Spread(nodes)
 	case *liteDB:
 		// SQLite takes no settings: a second pool on the same file.
 		sqlDB, err := sql.Open(d.db.Lib.DriverName, d.db.DSN)
