@@ -108,6 +108,13 @@ func WithMaxResponseSize(n int) Option {
 // Without this option a duplicate waits for the holder's transaction, then
 // returns AlreadyDone or runs the work, which is what a message consumer or
 // a retrying client wants.
+//
+// On a cluster whose every node takes writes (MariaDB Galera), row locks
+// are each node's own: a duplicate on another node than the holder's does
+// not see the key held, runs the work too, and one of the two COMMITs
+// fails with a deadlock error (sqlonce.IsRetryable); retried, it answers
+// AlreadyDone. Exactly once holds; ErrInProgress comes only for a
+// duplicate on the holder's node (docs/deployments.md).
 func WithNoWait() Option { return WithLockWait(time.Millisecond) }
 
 // WithLockWait is WithNoWait with a bounded wait: a claim waits at most d
