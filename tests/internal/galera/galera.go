@@ -119,7 +119,10 @@ func Start(n int) (c *Cluster, err error) {
 	// Only the bootstrap node needs system tables: the others receive
 	// everything by SST.
 	install := exec.Command(mariadbInstallDB, "--no-defaults", "--datadir="+filepath.Join(c.Nodes[0].dir, "data"),
-		"--user=mysql", "--auth-root-authentication-method=normal", "--skip-test-db")
+		"--user=mysql", "--auth-root-authentication-method=normal", "--skip-test-db",
+		// Its own temp dir: servers installed at once in the shared /tmp
+		// have collided on a temp table's file name.
+		"--tmpdir="+c.Nodes[0].dir)
 	install.Env = env()
 	if out, err := install.CombinedOutput(); err != nil {
 		return c, fmt.Errorf("galera: mariadb-install-db: %w: %s", err, out)
@@ -196,13 +199,13 @@ func (nd *Node) args(bootstrap bool, extra ...string) []string {
 	data := filepath.Join(nd.dir, "data")
 	a := []string{"--no-defaults", "--user=mysql", "--datadir=" + data,
 		"--socket=" + filepath.Join(nd.dir, "s.sock"), "--pid-file=" + filepath.Join(nd.dir, "mariadbd.pid"),
-		"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(nd.Port),
+		"--bind-address=127.0.0.1", "--port=" + strconv.Itoa(nd.Port), "--tmpdir=" + nd.dir,
 		"--binlog-format=ROW", "--default-storage-engine=InnoDB", "--innodb-autoinc-lock-mode=2",
 		"--innodb-buffer-pool-size=64M", "--max-connections=300",
 		"--wsrep-on=ON", "--wsrep-provider=" + provider,
 		"--wsrep-cluster-name=sqlonce", "--wsrep-cluster-address=" + nd.peers,
 		fmt.Sprintf("--wsrep-node-address=127.0.0.1:%d", nd.gcomm),
-		fmt.Sprintf("--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:%d;ist.recv_addr=127.0.0.1:%d;gcache.size=64M;evs.keepalive_period=PT0.5S;evs.suspect_timeout=PT2S;evs.inactive_timeout=PT4S", nd.gcomm, nd.ist),
+		fmt.Sprintf("--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:%d;ist.recv_addr=127.0.0.1:%d;gcache.size=64M", nd.gcomm, nd.ist),
 		fmt.Sprintf("--wsrep-sst-receive-address=127.0.0.1:%d", nd.sst), "--wsrep-sst-method=rsync",
 	}
 	if bootstrap {
