@@ -121,6 +121,9 @@ type Attempt struct {
 	CommitStart, CommitEnd int64
 	// Took is how long the attempt ran, for the slowest-attempt line.
 	Took time.Duration
+	// NetFired is true when the proxy fired the attempt's network fault
+	// on its connection.
+	NetFired bool
 }
 
 func (a *Attempt) step(key, kind string) *Step {
@@ -139,7 +142,7 @@ type worker[TTx any] struct {
 }
 
 func (w *worker[TTx]) newAttempt(op string, try int) *Attempt {
-	return w.newAttemptOf(op, try, txFaults)
+	return w.newAttemptOf(op, try, w.r.txFaults)
 }
 
 // newAttemptOf starts an attempt whose fault, if any, is one of faults.
@@ -184,7 +187,7 @@ func (w *worker[TTx]) backoff(err error) {
 // an answer, as a client retries a request that failed or whose answer it
 // did not get, and records every attempt.
 func (w *worker[TTx]) operation(op string, body func(a *Attempt)) {
-	w.operationOf(op, txFaults, body)
+	w.operationOf(op, w.r.txFaults, body)
 }
 
 // operationOf is operation with attempts whose faults are drawn from
@@ -281,8 +284,12 @@ func (w *worker[TTx]) classifyCommit(err error) CommitState {
 	case err == nil:
 		return Committed
 	case errors.Is(err, pgx.ErrTxCommitRollback), // the server answered ROLLBACK
-		errors.Is(err, sql.ErrTxDone), // database/sql rolled back first (context done)
-		pgconn.SafeToRetry(err):       // pgx never sent COMMIT
+		errors.Is(err, sql.ErrTxDone): // database/sql rolled back first (context done)
+		// Not pgconn.SafeToRetry: pgx reports a connection lost while it
+		// reads the answer to a COMMIT it sent as "conn closed", the
+		// error it gives before sending anything, which SafeToRetry
+		// calls safe. A reply to COMMIT dropped by the fault proxy showed
+		// it: such a COMMIT is unknown, and committed.
 		return RolledBack
 	case serverRefused(err):
 		return RolledBack
@@ -306,6 +313,7 @@ type faultCtl[TTx any] struct {
 	timer  *time.Timer
 	done   chan struct{}
 	wg     sync.WaitGroup
+	net    netArm // the network fault armed at the proxy, if any
 }
 
 func (w *worker[TTx]) arm(ctx context.Context, cancel context.CancelFunc, tx TTx, a *Attempt) *faultCtl[TTx] {
@@ -315,6 +323,8 @@ func (w *worker[TTx]) arm(ctx context.Context, cancel context.CancelFunc, tx TTx
 		f.timer = time.AfterFunc(w.jitter(), cancel)
 	case FaultKillAsync:
 		f.killLater(ctx, tx)
+	default:
+		f.armNet(ctx, tx)
 	}
 	return f
 }
@@ -357,6 +367,7 @@ func (f *faultCtl[TTx]) disarm() {
 	if f.timer != nil {
 		f.timer.Stop()
 	}
+	f.disarmNet()
 	close(f.done)
 	f.wg.Wait()
 }
@@ -384,6 +395,9 @@ func (f *faultCtl[TTx]) inFn(ctx context.Context, tx TTx) error {
 			return err
 		}
 		f.w.kill(id)
+	case FaultHalfOpenFn:
+		f.fired = true
+		return f.halfOpenNow(ctx, tx)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/statemachine"
+	"github.com/sqlonce/sqlonce/tests/internal/faultproxy"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 )
 
@@ -157,6 +159,10 @@ type Config[TTx any] struct {
 	// lease's claim and completion meet on different nodes. The
 	// invariants are checked through db.
 	Nodes []harness.DB[TTx]
+	// Proxy, when set, is the fault proxy db's pool connects through
+	// (harness.Reopen with Settings.Addr): the network faults (netfaults.go)
+	// join the faults drawn for transactions and Run calls.
+	Proxy *faultproxy.Proxy
 }
 
 func (c *Config[TTx]) defaults() {
@@ -229,6 +235,10 @@ type run[TTx any] struct {
 
 	runTargets []runTarget  // the key families the StoreRun workload hits
 	ldKeys     atomic.Int64 // keys of the LeaseDeadline workload
+	// txFaults and runFaults are the faults drawn for transactions and
+	// Run calls: the package's lists, with the network faults when
+	// Config.Proxy is set.
+	txFaults, runFaults []Fault
 }
 
 func (r *run[TTx]) tick() int64 { return r.lclock.Add(1) }
@@ -279,6 +289,11 @@ func Run[TTx any](t testing.TB, db harness.DB[TTx], cfg Config[TTx]) *Report {
 		r.windows[op] = new(atomic.Int64)
 	}
 	r.runTargets = r.targetsOfRun()
+	r.txFaults, r.runFaults = txFaults, runFaults
+	if cfg.Proxy != nil {
+		r.txFaults = append(slices.Clone(txFaults), netFaults...)
+		r.runFaults = append(slices.Clone(runFaults), netFaults...)
+	}
 	if err := r.setup(); err != nil {
 		t.Fatalf("checker setup: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/sqlonce/sqlonce/tests/checker"
+	"github.com/sqlonce/sqlonce/tests/internal/faultproxy"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 )
 
@@ -28,9 +29,13 @@ func init() {
 	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
 }
 
+// TestPostgres and TestMySQL run the workload through a fault proxy that
+// cuts single connections at COMMIT and leaves some half-open
+// (netfaults_test.go).
 func TestPostgres(t *testing.T) {
-	db := harness.Postgres(t, poolSize)
-	exactlyOnce(t, db)
+	db, p := throughProxy(t, harness.Postgres(t, poolSize))
+	rep := exactlyOnce(t, db, p)
+	netFaultsSeen(t, rep, p)
 }
 
 // TestPostgresSQL and TestPostgresPQ run the workload through
@@ -46,8 +51,9 @@ func TestPostgresPQ(t *testing.T) {
 }
 
 func TestMySQL(t *testing.T) {
-	db := harness.MySQL(t, poolSize)
-	exactlyOnce(t, db)
+	db, p := throughProxy(t, harness.MySQL(t, poolSize))
+	rep := exactlyOnce(t, db, p)
+	netFaultsSeen(t, rep, p)
 }
 
 // TestSQLite runs the workload on one database file. Default transactions
@@ -57,12 +63,14 @@ func TestMySQL(t *testing.T) {
 // instead.
 func TestSQLite(t *testing.T) {
 	db := harness.SQLite(t, poolSize)
-	exactlyOnce(t, db, harness.Default, harness.Serializable)
+	exactlyOnce(t, db, nil, harness.Default, harness.Serializable)
 }
 
-func exactlyOnce[TTx any](t *testing.T, db harness.DB[TTx], isolations ...harness.Isolation) {
+// exactlyOnce runs the checker on db, with the network faults when p is
+// set, and fails t on any violation.
+func exactlyOnce[TTx any](t *testing.T, db harness.DB[TTx], p *faultproxy.Proxy, isolations ...harness.Isolation) *checker.Report {
 	ops := checker.Ops(t, db.Dialect())
-	rep := checker.Run(t, db, checker.Config[TTx]{Ops: ops, Duration: checker.Duration(t, *durationFlag, 10*time.Second), Isolations: isolations})
+	rep := checker.Run(t, db, checker.Config[TTx]{Ops: ops, Duration: checker.Duration(t, *durationFlag, 10*time.Second), Isolations: isolations, Proxy: p})
 	rep.Log(t.Logf, 50)
 	if len(rep.Violations) > 0 {
 		t.Errorf("%d violations of exactly-once", len(rep.Violations))
@@ -74,4 +82,5 @@ func exactlyOnce[TTx any](t *testing.T, db harness.DB[TTx], isolations ...harnes
 			t.Errorf("dedupe.Store.Run was not exercised: %d attempts, %d FirstRun, %d AlreadyDone", rc.Attempts, rc.FirstRun, rc.AlreadyDone)
 		}
 	}
+	return rep
 }

@@ -2,9 +2,10 @@
 // drives every sqlonce strategy from many goroutines over a small key space,
 // injects faults (errors and panics in the work, cancelled contexts,
 // connections killed from another session, deadlocks and serialization
-// failures, lease holders that die or complete late), records what every
-// attempt was told, and then proves from the database alone that no effect
-// was lost or doubled.
+// failures, lease holders that die or complete late, callers arriving at
+// a lease's deadline, connections cut at COMMIT or left half-open by a
+// proxy), records what every attempt was told, and then proves from the
+// database alone that no effect was lost or doubled.
 //
 // # What an attempt records
 //
@@ -39,6 +40,46 @@
 //   - optimistic: each version step was taken by exactly one FirstRun;
 //   - leases: one completion per key, by the newest claim's token, and no
 //     key still held once every lease has lapsed.
+//
+// # The faults, and what each proves
+//
+// Drawn for a share of the attempts (Config.FaultRate), on every workload
+// that runs a transaction, optimistic.Update and statemachine included:
+//   - fn error, fn panic, rollback after success: the key's claim rolls
+//     back with the work; the next attempt runs it (nothing lost, nothing
+//     recorded for work undone);
+//   - ctx cancelled in fn or at random, COMMIT included: a cancelled
+//     transaction leaves nothing, or commits whole; a COMMIT the context
+//     cut is resolved from the database;
+//   - connection killed from another session in fn or at random
+//     (pg_terminate_backend, KILL; not on SQLite): as a crash of the
+//     server's side of one connection;
+//   - lease holder dies, is late, releases: a lapsed lease is taken over
+//     once, and fencing refuses the late completion (ErrLeaseLost).
+//
+// With Config.Proxy (TestPostgres, TestMySQL: a tests/internal/faultproxy
+// in the test process between the pool and the server), the network
+// faults of netfaults.go join them, armed on the attempt's own connection:
+//   - reply to COMMIT lost: the server commits, the client's connection is
+//     reset; the commit is unknown to the client, and the database must
+//     name it the writer (no loss), and a resend with the same key must get
+//     AlreadyDone (no double). A Run cut so must answer an error matching
+//     sqlonce.ErrCommitUnknown;
+//   - COMMIT lost: the connection is reset as COMMIT leaves; the server
+//     rolls back, and the resend runs the work;
+//   - half-open at COMMIT or in fn: the proxy stops forwarding without
+//     closing; the client's deadline fires (or the proxy resets it after
+//     a hold where the driver's COMMIT ignores the context), and only then
+//     does the server's side end, its held bytes delivered (a COMMIT then
+//     commits behind the back of a client that gave up) or dropped. Either
+//     way the unknown commit is resolved from the database, and no effect
+//     may appear twice.
+//
+// The LeaseDeadline workload (leasedeadline.go) races callers against the
+// database's own clock: a holder's 15 ms lease lapses and DoResponse,
+// Store.Run and Claim arrive within a millisecond of the deadline. An
+// AlreadyDone for work nobody did yet is an early (and replay) violation:
+// it caught SQLite judging a key by two readings of its clock.
 //
 // # Running it
 //

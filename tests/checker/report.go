@@ -33,16 +33,18 @@ type Report struct {
 	Attempts   []*Attempt
 	Violations []Violation
 
-	mu               sync.Mutex
-	notes            map[string]int
-	unknownNamed     int
-	unknownCommitted int
-	leaseClaims      int
-	leaseTakeovers   int
-	ldKeys           int // keys of the LeaseDeadline workload checked
-	ldTakeovers      int // of which a racer took the lapsed lease over and did the work
-	run              RunCounts
-	lines            []string
+	mu                sync.Mutex
+	notes             map[string]int
+	unknownNamed      int
+	unknownCommitted  int
+	leaseClaims       int
+	leaseTakeovers    int
+	commitUnknownErrs int      // Run errors at a cut COMMIT matching sqlonce.ErrCommitUnknown
+	netLines          []string // per network fault: fired, unknown, committed
+	ldKeys            int      // keys of the LeaseDeadline workload checked
+	ldTakeovers       int      // of which a racer took the lapsed lease over and did the work
+	run               RunCounts
+	lines             []string
 }
 
 // RunCounts sums up the attempts of the StoreRun workload.
@@ -67,6 +69,10 @@ type RunCounts struct {
 	// Faults counts the attempts by the fault injected.
 	Faults map[Fault]int
 }
+
+// UnknownCommitted returns how many attempts whose commit was unknown to
+// them the database names as the writer of their effect.
+func (r *Report) UnknownCommitted() int { return r.unknownCommitted }
 
 // Run returns the counts of the StoreRun workload.
 func (r *Report) Run() RunCounts { return r.run }
@@ -189,6 +195,12 @@ func (r *Report) summarize() {
 	}
 	add("  leases: %d claims won, %d takeovers, %d external calls; notes: %s",
 		r.leaseClaims, r.leaseTakeovers, r.notes["lease external calls"], joinCounts(r.notes))
+	for _, l := range r.netLines {
+		add("  network: %s", l)
+	}
+	if len(r.netLines) > 0 {
+		add("  network: %d Run errors at a cut COMMIT matched sqlonce.ErrCommitUnknown", r.commitUnknownErrs)
+	}
 	if r.ldKeys > 0 {
 		add("  lease deadline: %d keys raced at their lease's deadline, %d taken over and done by a racer", r.ldKeys, r.ldTakeovers)
 	}

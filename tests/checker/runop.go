@@ -58,7 +58,7 @@ func (w *worker[TTx]) runOp() {
 	if t.scope == "lease" {
 		w.r.leases.Store(key, true)
 	}
-	w.operationOf(StoreRun+" on "+t.scope, runFaults, func(a *Attempt) { w.runAttempt(a, c, t.pinned) })
+	w.operationOf(StoreRun+" on "+t.scope, w.r.runFaults, func(a *Attempt) { w.runAttempt(a, c, t.pinned) })
 }
 
 // runAttempt is one call of Run with the attempt's fault armed. Run owns
@@ -88,6 +88,9 @@ func (w *worker[TTx]) runAttempt(a *Attempt, c DedupeCall, pinned bool) {
 		fnOK = false
 		if a.Calls == 1 && a.Fault == FaultKillAsync {
 			f.killLater(ctx, tx)
+		}
+		if a.Calls == 1 {
+			f.armNet(ctx, tx)
 		}
 		if err := w.n.db.Tx(tx).LedgerInsert(ctx, c.Ref, a.ID); err != nil {
 			return nil, err

@@ -95,6 +95,7 @@ func (r *run[TTx]) verify(rep *Report, s *dbState, vEnd time.Time) {
 			}
 		}
 	}
+	v.checkNet(s)
 	// Unknown commits, resolved by the database where it names writers.
 	for _, a := range rep.Attempts {
 		if a.Commit != Unknown {

@@ -1,0 +1,66 @@
+package checker_test
+
+import (
+	"net"
+	"strconv"
+	"testing"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlonce/sqlonce/tests/checker"
+	"github.com/sqlonce/sqlonce/tests/internal/faultproxy"
+	"github.com/sqlonce/sqlonce/tests/internal/harness"
+)
+
+// throughProxy returns db seen through a fault proxy of its own, started
+// in the test process on a free loopback port: the checker's network
+// faults (reply to COMMIT lost, COMMIT lost, half-open connections) cut
+// that pool's connections. The checker reads the database back directly.
+func throughProxy[TTx any](t *testing.T, db harness.DB[TTx]) (harness.DB[TTx], *faultproxy.Proxy) {
+	t.Helper()
+	var (
+		d      faultproxy.Dialect
+		target string
+	)
+	switch db.Dialect() {
+	case "postgres":
+		cfg, err := pgx.ParseConfig(db.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, target = faultproxy.Postgres, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	case "mysql":
+		cfg, err := mysql.ParseDSN(db.DSN())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, target = faultproxy.MySQL, cfg.Addr
+	default:
+		t.Fatalf("no network faults on %s", db.Dialect())
+	}
+	p := faultproxy.Start(t, d, target, checker.HalfOpenHold)
+	via, err := harness.Reopen(t, db, poolSize, harness.Settings{Addr: p.Addr()})
+	if err != nil {
+		t.Fatalf("through the proxy: %v", err)
+	}
+	return via, p
+}
+
+// netFaultsSeen fails t unless every network fault fired and some
+// unknown commit was resolved: a run that cut nothing proved nothing.
+func netFaultsSeen(t *testing.T, rep *checker.Report, p *faultproxy.Proxy) {
+	t.Helper()
+	c := p.Counts()
+	t.Logf("proxy: %d connections, %d COMMITs; fired: reply lost %d, COMMIT lost %d, half-open delivered %d, half-open dropped %d; %d answers awaited in vain",
+		c.Conns, c.Commits, c.Fired[faultproxy.LoseReply], c.Fired[faultproxy.LoseCommit],
+		c.Fired[faultproxy.HalfOpenDeliver], c.Fired[faultproxy.HalfOpenDrop], c.Timeouts)
+	for _, f := range []faultproxy.Fault{faultproxy.LoseReply, faultproxy.LoseCommit, faultproxy.HalfOpenDeliver, faultproxy.HalfOpenDrop} {
+		if c.Fired[f] == 0 {
+			t.Errorf("the proxy never fired %q", f)
+		}
+	}
+	if rep.UnknownCommitted() == 0 {
+		t.Errorf("no unknown commit was resolved as committed: the reply-lost fault proved nothing")
+	}
+}
