@@ -42,12 +42,12 @@ func TestPostgres(t *testing.T) {
 // pgsqldriver, on database/sql with pgx's stdlib driver and with lib/pq.
 func TestPostgresSQL(t *testing.T) {
 	db := harness.PostgresSQL(t, poolSize)
-	exactlyOnce(t, db)
+	exactlyOnce(t, db, nil)
 }
 
 func TestPostgresPQ(t *testing.T) {
 	db := harness.PostgresPQ(t, poolSize)
-	exactlyOnce(t, db)
+	exactlyOnce(t, db, nil)
 }
 
 func TestMySQL(t *testing.T) {

@@ -118,10 +118,14 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 func (p *Proxy) Close() {
 	_ = p.ln.Close()
 	p.mu.Lock()
+	all := make([]*conn, 0, len(p.all))
 	for c := range p.all {
-		c.closeBoth(false)
+		all = append(all, c)
 	}
 	p.mu.Unlock()
+	for _, c := range all {
+		c.closeBoth(false)
+	}
 	p.wg.Wait()
 }
 
