@@ -36,10 +36,16 @@
 // The strategies that run SQL of their own (dedupe, unique, token, inbox,
 // httpidem) take a [Driver] for the caller's database library, generic over
 // its transaction type: [github.com/sqlonce/sqlonce/pgxdriver] for pgx.Tx
-// (PostgreSQL), [github.com/sqlonce/sqlonce/mysqldriver] for *sql.Tx (MySQL
-// and MariaDB) and [github.com/sqlonce/sqlonce/sqlitedriver] for *sql.Tx
-// (SQLite: modernc.org/sqlite or mattn/go-sqlite3). The dialect follows
-// from the driver; it is never probed at run time. sqlonce never commits
+// (PostgreSQL), [github.com/sqlonce/sqlonce/pgsqldriver] for *sql.Tx
+// (PostgreSQL through database/sql: pgx's stdlib or lib/pq),
+// [github.com/sqlonce/sqlonce/mysqldriver] for *sql.Tx (MySQL and MariaDB)
+// and [github.com/sqlonce/sqlonce/sqlitedriver] for *sql.Tx (SQLite:
+// modernc.org/sqlite or mattn/go-sqlite3). The dialect follows from the
+// driver. A database/sql driver refuses a handle or a transaction of
+// another database with [ErrInvalidArgument]: known from the handle's
+// database/sql driver at New, or, for a driver it does not know (a wrapper)
+// and for a driver built with nil, from one probe of the server at the
+// first call. sqlonce never commits
 // or rolls back the caller's transaction, and refuses a nil one
 // ([ErrInvalidArgument]) before any SQL runs.
 //
@@ -59,7 +65,8 @@
 // WithMaxResponseSize(0), Purge(ctx, 0) and PurgeTx(ctx, tx, 0), and their
 // token, inbox and httpidem equivalents, are the defaults. A wait of 0
 // (dedupe.WithLockWait, httpidem.WithWait) waits not at all. Lengths that
-// have no default, a lease's and a no-repeat window's, must be positive.
+// have no default, the lease of dedupe.Store.Claim and a no-repeat window,
+// must be positive (httpidem.WithLease(0) is httpidem.DefaultLease).
 //
 // # Observing
 //

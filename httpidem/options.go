@@ -98,7 +98,9 @@ func WithRequired(required func(r *http.Request) bool) Option {
 	}
 }
 
-// WithRoute names the route a request belongs to, for the key's scope.
+// WithRoute names the route a request belongs to, for the request
+// fingerprint (keys are scoped by the caller alone: the same key sent to
+// another route is answered 422).
 // By default it is r.Pattern, the net/http ServeMux pattern that matched
 // (set when the middleware wraps a handler registered on a ServeMux), or
 // r.URL.Path when there is none. Routers other than ServeMux have their
