@@ -17,7 +17,7 @@ import (
 //
 // It recognises errors from the caller's own queries as well as from
 // sqlonce, for the database libraries of the drivers the program links:
-// each driver package (pgxdriver, mysqldriver, sqlitedriver) teaches it
+// each driver package (pgxdriver, pgsqldriver, mysqldriver, sqlitedriver) teaches it
 // its library's errors when imported, and the root package links no
 // database library itself. A program that imports only pgxdriver gets
 // false for a MySQL deadlock, which it cannot meet.
