@@ -78,8 +78,10 @@ var (
 	ErrCommitUnknown = driver.ErrCommitUnknown
 
 	// ErrNoDB is returned by operations that run their own transactions
-	// (dedupe leases, purges, token.Store.Issue, inbox.Inbox.Handle) on a
-	// driver built without a database handle.
+	// (dedupe.Store.Run, dedupe leases, purges, token.Store.Issue,
+	// inbox.Inbox.Handle) on a driver built without a database handle, and
+	// by httpidem.New and grpcidem.New, with ErrInvalidArgument, for a
+	// driver without one where they need it.
 	ErrNoDB = errors.New("sqlonce: driver has no database handle")
 )
 
