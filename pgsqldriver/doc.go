@@ -38,6 +38,16 @@
 // as otelsql), and for a driver built with nil, the first call asks the
 // server once (SELECT version()).
 //
+// # PgBouncer
+//
+// Through a pooler in transaction mode, open pgx's stdlib with
+// default_query_exec_mode=exec (its default statement cache keeps named
+// statements the next server connection lacks) and lib/pq with
+// binary_parameters=yes (otherwise it parses a statement with arguments
+// and binds it in two round trips, which the pooler may send to two server
+// connections outside a transaction). The conformance suite runs through a
+// real PgBouncer with both. See pgxdriver's documentation for search_path.
+//
 // # Names of unique constraints
 //
 // For unique.Insert, PostgreSQL names a primary key "<table>_pkey" and an

@@ -55,7 +55,7 @@ func bouncedPgx(t testing.TB, dsn, schema string, maxConns int) *pgDB {
 // PgBouncerSQL is the Factory for pgsqldriver through a PgBouncer in
 // transaction pooling mode, with the database/sql driver sqlDriver: "pgx"
 // (in exec mode "exec": its default statement cache cannot work through
-// the bouncer either) or "postgres" (lib/pq, whose unnamed statements do).
+// the bouncer either) or "postgres" (lib/pq, with binary_parameters=yes).
 func PgBouncerSQL(sqlDriver string) Factory[*sql.Tx] {
 	return func(t testing.TB, maxConns int) DB[*sql.Tx] {
 		t.Helper()
@@ -64,8 +64,16 @@ func PgBouncerSQL(sqlDriver string) Factory[*sql.Tx] {
 		direct.Pool.Close() // the case reaches the schema through the bouncer only
 		reopen := func(t testing.TB, settings map[string]string) string {
 			dsn := b.Schema(t, direct.Schema, settings)
-			if sqlDriver == "pgx" {
+			switch sqlDriver {
+			case "pgx":
 				dsn += "&default_query_exec_mode=exec"
+			case "postgres":
+				// lib/pq otherwise parses a statement with arguments in
+				// one round trip and binds it in another: outside a
+				// transaction the bouncer may send the two to different
+				// server connections ("unnamed prepared statement does
+				// not exist"). binary_parameters=yes sends both at once.
+				dsn += "&binary_parameters=yes"
 			}
 			return dsn
 		}
