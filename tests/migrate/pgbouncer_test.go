@@ -58,12 +58,15 @@ func TestUpThroughPgBouncer(t *testing.T) {
 	if applied != latest {
 		t.Errorf("%d migrations recorded, want %d", applied, latest)
 	}
-	// The lock is pg_advisory_xact_lock(0x73716c6f6e6365): classid holds
-	// the high 32 bits, objid the low ones.
+	// The lock id is 0x73716c6f6e6365: classid holds the high 32 bits,
+	// objid the low ones. A stranded lock is held by a server connection
+	// outside any transaction (idle); other test runs on this server take
+	// the same lock inside their transactions, and are not counted.
 	var held int
 	if err := direct.QueryRowContext(ctx, `
-		SELECT count(*) FROM pg_locks
-		WHERE locktype = 'advisory' AND classid::bigint = $1 AND objid::bigint = $2`,
+		SELECT count(*) FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND a.state = 'idle'
+		  AND l.classid::bigint = $1 AND l.objid::bigint = $2`,
 		int64(0x73716c6f6e6365>>32), int64(0x73716c6f6e6365&0xffffffff)).Scan(&held); err != nil {
 		t.Fatal(err)
 	}
