@@ -139,6 +139,9 @@ func nsDo[TTx any](ctx context.Context, t *testing.T, db harness.DB[TTx], scope,
 func httpScope[TTx any](ctx context.Context, t *testing.T, db harness.DB[TTx], key string) string {
 	t.Helper()
 	name := map[string]string{"postgres": "pgx", "mysql": "mysql", "sqlite": "sqlite"}[db.Dialect()]
+	if d, ok := any(db).(interface{ SQLDriverName() string }); ok {
+		name = d.SQLDriverName() // lib/pq's DSN may not suit pgx (through PgBouncer)
+	}
 	sdb, err := sql.Open(name, db.DSN())
 	must(t, err)
 	defer sdb.Close()
