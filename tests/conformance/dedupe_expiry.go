@@ -379,7 +379,8 @@ func runDedupeExpiry[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		t0 := clockBase()
 		seedKeys(t, at(ctx, t0, 0), db, s, "bad", "old", 3, 0)
 		now := at(ctx, t0, time.Hour)
-		for _, limit := range []int{0, -1, 100001} {
+		// 0 is the default batch (see ZeroValues).
+		for _, limit := range []int{-1, 100001} {
 			err := harness.WithTx(now, db, harness.Default, func(tx TTx) error {
 				_, err := s.PurgeTx(now, tx, limit)
 				return err

@@ -290,7 +290,8 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 
 	t.Run("InvalidLockWait", func(t *testing.T) {
 		db := f(t, 0)
-		for _, d := range []time.Duration{0, -time.Second} {
+		// 0 is WithNoWait (see ZeroValues).
+		for _, d := range []time.Duration{-time.Nanosecond, -time.Second} {
 			if _, err := dedupe.New(db.Driver(), dedupe.WithLockWait(d)); !errors.Is(err, sqlonce.ErrInvalidArgument) {
 				t.Errorf("WithLockWait(%v): %v, want ErrInvalidArgument", d, err)
 			}
