@@ -394,7 +394,16 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			h := m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				key := r.Header.Get("Idempotency-Key")
 				if lease {
-					must(t, db.Pool().LedgerInsert(r.Context(), key, 1))
+					// In a transaction of its own: through PgBouncer in
+					// transaction mode, lib/pq's autocommit statements may
+					// lose their unnamed prepared statement.
+					if err := harness.WithTx(r.Context(), db, harness.Default, func(tx TTx) error {
+						return db.Tx(tx).LedgerInsert(r.Context(), key, 1)
+					}); err != nil {
+						httpidem.Fail(r.Context(), err)
+						http.Error(w, err.Error(), http.StatusInternalServerError)
+						return
+					}
 				} else {
 					tx, _ := httpidem.TxFrom[TTx](r.Context())
 					if err := db.Tx(tx).LedgerInsert(r.Context(), key, 1); err != nil {
