@@ -49,6 +49,9 @@ func TestLinks(t *testing.T) {
 		// either; the mattn opener leaves the import to the program.
 		{mod + "sqlitedriver", nil},
 		{mod + "sqlitedriver/mattn", nil},
+		// PostgreSQL over database/sql: pgx's stdlib or lib/pq, the
+		// program's choice; their errors are recognised by reflection.
+		{mod + "pgsqldriver", nil},
 		// Each driver: its own library only.
 		{mod + "pgxdriver", []string{pgx}},
 		{mod + "mysqldriver", []string{mysql}},
