@@ -83,6 +83,12 @@ func (s *Store[TTx]) doBatch(ctx context.Context, tx TTx, scope string, ids []st
 		if err != nil {
 			return nil, fmt.Errorf("sqlonce/dedupe: claim a batch of %d keys in scope %q: %w", len(sorted), scope, err)
 		}
+		if len(claims) != len(sorted) {
+			// A driver that answers for other keys than it was given
+			// has a bug; what it claimed stays in tx, which the caller
+			// rolls back on this error.
+			return nil, fmt.Errorf("sqlonce/dedupe: claim a batch of %d keys in scope %q: the driver answered %d claims", len(sorted), scope, len(claims))
+		}
 	}
 	won := make(map[string]int64, len(sorted))
 	done := make(map[string]sqlonce.Result, len(sorted))
