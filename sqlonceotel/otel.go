@@ -101,11 +101,15 @@ type Observer struct {
 
 var _ sqlonce.Observer = (*Observer)(nil)
 
-// New returns an Observer on the configured providers. It fails only when
-// an instrument cannot be created.
+// New returns an Observer on the configured providers. It returns an
+// error matching sqlonce.ErrInvalidArgument for a nil option, and an error
+// when an instrument cannot be created.
 func New(opts ...Option) (*Observer, error) {
 	var c config
-	for _, opt := range opts {
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("sqlonceotel: %w: option %d is nil", sqlonce.ErrInvalidArgument, i)
+		}
 		opt(&c)
 	}
 	if c.mp == nil {
