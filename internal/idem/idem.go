@@ -53,7 +53,10 @@ const (
 	TooLarge
 	// Unknown: an error followed COMMIT; the work may be done.
 	Unknown
-	// Gone: the request's context ended and the work rolled back.
+	// Gone: the request's context ended, so nobody waits for the answer.
+	// The work rolled back, or, when the context ended while it
+	// committed, may be done (as with Unknown); a retry with the same key
+	// replays it or runs it once.
 	Gone
 	// Panicked: the handler panicked; rolled back. The transport panics
 	// again.
