@@ -401,7 +401,7 @@ func (s *Store[TTx]) purgeTx(ctx context.Context, tx TTx, limit int) (int64, err
 	if limit == 0 {
 		limit = DefaultPurgeBatch
 	}
-	if err := checkPurgeLimit(limit); err != nil {
+	if err := owntx.CheckPurge("limit", limit); err != nil {
 		return 0, err
 	}
 	n, err := s.engine.Purge(ctx, tx, limit, testclock.Now(ctx))
@@ -409,13 +409,6 @@ func (s *Store[TTx]) purgeTx(ctx context.Context, tx TTx, limit int) (int64, err
 		return n, fmt.Errorf("sqlonce/dedupe: purge: %w", err)
 	}
 	return n, nil
-}
-
-func checkPurgeLimit(limit int) error {
-	if limit < 1 || limit > 100000 {
-		return fmt.Errorf("%w: purge limit %d is outside 1..100000", sqlonce.ErrInvalidArgument, limit)
-	}
-	return nil
 }
 
 // Purge deletes every expired key, batch keys at a time (DefaultPurgeBatch
@@ -434,7 +427,7 @@ func (s *Store[TTx]) Purge(ctx context.Context, batch int) (total int64, err err
 	if batch == 0 {
 		batch = DefaultPurgeBatch
 	}
-	if err := checkPurgeLimit(batch); err != nil {
+	if err := owntx.CheckPurge("batch", batch); err != nil {
 		return 0, err
 	}
 	return owntx.Purge(ctx, batch, func(limit int) (int64, error) {

@@ -252,7 +252,7 @@ func (s *Store[TTx]) purgeTx(ctx context.Context, tx TTx, limit int) (int64, err
 	if limit == 0 {
 		limit = DefaultPurgeBatch
 	}
-	if err := checkPurge("limit", limit); err != nil {
+	if err := owntx.CheckPurge("limit", limit); err != nil {
 		return 0, err
 	}
 	n, err := s.engine.TokenPurge(ctx, tx, limit, testclock.Now(ctx))
@@ -274,7 +274,7 @@ func (s *Store[TTx]) Purge(ctx context.Context, batch int) (total int64, err err
 	if batch == 0 {
 		batch = DefaultPurgeBatch
 	}
-	if err := checkPurge("batch", batch); err != nil {
+	if err := owntx.CheckPurge("batch", batch); err != nil {
 		return 0, err
 	}
 	return owntx.Purge(ctx, batch, func(limit int) (int64, error) {
@@ -286,11 +286,4 @@ func (s *Store[TTx]) Purge(ctx context.Context, batch int) (total int64, err err
 		})
 		return n, err
 	})
-}
-
-func checkPurge(what string, n int) error {
-	if n < 1 || n > 100000 {
-		return fmt.Errorf("%w: purge %s %d is outside 1..100000", sqlonce.ErrInvalidArgument, what, n)
-	}
-	return nil
 }

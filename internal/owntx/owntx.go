@@ -50,8 +50,13 @@ func Retry(ctx context.Context, attempt func() error) error {
 // transactions that collided do not meet again. It reports false when ctx
 // ended first.
 func Pause(ctx context.Context, attempt int) bool {
-	d := time.Millisecond + rand.N(time.Duration(attempt)*2*time.Millisecond)
-	t := time.NewTimer(d)
+	return sleep(ctx, time.Duration(attempt)*2*time.Millisecond)
+}
+
+// sleep sleeps 1ms plus up to upTo, at random; false when ctx ended
+// first.
+func sleep(ctx context.Context, upTo time.Duration) bool {
+	t := time.NewTimer(time.Millisecond + rand.N(upTo))
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

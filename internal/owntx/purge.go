@@ -2,12 +2,24 @@ package owntx
 
 import (
 	"context"
-	"math/rand/v2"
+	"fmt"
 	"time"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
 )
+
+// MaxPurgeBatch is the most rows a purge batch may take.
+const MaxPurgeBatch = 100000
+
+// CheckPurge returns an error matching sqlonce.ErrInvalidArgument when n,
+// a purge's batch or limit (what), is outside 1..MaxPurgeBatch.
+func CheckPurge(what string, n int) error {
+	if n < 1 || n > MaxPurgeBatch {
+		return fmt.Errorf("%w: purge %s %d is outside 1..%d", sqlonce.ErrInvalidArgument, what, n, MaxPurgeBatch)
+	}
+	return nil
+}
 
 // PurgeRounds bounds how many times in a row Purge takes up a batch again
 // after Run gave it up: each round is Run's attempts, after a longer pause
@@ -33,7 +45,7 @@ func Purge(ctx context.Context, batch int, runBatch func(limit int) (int64, erro
 	for {
 		n, err := runBatch(limit)
 		if err != nil {
-			if !sqlonce.IsRetryable(err) || driver.Classify(err).Has(driver.LockNotAvailable) || rounds == PurgeRounds || !pauseRound(ctx, rounds+1) {
+			if !sqlonce.IsRetryable(err) || driver.Classify(err).Has(driver.LockNotAvailable) || rounds == PurgeRounds || !sleep(ctx, time.Duration(rounds+1)*10*time.Millisecond) {
 				return total, err
 			}
 			rounds++
@@ -48,18 +60,5 @@ func Purge(ctx context.Context, batch int, runBatch func(limit int) (int64, erro
 			return total, err
 		}
 		limit, rounds = batch, 0
-	}
-}
-
-// pauseRound sleeps up to round*10ms, at random; false when ctx ended
-// first.
-func pauseRound(ctx context.Context, round int) bool {
-	t := time.NewTimer(time.Millisecond + rand.N(time.Duration(round)*10*time.Millisecond))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
