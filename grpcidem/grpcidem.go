@@ -2,7 +2,6 @@ package grpcidem
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 	"unicode/utf8"
@@ -101,9 +100,7 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(ctx context.Context) str
 		}
 	}
 	e := d.Engine()
-	probe, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := e.InTx(probe, func(context.Context, TTx) error { return nil }); errors.Is(err, sqlonce.ErrNoDB) {
+	if !idem.HasDB(e) {
 		return nil, fmt.Errorf("%w: grpcidem: the driver has no database handle: %w", sqlonce.ErrInvalidArgument, sqlonce.ErrNoDB)
 	}
 	// HTTP and gRPC keys share httpidem's namespace; their scopes differ

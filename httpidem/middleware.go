@@ -2,7 +2,6 @@ package httpidem
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -107,7 +106,7 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 	}
 	m := &Middleware[TTx]{config: c, principal: principal, store: store, observer: obs.Of(d)}
 	e := d.Engine()
-	if (c.lease > 0 || c.txFunc == nil) && !hasDB(e) {
+	if (c.lease > 0 || c.txFunc == nil) && !idem.HasDB(e) {
 		mode := "transactional mode without WithTxFunc"
 		if c.lease > 0 {
 			mode = "lease mode"
@@ -132,17 +131,6 @@ func (m *Middleware[TTx]) Purge(ctx context.Context, batch int) (n int64, err er
 	op := obs.Start(m.observer, "httpidem", "Purge", "", "")
 	defer func() { op.Rows(n); op.Done(ctx, err) }()
 	return m.store.Purge(ctx, batch)
-}
-
-// hasDB reports whether the driver's engine has a database handle to
-// begin transactions on. InTx checks for the handle before anything else,
-// so a context that is already done tells without a round trip: a driver
-// with a handle fails on the context, one without on ErrNoDB.
-func hasDB[TTx any](e driver.Engine[TTx]) bool {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	err := e.InTx(ctx, func(context.Context, TTx) error { return nil })
-	return !errors.Is(err, sqlonce.ErrNoDB)
 }
 
 func defaultRoute(r *http.Request) string {
