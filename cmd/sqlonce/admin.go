@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pressly/goose/v3"
 
+	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/token"
@@ -147,45 +148,41 @@ func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		func(b *backend[*sql.Tx]) error { return purge(ctx, b, *batch, stdout, stderr) })
 }
 
-// purge deletes expired keys, then expired tokens, one batch per short
-// transaction, reporting each batch.
+// purge deletes expired keys, then expired tokens, with dedupe's and
+// token's Purge (one batch per short transaction, a batch that conflicts
+// with another purger's taken up again), reporting each batch.
 func purge[TTx any](ctx context.Context, b *backend[TTx], batch int, out, progress io.Writer) error {
 	if err := needSchema(ctx, b); err != nil {
 		return err
 	}
-	keys, err := dedupe.New(b.driver)
-	if err != nil {
-		return err
-	}
-	tokens, err := token.New(b.driver)
-	if err != nil {
-		return err
-	}
 	for _, t := range []struct {
-		what string
-		tx   func(ctx context.Context, tx TTx, limit int) (int64, error)
+		what  string
+		purge func(drv sqlonce.Driver[TTx]) (int64, error)
 	}{
-		{"expired keys", keys.PurgeTx},
-		{"expired tokens", tokens.PurgeTx},
-	} {
-		var total int64
-		for {
-			var n int64
-			err := b.inTx(ctx, func(tx TTx) error {
-				var err error
-				n, err = t.tx(ctx, tx, batch)
-				return err
-			})
+		{"expired keys", func(drv sqlonce.Driver[TTx]) (int64, error) {
+			s, err := dedupe.New(drv)
 			if err != nil {
-				return fmt.Errorf("purge %s after %d: %v", t.what, total, err)
+				return 0, err
 			}
-			total += n
+			return s.Purge(ctx, batch)
+		}},
+		{"expired tokens", func(drv sqlonce.Driver[TTx]) (int64, error) {
+			s, err := token.New(drv)
+			if err != nil {
+				return 0, err
+			}
+			return s.Purge(ctx, batch)
+		}},
+	} {
+		var sofar int64
+		total, err := t.purge(batchReporter(b.driver, func(n int64) {
+			sofar += n
 			if n > 0 {
-				fmt.Fprintf(progress, "purging %s: %d so far\n", t.what, total)
+				fmt.Fprintf(progress, "purging %s: %d so far\n", t.what, sofar)
 			}
-			if n < int64(batch) {
-				break
-			}
+		}))
+		if err != nil {
+			return fmt.Errorf("purge %s after %d: %v", t.what, total, err)
 		}
 		fmt.Fprintf(out, "%s: purged %d %s\n", b.label, total, t.what)
 	}

@@ -54,14 +54,10 @@ type backend[TTx any] struct {
 }
 
 // inTx runs fn in a transaction and commits it, running it again while
-// the error is one sqlonce.IsRetryable accepts, as every caller should.
+// the error is one sqlonce.IsRetryable accepts, as every caller should,
+// with the attempts and pauses of sqlonce's own transactions.
 func (b *backend[TTx]) inTx(ctx context.Context, fn func(tx TTx) error) error {
-	for attempt := 1; ; attempt++ {
-		err := b.tryTx(ctx, fn)
-		if err == nil || !sqlonce.IsRetryable(err) || attempt == 50 || !owntx.Pause(ctx, attempt) {
-			return err
-		}
-	}
+	return owntx.Retry(ctx, func() error { return b.tryTx(ctx, fn) })
 }
 
 func (b *backend[TTx]) tryTx(ctx context.Context, fn func(tx TTx) error) error {
