@@ -125,20 +125,20 @@ var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 // accepted if that error is a supported library's. With a nil db, the
 // transactions' library cannot be checked; use one of those two.
 func New(db *sql.DB) (*Driver, error) {
-	if db != nil {
-		if err := checkLibrary(db); err != nil {
-			return nil, err
-		}
+	d := &Driver{e: engine{db: db, q: sqlitedb.New()}}
+	if db == nil {
+		// The transactions' database is unknown: one probe at the first
+		// call tells SQLite from a server database, and every call then
+		// returns an error matching sqlonce.ErrInvalidArgument.
+		d.check = driver.CheckSQLDialect(nil, driver.SQLite, "sqlitedriver", sqlonce.ErrInvalidArgument)
+		return d, nil
 	}
-	return &Driver{e: engine{db: db, q: sqlitedb.New()}, check: checkDialect(db)}, nil
-}
-
-// checkDialect refuses the transactions of another database: for a driver
-// built with nil (checkLibrary judges a handle), or on a wrapped handle,
-// one probe at the first call tells SQLite from a server database, and
-// every call then returns an error matching sqlonce.ErrInvalidArgument.
-func checkDialect(db *sql.DB) *driver.DialectCheck {
-	return driver.CheckSQLDialect(db, driver.SQLite, "sqlitedriver", sqlonce.ErrInvalidArgument)
+	// checkLibrary accepts only a handle whose errors are a SQLite
+	// library's, so its transactions need no probe.
+	if err := checkLibrary(db); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
