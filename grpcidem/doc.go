@@ -39,4 +39,13 @@
 // a serialization failure; keep effects outside the database out of it.
 // The response message is recorded as a google.protobuf.Any, so its type
 // must be linked into the server (it is, as the handler returns it).
+//
+// # Observing
+//
+// An Interceptor built on a driver from sqlonce.Observe reports one
+// sqlonce.Event per handled call (strategy "grpcidem", operation "Serve",
+// the scope of the key): first_run, replayed, in_progress, key_reuse or
+// error, the handler's time in Event.Work and the transaction's attempts.
+// The gRPC code answered is not in the Event (Event.HTTPStatus stays 0).
+// Its own dedupe.Store does not report the call again.
 package grpcidem

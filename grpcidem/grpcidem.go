@@ -18,6 +18,7 @@ import (
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/idem"
 	"github.com/sqlonce/sqlonce/internal/namespace"
+	"github.com/sqlonce/sqlonce/internal/obs"
 )
 
 const (
@@ -75,6 +76,7 @@ type Interceptor[TTx any] struct {
 	config
 	principal func(ctx context.Context) string
 	runner    idem.Runner[TTx]
+	observer  sqlonce.Observer
 }
 
 // New returns an Interceptor on the driver, which must have a database
@@ -105,12 +107,12 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(ctx context.Context) str
 	}
 	// HTTP and gRPC keys share httpidem's namespace; their scopes differ
 	// by kind ('g'), so neither can answer for the other.
-	store, err := dedupe.New(d, dedupe.WithNoWait(), dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(dedupe.MaxResponseSize),
+	store, err := dedupe.New(obs.Bare(d), dedupe.WithNoWait(), dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(dedupe.MaxResponseSize),
 		namespace.Option(driver.NamespaceHTTP).(dedupe.Option))
 	if err != nil {
 		return nil, err
 	}
-	return &Interceptor[TTx]{config: c, principal: principal, runner: idem.Runner[TTx]{Store: store, RunTx: e.InTx}}, nil
+	return &Interceptor[TTx]{config: c, principal: principal, runner: idem.Runner[TTx]{Store: store, RunTx: e.InTx}, observer: obs.Of(d)}, nil
 }
 
 type txKey[TTx any] struct{}
@@ -177,8 +179,12 @@ func (i *Interceptor[TTx]) Unary() grpc.UnaryServerInterceptor {
 			handlerErr error
 			panicked   any
 		)
+		op := obs.Start(i.observer, "grpcidem", "Serve", dreq.Scope, dreq.Key)
+		defer op.EndSet(ctx)
 		res, out, err := i.runner.Serve(ctx, dreq, func(ctx context.Context, tx TTx) ([]byte, error) {
+			op.WorkStart()
 			resp, handlerErr, panicked = call(handler, context.WithValue(ctx, txKey[TTx]{}, tx), req)
+			op.WorkEnd()
 			if panicked != nil {
 				return nil, idem.ErrPanicked
 			}
@@ -194,7 +200,10 @@ func (i *Interceptor[TTx]) Unary() grpc.UnaryServerInterceptor {
 				return nil, err
 			}
 			return proto.MarshalOptions{Deterministic: true}.Marshal(a)
-		}, nil)
+		}, func(res sqlonce.Result, err error) {
+			op.Tried(err)
+			op.Set(res, err)
+		})
 		if panicked != nil {
 			panic(panicked)
 		}

@@ -38,8 +38,14 @@ const grpcPlace = "/test.Orders/Place"
 
 func startGRPC[TTx any](t *testing.T, db harness.DB[TTx], hook func(ctx context.Context, in string) error) *grpcOrders[TTx] {
 	t.Helper()
+	return startGRPCOn(t, db, db.Driver(), hook)
+}
+
+// startGRPCOn is startGRPC with the interceptor on drv (an observed one).
+func startGRPCOn[TTx any](t *testing.T, db harness.DB[TTx], drv sqlonce.Driver[TTx], hook func(ctx context.Context, in string) error) *grpcOrders[TTx] {
+	t.Helper()
 	g := &grpcOrders[TTx]{hook: hook}
-	ic, err := grpcidem.New(db.Driver(), func(ctx context.Context) string {
+	ic, err := grpcidem.New(drv, func(ctx context.Context) string {
 		md, _ := metadata.FromIncomingContext(ctx)
 		if v := md.Get("x-user"); len(v) == 1 {
 			return v[0] // stands in for real authentication
@@ -150,6 +156,34 @@ func runGRPCIdem[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		ddLedger(t, db, "a", 2)
 		ddLedger(t, db, "b", 0)
 		ddLedger(t, db, "c", 1)
+	})
+
+	// On an observed driver, each handled call is one Event of its own,
+	// and the interceptor's dedupe store does not report it again.
+	t.Run("Observed", func(t *testing.T) {
+		db := f(t, 0)
+		rec := &recorder{}
+		g := startGRPCOn(t, db, sqlonce.Observe(db.Driver(), rec), nil)
+		ctx := ctxT(t)
+		_, _, err := g.call(ctx, "alice", "k1", "a")
+		must(t, err)
+		_, _, err = g.call(ctx, "alice", "k1", "a")
+		must(t, err)
+		_, _, err = g.call(ctx, "alice", "k1", "b")
+		wantCode(t, "key reused with another message", err, codes.FailedPrecondition)
+		got := rec.count("grpcidem", "Serve")
+		want := map[sqlonce.EventOutcome]int{sqlonce.EventFirstRun: 1, sqlonce.EventReplayed: 1, sqlonce.EventKeyReuse: 1}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("grpcidem Serve events %v, want %v", got, want)
+		}
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		if len(rec.events) != 3 {
+			t.Fatalf("%d events, want the 3 of grpcidem: %v", len(rec.events), rec.events)
+		}
+		if e := rec.events[0]; e.Scope == "" || e.Attempts != 1 || e.Work <= 0 {
+			t.Fatalf("first call's event %+v: want its scope, 1 attempt and the handler's time", e)
+		}
 	})
 
 	t.Run("HandlerErrorRollsBackAndFreesTheKey", func(t *testing.T) {
