@@ -10,7 +10,6 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/internal/exampledb"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 )
 
@@ -19,7 +18,7 @@ import (
 // repeats at Info. The key ("pay-1") is never logged.
 func ExampleSlogObserver() {
 	ctx := context.Background()
-	pool := exampledb.Postgres("root_observe")
+	pool := postgres("root_observe")
 	defer pool.Close()
 	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
 		Level: slog.LevelDebug,
@@ -56,7 +55,7 @@ func ExampleSlogObserver() {
 // with ObserverFunc. It gets an Event per operation.
 func ExampleObserverFunc() {
 	ctx := context.Background()
-	pool := exampledb.Postgres("root_observe_func")
+	pool := postgres("root_observe_func")
 	defer pool.Close()
 	counts := map[sqlonce.EventOutcome]int{} // one goroutine here; guard it otherwise
 	obs := sqlonce.ObserverFunc(func(ctx context.Context, e sqlonce.Event) {

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -15,7 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sqlonce/sqlonce/grpcidem"
-	"github.com/sqlonce/sqlonce/internal/exampledb"
+	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 )
 
@@ -24,7 +27,7 @@ import (
 // refused. The service is declared by hand with wrapperspb messages, as
 // generated code would declare it.
 func Example() {
-	pool := exampledb.Postgres("grpcidem")
+	pool := postgres("grpcidem")
 	defer pool.Close()
 
 	ic, err := grpcidem.New(pgxdriver.New(pool), func(ctx context.Context) string {
@@ -89,4 +92,46 @@ func Example() {
 	// order 1: book replayed=false
 	// order 1: book replayed=true
 	// FailedPrecondition this idempotency key was used with a different call; use a new key for a new call
+}
+
+// postgres does what a program does once at start-up: it connects to
+// PostgreSQL (SQLONCE_POSTGRES_DSN, or the local default below), installs
+// sqlonce's tables with migrations.Up and creates the business table.
+// Each example works in a schema of its own, emptied on every run, so that
+// its output is the same each time.
+func postgres(name string) *pgxpool.Pool {
+	ctx := context.Background()
+	dsn := os.Getenv("SQLONCE_POSTGRES_DSN")
+	if dsn == "" {
+		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		panic(err)
+	}
+	schema := "example_" + name
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
+		panic(err)
+	}
+	// sqlonce's tables: goose runs on database/sql.
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	if err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
+		panic(err)
+	}
+	// The business table the examples write.
+	if _, err := pool.Exec(ctx, `
+		CREATE TABLE ledger (
+		    id     bigserial PRIMARY KEY,
+		    ref    text   NOT NULL,
+		    amount bigint NOT NULL
+		)`); err != nil {
+		panic(err)
+	}
+	return pool
 }

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	"github.com/sqlonce/sqlonce/httpidem"
-	"github.com/sqlonce/sqlonce/internal/exampledb"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 )
 
@@ -16,7 +15,7 @@ import (
 // retry another request; another amount does. A replay hook counts the
 // replays.
 func ExampleFingerprintJSON() {
-	pool := exampledb.Postgres("httpidem_json")
+	pool := postgres("httpidem_json")
 	defer pool.Close()
 
 	var replays atomic.Int64

@@ -2,17 +2,23 @@ package httpidem_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/sqlonce/sqlonce/httpidem"
-	"github.com/sqlonce/sqlonce/internal/exampledb"
+	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 )
@@ -47,7 +53,7 @@ func post(url, user, key, body string) {
 // the same key on another payment is refused.
 func Example() {
 	ctx := context.Background()
-	pool := exampledb.Postgres("httpidem")
+	pool := postgres("httpidem")
 	defer pool.Close()
 
 	m, err := httpidem.New(pgxdriver.New(pool), func(r *http.Request) string {
@@ -102,7 +108,7 @@ func Example() {
 // the key is derived from the caller, the route and the body, for a short
 // window.
 func ExampleWithNoRepeatSubmit() {
-	db := exampledb.MySQL("httpidem")
+	db := mariadb("httpidem")
 	defer db.Close()
 
 	m, err := httpidem.New(mysqldriver.New(db),
@@ -125,4 +131,82 @@ func ExampleWithNoRepeatSubmit() {
 	// 200 replayed=false order 1 placed
 	// 200 replayed=true order 1 placed
 	// 200 replayed=false order 2 placed
+}
+
+// postgres does what a program does once at start-up: it connects to
+// PostgreSQL (SQLONCE_POSTGRES_DSN, or the local default below), installs
+// sqlonce's tables with migrations.Up and creates the business table.
+// Each example works in a schema of its own, emptied on every run, so that
+// its output is the same each time.
+func postgres(name string) *pgxpool.Pool {
+	ctx := context.Background()
+	dsn := os.Getenv("SQLONCE_POSTGRES_DSN")
+	if dsn == "" {
+		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		panic(err)
+	}
+	schema := "example_" + name
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
+		panic(err)
+	}
+	// sqlonce's tables: goose runs on database/sql.
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	if err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
+		panic(err)
+	}
+	// The business table the examples write.
+	if _, err := pool.Exec(ctx, `
+		CREATE TABLE ledger (
+		    id     bigserial PRIMARY KEY,
+		    ref    text   NOT NULL,
+		    amount bigint NOT NULL
+		)`); err != nil {
+		panic(err)
+	}
+	return pool
+}
+
+// mariadb does what a program does once at start-up: it connects to
+// MySQL or MariaDB (SQLONCE_MYSQL_DSN, or the local default below) and
+// installs sqlonce's tables with migrations.Up. Each example works in a
+// database of its own, emptied on every run, so that its output is the
+// same each time.
+func mariadb(name string) *sql.DB {
+	ctx := context.Background()
+	dsn := os.Getenv("SQLONCE_MYSQL_DSN")
+	if dsn == "" {
+		dsn = "root@tcp(127.0.0.1:3306)/test?parseTime=true"
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		panic(err)
+	}
+	admin, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		panic(err)
+	}
+	defer admin.Close()
+	cfg.DBName = "example_" + name
+	for _, q := range []string{"DROP DATABASE IF EXISTS " + cfg.DBName, "CREATE DATABASE " + cfg.DBName} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			panic(err)
+		}
+	}
+	db, err := sql.Open("mysql", cfg.FormatDSN())
+	if err != nil {
+		panic(err)
+	}
+	if err := migrations.Up(ctx, db, migrations.MySQL); err != nil {
+		panic(err)
+	}
+	return db
 }

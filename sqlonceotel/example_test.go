@@ -3,14 +3,17 @@ package sqlonceotel_test
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/internal/exampledb"
+	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/sqlonceotel"
 )
@@ -20,7 +23,7 @@ import (
 // ManualReader here reads the counter back.
 func Example() {
 	ctx := context.Background()
-	pool := exampledb.Postgres("sqlonceotel_example")
+	pool := postgres("sqlonceotel_example")
 	defer pool.Close()
 
 	reader := sdkmetric.NewManualReader()
@@ -65,4 +68,46 @@ func Example() {
 	// Output:
 	// first_run 1
 	// replayed 2
+}
+
+// postgres does what a program does once at start-up: it connects to
+// PostgreSQL (SQLONCE_POSTGRES_DSN, or the local default below), installs
+// sqlonce's tables with migrations.Up and creates the business table.
+// Each example works in a schema of its own, emptied on every run, so that
+// its output is the same each time.
+func postgres(name string) *pgxpool.Pool {
+	ctx := context.Background()
+	dsn := os.Getenv("SQLONCE_POSTGRES_DSN")
+	if dsn == "" {
+		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		panic(err)
+	}
+	schema := "example_" + name
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
+		panic(err)
+	}
+	// sqlonce's tables: goose runs on database/sql.
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	if err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
+		panic(err)
+	}
+	// The business table the examples write.
+	if _, err := pool.Exec(ctx, `
+		CREATE TABLE ledger (
+		    id     bigserial PRIMARY KEY,
+		    ref    text   NOT NULL,
+		    amount bigint NOT NULL
+		)`); err != nil {
+		panic(err)
+	}
+	return pool
 }
