@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/pressly/goose/v3/lock"
 )
@@ -28,38 +29,61 @@ const lockTimeout = "5min"
 // length, through any pooler, and its lock ends with it, even when the
 // process dies.
 type txLocker struct {
-	mu sync.Mutex
-	tx *sql.Tx
+	mu   sync.Mutex
+	tx   *sql.Tx
+	conn *sql.Conn // tx's, closed (returned to the pool) after it
 }
 
 var _ lock.Locker = (*txLocker)(nil)
 
+// secondConnWait bounds the wait for the lock's connection. A handle that
+// cannot open a second one (stdlib.OpenDBFromPool on a pool of one
+// connection, which database/sql's stats do not show) would wait forever:
+// goose holds the first.
+const secondConnWait = 2 * time.Second
+
 func (l *txLocker) Lock(ctx context.Context, db *sql.DB) error {
-	tx, err := db.BeginTx(ctx, nil)
+	cctx, cancel := context.WithTimeout(ctx, secondConnWait)
+	conn, err := db.Conn(cctx)
+	cancel()
+	if err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		// No second connection: run without the lock, as goose does
+		// with locking off. Concurrent runs then race on the version
+		// table, and all but one fail.
+		return nil
+	}
 	if err != nil {
+		return fmt.Errorf("sqlonce/migrations: lock: %w", err)
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		_ = conn.Close()
 		return fmt.Errorf("sqlonce/migrations: lock: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '"+lockTimeout+"'"); err != nil {
 		_ = tx.Rollback()
+		_ = conn.Close()
 		return fmt.Errorf("sqlonce/migrations: lock: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", lockID); err != nil {
 		_ = tx.Rollback()
+		_ = conn.Close()
 		return fmt.Errorf("sqlonce/migrations: lock %d: %w", lockID, err)
 	}
 	l.mu.Lock()
-	l.tx = tx
+	l.tx, l.conn = tx, conn
 	l.mu.Unlock()
 	return nil
 }
 
 func (l *txLocker) Unlock(context.Context, *sql.DB) error {
 	l.mu.Lock()
-	tx := l.tx
-	l.tx = nil
+	tx, conn := l.tx, l.conn
+	l.tx, l.conn = nil, nil
 	l.mu.Unlock()
 	if tx == nil {
-		return errors.New("sqlonce/migrations: unlock without a lock")
+		return nil // Lock found no second connection
 	}
-	return tx.Commit()
+	err := tx.Commit()
+	return errors.Join(err, conn.Close())
 }

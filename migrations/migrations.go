@@ -22,7 +22,11 @@
 // statement the pooler may send to another server connection, and stay
 // held. With db.SetMaxOpenConns(1) there is no second connection, and Up
 // falls back to goose's session lock: run it directly against PostgreSQL
-// then, not through a transaction pooler.
+// then, not through a transaction pooler. A handle whose limit database/sql
+// cannot see (stdlib.OpenDBFromPool on a pgx pool of one connection) that
+// gives no second connection within 2 s runs the migrations without the
+// lock: concurrent runs then race on the version table, and all but one
+// fail.
 package migrations
 
 import (
