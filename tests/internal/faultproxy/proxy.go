@@ -89,7 +89,12 @@ type Proxy struct {
 	conns map[int64]*conn // by server connection id
 	all   map[*conn]bool
 	fired map[int64]Fault // the last fault fired on each connection id
-	wg    sync.WaitGroup
+	// closed is set by Close; nothing is added to wg after it.
+	closed bool
+	// done is closed by Close: goroutines waiting out a hold or an answer
+	// end at once instead of acting after the test.
+	done chan struct{}
+	wg   sync.WaitGroup
 
 	conns64, commits, unarmed, timeouts atomic.Int64
 	firedN                              [5]atomic.Int64
@@ -104,7 +109,7 @@ func Start(t testing.TB, d Dialect, target string, hold time.Duration) *Proxy {
 	if err != nil {
 		t.Fatalf("faultproxy: %v", err)
 	}
-	p := &Proxy{t: t, dialect: d, target: target, ln: ln, hold: hold, conns: map[int64]*conn{}, all: map[*conn]bool{}, fired: map[int64]Fault{}}
+	p := &Proxy{t: t, dialect: d, target: target, ln: ln, hold: hold, conns: map[int64]*conn{}, all: map[*conn]bool{}, fired: map[int64]Fault{}, done: make(chan struct{})}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
@@ -114,10 +119,15 @@ func Start(t testing.TB, d Dialect, target string, hold time.Duration) *Proxy {
 // Addr is the proxy's "host:port".
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
-// Close stops accepting and ends every connection.
+// Close stops accepting, ends every connection and waits for every
+// goroutine of the proxy: nothing reaches the server after it returns.
 func (p *Proxy) Close() {
 	_ = p.ln.Close()
 	p.mu.Lock()
+	if !p.closed {
+		p.closed = true
+		close(p.done)
+	}
 	all := make([]*conn, 0, len(p.all))
 	for c := range p.all {
 		all = append(all, c)
@@ -185,7 +195,9 @@ func (p *Proxy) Blackhole(id int64, deliver bool) bool {
 	c.faulted, c.blackholed, c.fault = true, true, f
 	c.mu.Unlock()
 	p.noteFired(id, f)
-	go c.endHalfOpen()
+	if !p.goTracked(c.endHalfOpen) {
+		c.closeBoth(false)
+	}
 	return true
 }
 
@@ -204,6 +216,19 @@ func (p *Proxy) noteFired(id int64, f Fault) {
 	p.mu.Lock()
 	p.fired[id] = f
 	p.mu.Unlock()
+}
+
+// goTracked runs f in a goroutine that Close waits for; it reports false,
+// running nothing, once Close has begun.
+func (p *Proxy) goTracked(f func()) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.wg.Add(1)
+	go func() { defer p.wg.Done(); f() }()
+	return true
 }
 
 func (p *Proxy) lookup(id int64) *conn {
@@ -231,9 +256,15 @@ func (p *Proxy) accept() {
 		p.conns64.Add(1)
 		c := &conn{p: p, client: cl, server: sv, replied: make(chan struct{}, 1)}
 		p.mu.Lock()
+		if p.closed { // accepted while Close ran: it would never be closed
+			p.mu.Unlock()
+			_ = cl.Close()
+			_ = sv.Close()
+			return
+		}
 		p.all[c] = true
-		p.mu.Unlock()
 		p.wg.Add(2)
+		p.mu.Unlock()
 		go func() { defer p.wg.Done(); c.fromClient() }()
 		go func() { defer p.wg.Done(); c.fromServer() }()
 	}
@@ -437,18 +468,33 @@ func (c *conn) waitAnswer() {
 	case <-c.replied:
 	case <-time.After(10 * time.Second):
 		c.p.timeouts.Add(1)
+	case <-c.p.done:
 	}
 }
 
 // endHalfOpen waits out the hold, resets the client's side, and then
-// delivers or drops what the client sent meanwhile.
+// delivers or drops what the client sent meanwhile. When the proxy closes
+// during the hold, the held bytes are dropped: nothing is delivered after
+// the test.
 func (c *conn) endHalfOpen() {
-	time.Sleep(c.p.hold)
+	hold := time.NewTimer(c.p.hold)
+	defer hold.Stop()
+	select {
+	case <-hold.C:
+	case <-c.p.done:
+		c.closeBoth(true)
+		return
+	}
 	resetConn(c.client)
 	c.mu.Lock()
 	held, deliver := c.held, c.fault == HalfOpenDeliver
 	c.held = nil
 	c.mu.Unlock()
+	select {
+	case <-c.p.done:
+		deliver = false // closed while the hold ended
+	default:
+	}
 	if deliver && len(held) > 0 {
 		if _, err := c.server.Write(held); err == nil {
 			c.waitAnswer()
