@@ -7,8 +7,8 @@
 // started again: it rejoins by IST from a peer's gcache, or by SST.
 //
 // It needs Debian's galera-4 and rsync and root (mariadbd refuses to run
-// as root; it is started with --user=mysql on data dirs the mysql user
-// owns). Shared starts one cluster per test process; under CI=true a
+// as root; it is started as the mysql user on data dirs that user owns, and
+// dies with the test process). Shared starts one cluster per test process; under CI=true a
 // cluster that does not come up fails the test, elsewhere the test is
 // skipped naming why.
 package galera
@@ -61,6 +61,8 @@ type Node struct {
 	sst   int
 	dir   string // data, socket and log
 	peers string // gcomm:// address of the whole cluster
+	uid   uint32 // the mysql user's, which mariadbd runs as
+	gid   uint32
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -105,7 +107,8 @@ func Start(n int) (c *Cluster, err error) {
 	}
 	for i := range n {
 		nd := &Node{N: i + 1, Port: ports[4*i], gcomm: ports[4*i+1], ist: ports[4*i+2], sst: ports[4*i+3],
-			dir: filepath.Join(dir, fmt.Sprintf("node%d", i+1)), peers: "gcomm://" + strings.Join(gcomms, ",")}
+			dir: filepath.Join(dir, fmt.Sprintf("node%d", i+1)), peers: "gcomm://" + strings.Join(gcomms, ","),
+			uid: uint32(uid), gid: uint32(gid)}
 		if err := os.MkdirAll(filepath.Join(nd.dir, "data"), 0o755); err != nil {
 			return c, err
 		}
@@ -228,8 +231,7 @@ func (nd *Node) start(bootstrap bool, extra ...string) error {
 	cmd := exec.Command(mariadbd, nd.args(bootstrap, extra...)...)
 	cmd.Env = env()
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// A process group of its own: a ^C to the test does not reach it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = procAttr(nd.uid, nd.gid)
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("galera: node %d: %w", nd.N, err)
@@ -264,6 +266,7 @@ func (nd *Node) start(bootstrap bool, extra ...string) error {
 func (nd *Node) recoverPosition() (string, error) {
 	cmd := exec.Command(mariadbd, nd.args(false, "--wsrep-recover", "--log-error="+filepath.Join(nd.dir, "recover.log"))...)
 	cmd.Env = env()
+	cmd.SysProcAttr = procAttr(nd.uid, nd.gid)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("galera: node %d: mariadbd --wsrep-recover: %w: %s", nd.N, err, out)
 	}
@@ -300,7 +303,8 @@ func ready(ctx context.Context, dsn string) error {
 }
 
 // stop signals the node by pid and waits for it to exit (SIGKILL after
-// 30 s). A node already down is not an error.
+// 30 s, or at once when the signal cannot be sent): the node is forgotten
+// only once it has exited. A node already down is not an error.
 func (nd *Node) stop(sig syscall.Signal) error {
 	nd.mu.Lock()
 	defer nd.mu.Unlock()
@@ -312,7 +316,9 @@ func (nd *Node) stop(sig syscall.Signal) error {
 		nd.cmd = nil
 	}()
 	if err := nd.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return err
+		_ = nd.cmd.Process.Kill()
+		<-nd.exited
+		return fmt.Errorf("galera: node %d: %v: %w; killed", nd.N, sig, err)
 	}
 	select {
 	case <-nd.exited:
