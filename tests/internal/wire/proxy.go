@@ -46,9 +46,14 @@ type Proxy struct {
 	roundTrips atomic.Int64
 	statements atomic.Int64
 
-	mu    sync.Mutex
-	conns []net.Conn
-	wg    sync.WaitGroup
+	mu sync.Mutex
+	// conns are the open connections, both sides; a connection leaves
+	// when its forwarding ends.
+	conns map[net.Conn]struct{}
+	// closed is set by Close: a connection accepted after it is closed at
+	// once, and nothing is added to wg.
+	closed bool
+	wg     sync.WaitGroup
 }
 
 // Listen starts a proxy on a free loopback port that forwards every
@@ -61,7 +66,7 @@ func Listen(dialect, upstream string, delay time.Duration) (*Proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Proxy{ln: ln, upstream: upstream, dialect: dialect, delay: delay}
+	p := &Proxy{ln: ln, upstream: upstream, dialect: dialect, delay: delay, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -98,7 +103,8 @@ func (p *Proxy) Counts() Counts {
 func (p *Proxy) Close() {
 	p.ln.Close()
 	p.mu.Lock()
-	for _, c := range p.conns {
+	p.closed = true
+	for c := range p.conns {
 		c.Close()
 	}
 	p.mu.Unlock()
@@ -118,8 +124,25 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.mu.Lock()
-		p.conns = append(p.conns, c, u)
+		if p.closed { // accepted while Close ran, after it closed the others
+			p.mu.Unlock()
+			c.Close()
+			u.Close()
+			return
+		}
+		p.conns[c], p.conns[u] = struct{}{}, struct{}{}
+		p.wg.Add(2)
 		p.mu.Unlock()
+		var pipes atomic.Int32
+		pipes.Store(2)
+		ended := func() { // the last of the two pipes forgets the connection
+			if pipes.Add(-1) == 0 {
+				p.mu.Lock()
+				delete(p.conns, c)
+				delete(p.conns, u)
+				p.mu.Unlock()
+			}
+		}
 		st := &connState{}
 		var parser frameParser
 		switch p.dialect {
@@ -130,12 +153,11 @@ func (p *Proxy) accept() {
 		default:
 			parser = noStatements{}
 		}
-		p.wg.Add(2)
-		go p.pipe(u, c, func(b []byte) {
+		go p.pipe(u, c, ended, func(b []byte) {
 			st.clientSent()
 			p.statements.Add(int64(parser.feed(b)))
 		})
-		go p.pipe(c, u, func([]byte) {
+		go p.pipe(c, u, ended, func([]byte) {
 			if st.serverSent() {
 				p.roundTrips.Add(1)
 			}
@@ -144,11 +166,13 @@ func (p *Proxy) accept() {
 }
 
 // pipe copies src to dst, calling seen with each chunk before forwarding it,
-// so that a chunk is counted before the other side can answer it. With a
+// so that a chunk is counted before the other side can answer it, and
+// ended when it stops. With a
 // delay, a second goroutine writes each chunk when its time has come, so
 // that the delay is added once per chunk, not once per chunk queued.
-func (p *Proxy) pipe(dst, src net.Conn, seen func([]byte)) {
+func (p *Proxy) pipe(dst, src net.Conn, ended func(), seen func([]byte)) {
 	defer p.wg.Done()
+	defer ended()
 	defer dst.Close()
 	type chunk struct {
 		b   []byte
