@@ -23,6 +23,7 @@ const (
 	mysql   = "github.com/go-sql-driver/mysql"
 	modernc = "modernc.org/sqlite"
 	mattn   = "github.com/mattn/go-sqlite3"
+	pq      = "github.com/lib/pq"
 )
 
 const mod = "github.com/sqlonce/sqlonce/"
@@ -45,6 +46,8 @@ func TestLinks(t *testing.T) {
 		{mod + "inbox", nil},
 		{mod + "httpidem", nil},
 		{mod + "migrations", nil},
+		// The transport-neutral core of httpidem and grpcidem.
+		{mod + "internal/idem", nil},
 		// The SQLite driver recognises both libraries without linking
 		// either; the mattn opener leaves the import to the program.
 		{mod + "sqlitedriver", nil},
@@ -58,6 +61,7 @@ func TestLinks(t *testing.T) {
 		{mod + "sqlitedriver/modernc", []string{modernc}},
 		// Programs that use one driver each.
 		{mod + "tests/linkcheck/pgxonly", []string{pgx}},
+		{mod + "tests/linkcheck/pgsqlonly", []string{pq}},
 		{mod + "tests/linkcheck/mysqlonly", []string{mysql}},
 		{mod + "tests/linkcheck/modernconly", []string{modernc}},
 		{mod + "tests/linkcheck/mattnonly", []string{mattn}},
