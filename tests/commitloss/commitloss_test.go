@@ -18,6 +18,7 @@ import (
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/tests/internal/faultproxy"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 )
 
@@ -33,20 +34,33 @@ var paths = []struct {
 	{"InTx", []dedupe.Option{dedupe.WithNoWait()}},
 }
 
-// modes: where the proxy cuts.
-var modes = []struct {
+// cutMode is where the proxy cuts the client's connection at COMMIT.
+type cutMode struct {
 	name      string
-	forward   bool
-	committed bool
-}{
-	{"AfterServerCommitted", true, true},
-	{"BeforeServerSawCommit", false, false},
+	fault     faultproxy.Fault
+	committed bool // the server committed before the cut
+}
+
+// modes: LoseReply forwards the COMMIT, waits for the server's answer
+// (it committed) and resets the client's connection instead of passing
+// the answer on; LoseCommit resets it without forwarding the COMMIT (the
+// server rolls back). Either way the client's COMMIT fails with a lost
+// connection and cannot tell which happened.
+var modes = []cutMode{
+	{"AfterServerCommitted", faultproxy.LoseReply, true},
+	{"BeforeServerSawCommit", faultproxy.LoseCommit, false},
+}
+
+// cuts is the number of COMMITs the proxy cut.
+func cuts(p *faultproxy.Proxy) int64 {
+	c := p.Counts()
+	return c.Fired[faultproxy.LoseReply] + c.Fired[faultproxy.LoseCommit]
 }
 
 // check runs one Store.Run through the proxy, cut at COMMIT, then resends
 // it with the same key on a direct connection, and counts the effect.
-func check[TTx any](t *testing.T, ctx context.Context, proxied, direct sqlonce.Driver[TTx], p *cutProxy,
-	opts []dedupe.Option, committed bool, insert func(ctx context.Context, tx TTx, ref string) error, count func(ref string) int64) {
+func check[TTx any](t *testing.T, ctx context.Context, proxied, direct sqlonce.Driver[TTx], p *faultproxy.Proxy,
+	opts []dedupe.Option, mode cutMode, insert func(ctx context.Context, tx TTx, ref string) error, count func(ref string) int64) {
 	t.Helper()
 	cut, err := dedupe.New(proxied, opts...)
 	if err != nil {
@@ -61,10 +75,10 @@ func check[TTx any](t *testing.T, ctx context.Context, proxied, direct sqlonce.D
 		return []byte("paid"), insert(ctx, tx, req.Key)
 	}
 
-	p.armed.Store(true)
+	p.ArmNext(mode.fault)
 	res, err := cut.Run(ctx, req, fn)
-	if p.cuts.Load() != 1 {
-		t.Fatalf("the proxy cut %d COMMITs, want 1 (Run: %v, %v)", p.cuts.Load(), res, err)
+	if cuts(p) != 1 {
+		t.Fatalf("the proxy cut %d COMMITs, want 1 (Run: %v, %v)", cuts(p), res, err)
 	}
 	t.Logf("cut at COMMIT: %v", err)
 	if !errors.Is(err, sqlonce.ErrCommitUnknown) || !sqlonce.IsCommitUnknown(err) {
@@ -83,7 +97,7 @@ func check[TTx any](t *testing.T, ctx context.Context, proxied, direct sqlonce.D
 		t.Fatal(err)
 	}
 	want := sqlonce.FirstRun
-	if committed {
+	if mode.committed {
 		want = sqlonce.AlreadyDone
 	}
 	if res.Outcome != want || string(res.Response) != "paid" {
@@ -109,14 +123,10 @@ func TestPostgres(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				p := newCutProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port)), mode.forward, pgCommit)
-				host, port, _ := net.SplitHostPort(p.addr())
+				p := faultproxy.Start(t, faultproxy.Postgres, net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port)), 0)
+				host, port, _ := net.SplitHostPort(p.Addr())
 				cfg.ConnConfig.Host = host
 				fmt.Sscan(port, &cfg.ConnConfig.Port)
-				// Statement texts on the wire with every execution, so that
-				// the proxy sees COMMIT where it runs (the default cache
-				// sends a prepared statement's name only).
-				cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec
 				pool, err := pgxpool.NewWithConfig(ctx, cfg)
 				if err != nil {
 					t.Fatal(err)
@@ -133,7 +143,7 @@ func TestPostgres(t *testing.T) {
 					}
 					return n
 				}
-				check(t, ctx, pgxdriver.New(pool), pgxdriver.New(db.Pool), p, path.opts, mode.committed, insert, count)
+				check(t, ctx, pgxdriver.New(pool), pgxdriver.New(db.Pool), p, path.opts, mode, insert, count)
 			})
 		}
 	}
@@ -153,8 +163,8 @@ func TestMySQL(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				p := newCutProxy(t, cfg.Addr, mode.forward, mysqlCommit)
-				cfg.Addr = p.addr()
+				p := faultproxy.Start(t, faultproxy.MySQL, cfg.Addr, 0)
+				cfg.Addr = p.Addr()
 				cfg.Net = "tcp"
 				proxied, err := sql.Open("mysql", cfg.FormatDSN())
 				if err != nil {
@@ -172,7 +182,7 @@ func TestMySQL(t *testing.T) {
 					}
 					return n
 				}
-				check(t, ctx, mysqldriver.New(proxied), mysqldriver.New(db.DB), p, path.opts, mode.committed, insert, count)
+				check(t, ctx, mysqldriver.New(proxied), mysqldriver.New(db.DB), p, path.opts, mode, insert, count)
 			})
 		}
 	}

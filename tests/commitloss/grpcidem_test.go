@@ -22,6 +22,7 @@ import (
 	"github.com/sqlonce/sqlonce/grpcidem"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/tests/internal/faultproxy"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 )
 
@@ -30,7 +31,7 @@ import (
 // Unavailable (outcome unknown, retry with the same key), and the retry
 // replays the response when the server had committed, or runs the call
 // when it had not: one ledger row either way.
-func checkGRPC[TTx any](t *testing.T, proxied sqlonce.Driver[TTx], p *cutProxy, committed bool,
+func checkGRPC[TTx any](t *testing.T, proxied sqlonce.Driver[TTx], p *faultproxy.Proxy, mode cutMode,
 	insert func(ctx context.Context, tx TTx, ref string) error, count func(ref string) int64) {
 	t.Helper()
 	ic, err := grpcidem.New(proxied, func(context.Context) string { return "alice" })
@@ -80,18 +81,18 @@ func checkGRPC[TTx any](t *testing.T, proxied sqlonce.Driver[TTx], p *cutProxy, 
 		return out.GetValue(), len(header.Get(grpcidem.ReplayedKey)) > 0, err
 	}
 
-	p.armed.Store(true)
+	p.ArmNext(mode.fault)
 	_, _, err = call()
-	if p.cuts.Load() != 1 {
-		t.Fatalf("the proxy cut %d COMMITs, want 1 (%v)", p.cuts.Load(), err)
+	if cuts(p) != 1 {
+		t.Fatalf("the proxy cut %d COMMITs, want 1 (%v)", cuts(p), err)
 	}
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("cut at COMMIT: %v, want Unavailable (outcome unknown)", err)
 	}
 	t.Logf("cut at COMMIT: %v", err)
 	out, replayed, err := call()
-	if err != nil || out != "paid" || replayed != committed {
-		t.Fatalf("retry: %q replayed=%v %v, want \"paid\" replayed=%v", out, replayed, err, committed)
+	if err != nil || out != "paid" || replayed != mode.committed {
+		t.Fatalf("retry: %q replayed=%v %v, want \"paid\" replayed=%v", out, replayed, err, mode.committed)
 	}
 	if n := count("grpc"); n != 1 {
 		t.Fatalf("%d ledger rows, want exactly 1", n)
@@ -111,17 +112,16 @@ func TestGRPCIdemPostgres(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := newCutProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port)), mode.forward, pgCommit)
-			host, port, _ := net.SplitHostPort(p.addr())
+			p := faultproxy.Start(t, faultproxy.Postgres, net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port)), 0)
+			host, port, _ := net.SplitHostPort(p.Addr())
 			cfg.ConnConfig.Host = host
 			fmt.Sscan(port, &cfg.ConnConfig.Port)
-			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // COMMIT's text on the wire
 			pool, err := pgxpool.NewWithConfig(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer pool.Close()
-			checkGRPC(t, pgxdriver.New(pool), p, mode.committed,
+			checkGRPC(t, pgxdriver.New(pool), p, mode,
 				func(ctx context.Context, tx pgx.Tx, ref string) error {
 					_, err := tx.Exec(ctx, "INSERT INTO ledger_cl (ref, amount) VALUES ($1, 1)", ref)
 					return err
@@ -150,15 +150,15 @@ func TestGRPCIdemMySQL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := newCutProxy(t, cfg.Addr, mode.forward, mysqlCommit)
-			cfg.Addr = p.addr()
+			p := faultproxy.Start(t, faultproxy.MySQL, cfg.Addr, 0)
+			cfg.Addr = p.Addr()
 			cfg.Net = "tcp"
 			proxied, err := sql.Open("mysql", cfg.FormatDSN())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer proxied.Close()
-			checkGRPC(t, mysqldriver.New(proxied), p, mode.committed,
+			checkGRPC(t, mysqldriver.New(proxied), p, mode,
 				func(ctx context.Context, tx *sql.Tx, ref string) error {
 					_, err := tx.ExecContext(ctx, "INSERT INTO ledger_cl (ref, amount) VALUES (?, 1)", ref)
 					return err

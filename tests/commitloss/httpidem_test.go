@@ -22,6 +22,7 @@ import (
 	"github.com/sqlonce/sqlonce/httpidem"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/tests/internal/faultproxy"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 )
 
@@ -31,7 +32,7 @@ import (
 // and its resend with the same key must replay the answer when the
 // server had committed, or run the request when it had not, leaving one
 // ledger row either way.
-func checkHTTP[TTx any](t *testing.T, proxied sqlonce.Driver[TTx], p *cutProxy, committed bool,
+func checkHTTP[TTx any](t *testing.T, proxied sqlonce.Driver[TTx], p *faultproxy.Proxy, mode cutMode,
 	insert func(ctx context.Context, tx TTx, ref string) error, count func(ref string) int64) {
 	t.Helper()
 	var logged []error
@@ -73,10 +74,10 @@ func checkHTTP[TTx any](t *testing.T, proxied sqlonce.Driver[TTx], p *cutProxy, 
 		return resp.StatusCode, resp.Header, b
 	}
 
-	p.armed.Store(true)
+	p.ArmNext(mode.fault)
 	status, _, body := send()
-	if p.cuts.Load() != 1 {
-		t.Fatalf("the proxy cut %d COMMITs, want 1 (answer %d %q)", p.cuts.Load(), status, body)
+	if cuts(p) != 1 {
+		t.Fatalf("the proxy cut %d COMMITs, want 1 (answer %d %q)", cuts(p), status, body)
 	}
 	var prob httpidem.Problem
 	if err := json.Unmarshal(body, &prob); err != nil || status != http.StatusInternalServerError ||
@@ -89,8 +90,8 @@ func checkHTTP[TTx any](t *testing.T, proxied sqlonce.Driver[TTx], p *cutProxy, 
 	t.Logf("cut at COMMIT: %q; logged %v", prob.Detail, logged[0])
 
 	status, header, body := send()
-	if status != http.StatusCreated || string(body) != "paid" || (header.Get(httpidem.ReplayHeader) == "true") != committed {
-		t.Fatalf("resend: %d %q replayed=%q, want 201 \"paid\" replayed=%v", status, body, header.Get(httpidem.ReplayHeader), committed)
+	if status != http.StatusCreated || string(body) != "paid" || (header.Get(httpidem.ReplayHeader) == "true") != mode.committed {
+		t.Fatalf("resend: %d %q replayed=%q, want 201 \"paid\" replayed=%v", status, body, header.Get(httpidem.ReplayHeader), mode.committed)
 	}
 	if n := count("http"); n != 1 {
 		t.Fatalf("%d ledger rows, want exactly 1", n)
@@ -110,17 +111,16 @@ func TestHTTPIdemPostgres(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := newCutProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port)), mode.forward, pgCommit)
-			host, port, _ := net.SplitHostPort(p.addr())
+			p := faultproxy.Start(t, faultproxy.Postgres, net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port)), 0)
+			host, port, _ := net.SplitHostPort(p.Addr())
 			cfg.ConnConfig.Host = host
 			fmt.Sscan(port, &cfg.ConnConfig.Port)
-			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // COMMIT's text on the wire
 			pool, err := pgxpool.NewWithConfig(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer pool.Close()
-			checkHTTP(t, pgxdriver.New(pool), p, mode.committed,
+			checkHTTP(t, pgxdriver.New(pool), p, mode,
 				func(ctx context.Context, tx pgx.Tx, ref string) error {
 					_, err := tx.Exec(ctx, "INSERT INTO ledger_cl (ref, amount) VALUES ($1, 1)", ref)
 					return err
@@ -149,15 +149,15 @@ func TestHTTPIdemMySQL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := newCutProxy(t, cfg.Addr, mode.forward, mysqlCommit)
-			cfg.Addr = p.addr()
+			p := faultproxy.Start(t, faultproxy.MySQL, cfg.Addr, 0)
+			cfg.Addr = p.Addr()
 			cfg.Net = "tcp"
 			proxied, err := sql.Open("mysql", cfg.FormatDSN())
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer proxied.Close()
-			checkHTTP(t, mysqldriver.New(proxied), p, mode.committed,
+			checkHTTP(t, mysqldriver.New(proxied), p, mode,
 				func(ctx context.Context, tx *sql.Tx, ref string) error {
 					_, err := tx.ExecContext(ctx, "INSERT INTO ledger_cl (ref, amount) VALUES (?, 1)", ref)
 					return err

@@ -1,20 +1,20 @@
 package commitloss
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/tests/internal/faultproxy"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 )
 
@@ -33,13 +33,11 @@ func TestPostgresLeaseComplete(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p := newCutProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port)), mode.forward, func(chunk []byte) bool {
-				return bytes.Contains(chunk, []byte("-- name: KeyComplete "))
-			})
-			host, port, _ := net.SplitHostPort(p.addr())
+			p := faultproxy.Start(t, faultproxy.Postgres, net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port)), 0,
+				faultproxy.CommitsAlso(func(stmt string) bool { return strings.Contains(stmt, "-- name: KeyComplete ") }))
+			host, port, _ := net.SplitHostPort(p.Addr())
 			cfg.ConnConfig.Host = host
 			fmt.Sscan(port, &cfg.ConnConfig.Port)
-			cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec // the statement's text on the wire each time
 			pool, err := pgxpool.NewWithConfig(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -59,10 +57,10 @@ func TestPostgresLeaseComplete(t *testing.T) {
 			if err != nil || !res.FirstRun() {
 				t.Fatalf("claim: %v, %v", res, err)
 			}
-			p.armed.Store(true)
+			p.ArmNext(mode.fault)
 			err = proxied.Complete(ctx, lease, []byte("done"))
-			if p.cuts.Load() != 1 {
-				t.Fatalf("the proxy cut %d statements, want 1 (Complete: %v)", p.cuts.Load(), err)
+			if cuts(p) != 1 {
+				t.Fatalf("the proxy cut %d statements, want 1 (Complete: %v)", cuts(p), err)
 			}
 			t.Logf("cut at Complete: %v", err)
 			if !errors.Is(err, sqlonce.ErrCommitUnknown) || !sqlonce.IsCommitUnknown(err) {

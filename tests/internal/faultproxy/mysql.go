@@ -25,7 +25,7 @@ func (c *conn) myClient(r *reader) error {
 				c.disarm()
 			}
 			switch cmd := pkt[4]; {
-			case cmd == comQuery && isCommit(string(pkt[5:])):
+			case cmd == comQuery && c.isCommit(string(pkt[5:])):
 				if done, err := c.atCommit(pkt, 1); done {
 					return err
 				}

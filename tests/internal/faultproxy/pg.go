@@ -55,7 +55,7 @@ func (c *conn) pgClient(r *reader) error {
 			if isRollback(cstring(body)) {
 				c.disarm()
 			}
-			if isCommit(cstring(body)) {
+			if c.isCommit(cstring(body)) {
 				if done, err := c.atCommit(msg, 1); done {
 					return err
 				}
@@ -64,7 +64,7 @@ func (c *conn) pgClient(r *reader) error {
 			}
 		case 'P':
 			name := cstring(body)
-			commitStmts[name] = isCommit(cstring(body[len(name)+1:]))
+			commitStmts[name] = c.isCommit(cstring(body[len(name)+1:]))
 		case 'B':
 			portal := cstring(body)
 			if commitStmts[cstring(body[len(portal)+1:])] {

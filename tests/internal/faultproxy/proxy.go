@@ -10,10 +10,11 @@
 // statement of it bound in a pipeline; a COM_QUERY "COMMIT"). Everything
 // else passes through untouched.
 //
-// Faults are armed per connection (Arm, at its next COMMIT) or fired now
-// (Blackhole): the reply to COMMIT lost (the server committed, the client
-// sees its connection reset), the COMMIT lost (never reaches the server,
-// which rolls back when the connection closes), and half-open connections:
+// Faults are armed per connection (Arm, at its next COMMIT), for the next
+// COMMIT on any connection (ArmNext), or fired now (Blackhole): the reply
+// to COMMIT lost (the server committed, the client sees its connection
+// reset), the COMMIT lost (never reaches the server, which rolls back when
+// the connection closes), and half-open connections:
 // the proxy stops forwarding without closing, the client gives up (its
 // context deadline, or the reset the proxy sends after a while), and only
 // then does the server side end, with the held bytes, COMMIT included,
@@ -84,6 +85,10 @@ type Proxy struct {
 	target  string
 	ln      net.Listener
 	hold    time.Duration
+	// also matches statements that count as COMMIT too (CommitsAlso).
+	also func(stmt string) bool
+	// next is the fault for the next COMMIT on any connection (ArmNext).
+	next atomic.Int32
 
 	mu    sync.Mutex
 	conns map[int64]*conn // by server connection id
@@ -100,16 +105,29 @@ type Proxy struct {
 	firedN                              [5]atomic.Int64
 }
 
+// Option configures a Proxy.
+type Option func(*Proxy)
+
+// CommitsAlso makes the statements match reports true for count as COMMIT
+// too: a statement that commits by itself in autocommit, whose loss
+// matters as a COMMIT's does. match gets the statement's text.
+func CommitsAlso(match func(stmt string) bool) Option {
+	return func(p *Proxy) { p.also = match }
+}
+
 // Start listens on a free loopback port and forwards to target
 // ("host:port"); it stops when t ends. hold is how long a half-open
 // connection stays open before the proxy resets the client's side.
-func Start(t testing.TB, d Dialect, target string, hold time.Duration) *Proxy {
+func Start(t testing.TB, d Dialect, target string, hold time.Duration, opts ...Option) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatalf("faultproxy: %v", err)
 	}
 	p := &Proxy{t: t, dialect: d, target: target, ln: ln, hold: hold, conns: map[int64]*conn{}, all: map[*conn]bool{}, fired: map[int64]Fault{}, done: make(chan struct{})}
+	for _, o := range opts {
+		o(p)
+	}
 	p.wg.Add(1)
 	go p.accept()
 	t.Cleanup(p.Close)
@@ -162,6 +180,11 @@ func (p *Proxy) Arm(id int64, f Fault) bool {
 	c.mu.Unlock()
 	return true
 }
+
+// ArmNext sets the fault for the next COMMIT on any connection that has
+// no fault of its own armed; it fires once. Unlike Arm, a ROLLBACK does
+// not clear it.
+func (p *Proxy) ArmNext(f Fault) { p.next.Store(int32(f)) }
 
 // Disarm clears an armed fault that did not fire.
 func (p *Proxy) Disarm(id int64) {
@@ -424,6 +447,9 @@ func (c *conn) atCommit(msgs []byte, answers int) (done bool, err error) {
 	c.p.commits.Add(1)
 	c.mu.Lock()
 	f := c.armed
+	if f == None && !c.faulted {
+		f = Fault(c.p.next.Swap(int32(None)))
+	}
 	if f == None || c.faulted {
 		c.outstanding += answers
 		c.mu.Unlock()
@@ -501,6 +527,12 @@ func (c *conn) endHalfOpen() {
 		}
 	}
 	c.closeBoth(true)
+}
+
+// isCommit reports whether the statement q commits: COMMIT, or what
+// CommitsAlso matches.
+func (c *conn) isCommit(q string) bool {
+	return isCommit(q) || (c.p.also != nil && c.p.also(q))
 }
 
 // reader reads exact byte counts.
