@@ -52,8 +52,9 @@ const (
 	// and resets the client's connection: the server committed, the
 	// client cannot know.
 	LoseReply
-	// LoseCommit resets the client's connection instead of forwarding
-	// COMMIT and closes the server's: the server rolls back.
+	// LoseCommit ends the server's connection instead of forwarding
+	// COMMIT and, once the server has closed it (it rolled back), resets
+	// the client's: a resend after the reset finds the transaction gone.
 	LoseCommit
 	// HalfOpenDeliver stops forwarding at COMMIT, both ways, without
 	// closing either side. After the hold the client's side is reset,
@@ -75,7 +76,7 @@ type Counts struct {
 	Commits  int64 // COMMITs seen
 	Fired    [5]int64
 	Unarmed  int64 // Arm or Blackhole calls for a connection the proxy does not know
-	Timeouts int64 // a server answer awaited after a fault did not come
+	Timeouts int64 // a server answer (or close) awaited after a fault did not come
 }
 
 // Proxy forwards connections from Addr to a server.
@@ -277,7 +278,7 @@ func (p *Proxy) accept() {
 			continue
 		}
 		p.conns64.Add(1)
-		c := &conn{p: p, client: cl, server: sv, replied: make(chan struct{}, 1)}
+		c := &conn{p: p, client: cl, server: sv, replied: make(chan struct{}, 1), serverDone: make(chan struct{})}
 		p.mu.Lock()
 		if p.closed { // accepted while Close ran: it would never be closed
 			p.mu.Unlock()
@@ -311,6 +312,7 @@ type conn struct {
 	// commands against first packets of an answer).
 	outstanding int
 	replied     chan struct{} // signalled when outstanding drops to 0 while swallowing
+	serverDone  chan struct{} // closed when the server's side ends
 	closed      bool
 }
 
@@ -339,6 +341,9 @@ func (c *conn) closeBoth(reset bool) {
 		return
 	}
 	c.closed = true
+	// The client's side of a lost COMMIT is reset even when the server's
+	// end of the connection is what ends it first.
+	reset = reset || (c.faulted && c.fault == LoseCommit)
 	c.mu.Unlock()
 	if reset {
 		resetConn(c.client)
@@ -379,6 +384,7 @@ func (c *conn) fromClient() {
 // counting answers on the way.
 func (c *conn) fromServer() {
 	defer c.closeBoth(false)
+	defer close(c.serverDone)
 	r := &reader{r: c.server}
 	switch c.p.dialect {
 	case Postgres:
@@ -469,7 +475,7 @@ func (c *conn) atCommit(msgs []byte, answers int) (done bool, err error) {
 	c.p.noteFired(c.id, f)
 	switch f {
 	case LoseCommit:
-		c.closeBoth(true)
+		c.endServerFirst()
 	case LoseReply:
 		if _, err = c.server.Write(msgs); err == nil {
 			c.waitAnswer()
@@ -479,6 +485,24 @@ func (c *conn) atCommit(msgs []byte, answers int) (done bool, err error) {
 		c.endHalfOpen()
 	}
 	return true, err
+}
+
+// endServerFirst ends the server's side (FIN), waits a while for the
+// server to close it, which it does once it has rolled back the
+// transaction (PostgreSQL ends the backend; MariaDB ends the connection's
+// thread), and then resets the client's side: a client that resends at
+// once does not find the dead transaction still holding its locks.
+func (c *conn) endServerFirst() {
+	if tc, ok := c.server.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	select {
+	case <-c.serverDone:
+	case <-time.After(10 * time.Second):
+		c.p.timeouts.Add(1)
+	case <-c.p.done:
+	}
+	c.closeBoth(true)
 }
 
 // waitAnswer waits for the server to answer everything forwarded, or a
