@@ -248,6 +248,10 @@ func NewPostgres(t testing.TB, maxConns int32) *Postgres {
 	t.Cleanup(pool.Close)
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
+	// The handle's bound is the pool's: with one connection, migrations
+	// must not hold their lock in a transaction on it (NewProvider picks
+	// the session lock then), or they wait forever for a second one.
+	db.SetMaxOpenConns(int(maxConns))
 	if err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
 		t.Fatalf("sqlonce migrations: %v", err)
 	}
