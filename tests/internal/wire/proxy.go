@@ -191,9 +191,7 @@ func (p *Proxy) pipe(dst, src net.Conn, ended func(), seen func([]byte)) {
 				if failed {
 					continue
 				}
-				if d := time.Until(c.due); d > 0 {
-					time.Sleep(d)
-				}
+				sleepUntil(c.due)
 				if _, err := dst.Write(c.b); err != nil {
 					failed = true
 					dst.Close()

@@ -1,0 +1,11 @@
+//go:build !unix
+
+package wire
+
+import "time"
+
+func sleepUntil(due time.Time) {
+	if d := time.Until(due); d > 0 {
+		time.Sleep(d)
+	}
+}
