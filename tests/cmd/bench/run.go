@@ -346,6 +346,13 @@ func runOn[TTx any](ctx context.Context, cfg Config, b backend[TTx], rdb *redis.
 		}
 		return rr, err
 	}
+	for _, v := range vs {
+		if v.prepare != nil {
+			if err := v.prepare(ctx); err != nil {
+				return dr, fmt.Errorf("prepare %s: %w", v.ID, err)
+			}
+		}
+	}
 	if cfg.Warmup > 0 {
 		cfg.logf("%s: warm-up, %v per technique", b.name(), cfg.Warmup)
 		for i, v := range vs {
@@ -399,6 +406,9 @@ func runOn[TTx any](ctx context.Context, cfg Config, b backend[TTx], rdb *redis.
 	}
 	if cfg.FaultRequests > 0 {
 		for i, v := range vs {
+			if v.replays {
+				continue
+			}
 			cfg.logf("%s: fault injection, %s", b.name(), v.ID)
 			fr, err := faults(ctx, cfg, b, v, fmt.Sprintf("fv%d", i))
 			if err != nil {
@@ -437,7 +447,7 @@ func percentile(sorted []time.Duration, p float64) float64 {
 func newRequests[TTx any](ctx context.Context, b backend[TTx], v *variant, prefix string, n int) ([]*request, error) {
 	reqs := make([]*request, n)
 	for i := range reqs {
-		reqs[i] = &request{key: fmt.Sprintf("%s-%d", prefix, i)}
+		reqs[i] = &request{seq: i, key: fmt.Sprintf("%s-%d", prefix, i)}
 	}
 	if v.orders {
 		ids, err := b.createOrders(ctx, "o"+prefix, n)
@@ -498,11 +508,15 @@ func timed[TTx any](ctx context.Context, cfg Config, b backend[TTx], v *variant,
 				if reqs != nil {
 					r = reqs[i]
 				} else {
-					r = &request{key: fmt.Sprintf("%s-%d", prefix, i)}
+					r = &request{seq: int(i), key: fmt.Sprintf("%s-%d", prefix, i)}
 				}
 				t0 := time.Now()
 				out, tries, err := serve(ctx, cfg, v, r, nil, true)
-				if err == nil && out != applied {
+				switch {
+				case err != nil:
+				case v.replays && out != duplicate:
+					err = fmt.Errorf("request %s: a repeat was applied again", r.key)
+				case !v.replays && out != applied:
 					err = fmt.Errorf("request %s: the first submission was taken for a duplicate", r.key)
 				}
 				if err != nil {

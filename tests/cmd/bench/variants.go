@@ -46,6 +46,8 @@ type hook func(ctx context.Context) error
 
 // request is one logical client request, retried under the same identity.
 type request struct {
+	// seq is the request's number within its run.
+	seq int
 	// key is the idempotency key, the ledger ref and the order code.
 	key string
 	// order is the pre-created order the request updates (update variants).
@@ -77,6 +79,14 @@ type variant struct {
 	before func(ctx context.Context, r *request) error
 	// attempt is one try of the request by the server.
 	attempt func(ctx context.Context, r *request, h hook) (outcome, error)
+	// replays marks a technique whose timed requests repeat requests
+	// answered before the rounds (prepare records them): each must be
+	// answered as a duplicate, with the first answer. It has no fault
+	// phase: a repeat writes nothing to lose or double.
+	replays bool
+	// prepare runs once before the warm-up (replays: records the keys the
+	// timed requests repeat). May be nil.
+	prepare func(ctx context.Context) error
 	// effects reads from the database how many times each request's
 	// business write is there.
 	effects func(ctx context.Context, prefix string, reqs []*request) ([]int64, error)
@@ -309,6 +319,61 @@ func variants[TTx any](b backend[TTx], rdb *redis.Client, redisPrefix string, cf
 			effects: ledger,
 		},
 		{
+			ID: "dedupe-response-replay", Name: "sqlonce dedupe.DoResponse, replay", Kind: KindSqlonce, replays: true,
+			Write: "a repeat of a dedupe.DoResponse+fingerprint request: the caller's transaction, the claim finds the key and returns the recorded response; nothing written",
+			prepare: func(ctx context.Context) error {
+				for i := range replayKeys {
+					k := replayKey("response", i)
+					if _, err := inTx(ctx, b, nil, func(tx TTx) (outcome, error) {
+						res, err := store.DoResponse(ctx, tx, payment(k), func(ctx context.Context) ([]byte, error) { return response(k), nil })
+						return fromResult(res.FirstRun()), err
+					}); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				k := replayKey("response", r.seq)
+				want := response(k)
+				return inTx(ctx, b, h, func(tx TTx) (outcome, error) {
+					res, err := store.DoResponse(ctx, tx, payment(k), func(ctx context.Context) ([]byte, error) {
+						return want, b.biz(tx).ledgerInsert(ctx, r.key, amount)
+					})
+					if err == nil {
+						err = replayed(res, want)
+					}
+					return fromResult(res.FirstRun()), err
+				})
+			},
+			effects: ledger,
+		},
+		{
+			ID: "dedupe-run-replay", Name: "sqlonce dedupe.Run, replay", Kind: KindSqlonce, replays: true,
+			Write: "a repeat of a dedupe.Run+fingerprint request: Run finds the key and returns the recorded response; nothing written",
+			prepare: func(ctx context.Context) error {
+				for i := range replayKeys {
+					k := replayKey("run", i)
+					if _, err := store.Run(ctx, payment(k), func(ctx context.Context, tx TTx) ([]byte, error) { return response(k), nil }); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				k := replayKey("run", r.seq)
+				want := response(k)
+				res, err := store.Run(ctx, payment(k), func(ctx context.Context, tx TTx) ([]byte, error) {
+					return want, b.biz(tx).ledgerInsert(ctx, r.key, amount)
+				})
+				if err == nil {
+					err = replayed(res, want)
+				}
+				return fromResult(res.FirstRun()), err
+			},
+			effects: ledger,
+		},
+		{
 			ID: "unique-insert", Name: "sqlonce unique.Insert", Kind: KindSqlonce, bare: "bare-order",
 			Write: "INSERT an order with a unique code under a savepoint; duplicate = already done",
 			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
@@ -454,6 +519,16 @@ func variants[TTx any](b backend[TTx], rdb *redis.Client, redisPrefix string, cf
 		},
 	)
 	return vs, nil
+}
+
+// replayKeys is how many keys a replay technique records before the
+// rounds; its timed requests repeat them in turn.
+const replayKeys = 64
+
+// replayKey is the i-th request's key of a replay technique: one of the
+// replayKeys recorded keys.
+func replayKey(technique string, i int) string {
+	return fmt.Sprintf("replay-%s-%d", technique, i%replayKeys)
 }
 
 func uniqueViolation(err error) bool {
