@@ -14,8 +14,9 @@
 //
 // How it counts:
 //
-//   - PostgreSQL (pgx) and MariaDB (go-sql-driver/mysql) are reached through
-//     a TCP proxy on loopback (tests/internal/wire). A round trip is a turn
+//   - PostgreSQL, through pgx (pgxdriver) and through database/sql with
+//     pgx's stdlib (pgsqldriver), and MariaDB (go-sql-driver/mysql) are
+//     reached through a TCP proxy on loopback (tests/internal/wire). A round trip is a turn
 //     of the byte stream: the client sent, then the server answered. That
 //     is what a network sees and what its latency multiplies: a pipeline
 //     (pgx batches, BEGIN sent with a statement) is one round trip however

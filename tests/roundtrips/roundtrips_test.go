@@ -14,6 +14,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
@@ -22,6 +23,7 @@ import (
 	"github.com/sqlonce/sqlonce/internal/testclock"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/optimistic"
+	"github.com/sqlonce/sqlonce/pgsqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
@@ -89,6 +91,23 @@ func postgresEnv(t *testing.T) *env[pgx.Tx] {
 		rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
 		reset:    p.Reset, counts: p.Counts,
 	}
+}
+
+// pgsqlEnv is PostgreSQL through database/sql with pgx's stdlib driver,
+// its default statement cache on, behind the same proxy as postgresEnv.
+func pgsqlEnv(t *testing.T) *env[*sql.Tx] {
+	h := harness.PostgresSQL(t, 4)
+	cfg, err := pgx.ParseConfig(h.DSN())
+	must(t, err)
+	p := wire.Start(t, "postgres", fmt.Sprintf("%s:%d", cfg.Host, cfg.Port), 0)
+	host, port, _ := strings.Cut(p.Addr(), ":")
+	cfg.Host = host
+	fmt.Sscan(port, &cfg.Port)
+	db := stdlib.OpenDB(*cfg)
+	db.SetMaxOpenConns(2)
+	db.SetMaxIdleConns(2)
+	t.Cleanup(func() { db.Close() })
+	return sqlEnv(h, pgsqldriver.New(db), db, p.Reset, p.Counts)
 }
 
 func mysqlEnv(t *testing.T) *env[*sql.Tx] {
@@ -523,6 +542,7 @@ func count[TTx any](t *testing.T, e *env[TTx]) map[string]wire.Counts {
 func TestRoundTrips(t *testing.T) {
 	measured := map[string]map[string]wire.Counts{}
 	t.Run("postgres", func(t *testing.T) { measured["postgres"] = count(t, postgresEnv(t)) })
+	t.Run("pgsql", func(t *testing.T) { measured["pgsql"] = count(t, pgsqlEnv(t)) })
 	t.Run("mysql", func(t *testing.T) { measured["mysql"] = count(t, mysqlEnv(t)) })
 	t.Run("sqlite", func(t *testing.T) { measured["sqlite"] = count(t, sqliteEnv(t)) })
 
@@ -557,16 +577,18 @@ func TestRoundTrips(t *testing.T) {
 			}
 		}
 		check("postgres", doc.pgRT, doc.pgSt)
+		check("pgsql", doc.pgsqlRT, doc.pgsqlSt)
 		check("mysql", doc.myRT, doc.mySt)
 		check("sqlite", 0, doc.liteSt)
 	}
 	if len(bad) > 0 || testing.Verbose() {
 		var b strings.Builder
 		for _, p := range paths[pgx.Tx]() {
-			pg, my, lite := measured["postgres"][p.name], measured["mysql"][p.name], measured["sqlite"][p.name]
-			fmt.Fprintf(&b, "\t%q: {%d, %d, %d, %d, %d},\n", p.name, pg.RoundTrips, pg.Statements, my.RoundTrips, my.Statements, lite.Statements)
+			pg, ps, my, lite := measured["postgres"][p.name], measured["pgsql"][p.name], measured["mysql"][p.name], measured["sqlite"][p.name]
+			fmt.Fprintf(&b, "\t%q: {%d, %d, %d, %d, %d, %d, %d},\n", p.name, pg.RoundTrips, pg.Statements,
+				ps.RoundTrips, ps.Statements, my.RoundTrips, my.Statements, lite.Statements)
 		}
-		t.Logf("measured (pgRT, pgSt, myRT, mySt, liteSt):\n%s", b.String())
+		t.Logf("measured (pgRT, pgSt, pgsqlRT, pgsqlSt, myRT, mySt, liteSt):\n%s", b.String())
 	}
 	if len(bad) > 0 {
 		t.Fatalf("round trips or statements changed; if on purpose, update the table in counts_test.go and docs/benchmarks.md:\n%s", strings.Join(bad, "\n"))
