@@ -17,12 +17,10 @@ const MaxBatch = driver.MaxBatch
 
 // DoBatch is Do for many keys of one scope at once, for a consumer that
 // applies a batch of messages in one transaction. In tx it claims every
-// key of ids, in a constant number of statements whatever their number
-// (one on PostgreSQL, two on MySQL/MariaDB; one per key on SQLite, which
-// has no round trips to save), then calls fn once with the keys that are
-// new, in the order of ids, and only if there is at least one. fn applies
-// exactly those; the claims commit or roll back with tx, together with
-// whatever fn wrote through tx.
+// key of ids, then calls fn once with the keys that are new, in the order
+// of ids, and only if there is at least one. fn applies exactly those; the
+// claims commit or roll back with tx, together with whatever fn wrote
+// through tx.
 //
 // It returns one Result per key of ids, in order: FirstRun for a key fn
 // was given, AlreadyDone for a key an earlier transaction that committed
@@ -40,6 +38,11 @@ const MaxBatch = driver.MaxBatch
 // MaxBatch keys. When fn returns an error, DoBatch undoes the claims and
 // returns that error unchanged. A Store built WithNoWait or WithLockWait
 // claims the keys one at a time, each with its bounded wait.
+//
+// The claims take a constant number of statements, whatever the number of
+// keys: one on PostgreSQL through pgx; two on MySQL/MariaDB; on SQLite
+// one, and a second that reads the keys that existed when there are any.
+// pgsqldriver (PostgreSQL through database/sql) claims one key at a time.
 //
 // An Observer attached to the driver gets one Event per call, its Outcome
 // FirstRun when fn ran, and Rows the number of keys fn was given.

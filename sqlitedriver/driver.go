@@ -74,6 +74,15 @@
 // SQLite 3.42 or later (modernc.org/sqlite v1.23 or later,
 // mattn/go-sqlite3 v1.14.17 or later).
 //
+// # Batches
+//
+// dedupe.Store.DoBatch and inbox.Inbox.HandleBatch claim a batch's keys
+// in one INSERT, which takes over expired keys and lapsed leases as a
+// single claim does and returns the keys it won, then read the keys that
+// existed in one SELECT, only when there are any. The keys are bound as
+// one JSON array, walked by json_each (built into SQLite since 3.38), so a
+// batch stays far below SQLite's limit on host parameters.
+//
 // # Unique constraints
 //
 // SQLite keeps no name for a UNIQUE constraint written in CREATE TABLE, and

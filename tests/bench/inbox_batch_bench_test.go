@@ -25,6 +25,7 @@ import (
 func BenchmarkInboxBatch(b *testing.B) {
 	b.Run("postgres", func(b *testing.B) { benchInboxBatch(b, harness.Postgres) })
 	b.Run("mysql", func(b *testing.B) { benchInboxBatch(b, harness.MySQL) })
+	b.Run("sqlite", func(b *testing.B) { benchInboxBatch(b, harness.SQLite) })
 }
 
 // BatchSize is the number of messages a consumer applies at once.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -63,6 +64,26 @@ func runInboxBatch[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		wantOutcome(t, "single after batch", res1, err, sqlonce.AlreadyDone, nil)
 	})
 
+	// Ids travel to some databases as one JSON array: each is stored as
+	// given, whatever JSON escapes in it, as a single Handle finds it.
+	t.Run("IdsStoredAsGiven", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		in, err := inbox.New(db.Driver(), "batcher")
+		must(t, err)
+		ids := []string{`q"uote`, `back\slash`, "tab\tnew\nline", "<&>", "ü€😀", `\u0041`, " "}
+		res, err := in.HandleBatch(ctx, ids, func(context.Context, TTx, []string) error { return nil })
+		must(t, err)
+		wantOutcomes(t, "batch", res, strings.Repeat("F", len(ids)))
+		for _, id := range ids {
+			res1, err := in.Handle(ctx, id, func(context.Context, TTx) error { return errors.New("ran") })
+			wantOutcome(t, fmt.Sprintf("Handle(%q) after the batch", id), res1, err, sqlonce.AlreadyDone, nil)
+		}
+		res, err = in.HandleBatch(ctx, ids, func(context.Context, TTx, []string) error { return errors.New("ran") })
+		must(t, err)
+		wantOutcomes(t, "repeated batch", res, strings.Repeat("D", len(ids)))
+	})
+
 	t.Run("FailureAppliesNothing", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
@@ -94,6 +115,45 @@ func runInboxBatch[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		wantOutcomes(t, "first", handle(at(ctx, t0, 0), "x", "y"), "FF")
 		wantOutcomes(t, "within TTL", handle(at(ctx, t0, 30*time.Minute), "x", "y", "z"), "DDF")
 		wantOutcomes(t, "x and y expired", handle(at(ctx, t0, 80*time.Minute), "x", "y", "z"), "FFD")
+	})
+
+	// A lease that lapsed is taken over by a batch that holds its key, as
+	// by a single claim: fn is given it, and the lease's holder can no
+	// longer complete it.
+	t.Run("LapsedLeaseTakenOver", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s, err := dedupe.New(db.Driver())
+		must(t, err)
+		t0 := clockBase()
+		l, res1, err := s.Claim(at(ctx, t0, 0), dedupe.Request{Scope: "sc", Key: "lapsed"}, time.Minute)
+		wantOutcome(t, "lease", res1, err, sqlonce.FirstRun, nil)
+		later := at(ctx, t0, 2*time.Minute)
+		var fresh []string
+		var res []sqlonce.Result
+		must(t, harness.WithTx(later, db, harness.Default, func(tx TTx) error {
+			res, err = s.DoBatch(later, tx, "sc", []string{"new", "lapsed"}, func(ctx context.Context, ids []string) error {
+				fresh = ids
+				for _, id := range ids {
+					if err := db.Tx(tx).LedgerInsert(ctx, id, 1); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			return err
+		}))
+		wantOutcomes(t, "batch over a lapsed lease", res, "FF")
+		if !slices.Equal(fresh, []string{"new", "lapsed"}) {
+			t.Fatalf("fresh %v, want both ids", fresh)
+		}
+		wantErr(t, "Complete of the lapsed lease", s.Complete(later, l, []byte("late")), sqlonce.ErrLeaseLost)
+		row, ok, err := db.Key(ctx, "sc", "lapsed")
+		if err != nil || !ok || row.State != 1 || row.Response != nil {
+			t.Fatalf("key after the takeover: %+v %v %v, want done with no response", row, ok, err)
+		}
+		ddLedger(t, db, "lapsed", 1)
+		wantOutcomes(t, "repeat", batchOnce(t, later, db, s, "lapsed"), "D")
 	})
 
 	t.Run("LeasedOrFingerprintedKeyRefusesTheBatch", func(t *testing.T) {
@@ -235,4 +295,17 @@ func wantOutcomes(t testing.TB, what string, res []sqlonce.Result, want string) 
 	if string(got) != want {
 		t.Fatalf("%s: outcomes %s, want %s", what, got, want)
 	}
+}
+
+// batchOnce runs s.DoBatch on ids in a transaction of its own, with an fn
+// that must not run.
+func batchOnce[TTx any](t testing.TB, ctx context.Context, db harness.DB[TTx], s *dedupe.Store[TTx], ids ...string) []sqlonce.Result {
+	t.Helper()
+	var res []sqlonce.Result
+	must(t, harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+		var err error
+		res, err = s.DoBatch(ctx, tx, "sc", ids, func(context.Context, []string) error { return errors.New("ran") })
+		return err
+	}))
+	return res
 }
