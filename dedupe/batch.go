@@ -40,9 +40,8 @@ const MaxBatch = driver.MaxBatch
 // claims the keys one at a time, each with its bounded wait.
 //
 // The claims take a constant number of statements, whatever the number of
-// keys: one on PostgreSQL through pgx; two on MySQL/MariaDB; on SQLite
-// one, and a second that reads the keys that existed when there are any.
-// pgsqldriver (PostgreSQL through database/sql) claims one key at a time.
+// keys: one on PostgreSQL; two on MySQL/MariaDB; on SQLite one, and a
+// second that reads the keys that existed when there are any.
 //
 // An Observer attached to the driver gets one Event per call, its Outcome
 // FirstRun when fn ran, and Rows the number of keys fn was given.

@@ -35,8 +35,8 @@
 // A consumer that pulls many messages at a time applies them with
 // [Inbox.HandleBatch] (or [Inbox.HandleBatchTx] in its own transaction):
 // the ids of the batch are claimed together, in one statement on
-// PostgreSQL through pgx, two on MySQL/MariaDB, one on SQLite and a second
-// when some were applied before, and fn gets the ids not applied before.
+// PostgreSQL, two on MySQL/MariaDB, one on SQLite and a second when some
+// were applied before, and fn gets the ids not applied before.
 // A batch of 100 messages then costs the round trips of one transaction,
 // not of 100. Ack the whole batch when it returns nil; on an
 // error nothing of it was applied.

@@ -24,6 +24,7 @@ import (
 // x_bare (batch / bare) and x_single (single / batch).
 func BenchmarkInboxBatch(b *testing.B) {
 	b.Run("postgres", func(b *testing.B) { benchInboxBatch(b, harness.Postgres) })
+	b.Run("pgsql", func(b *testing.B) { benchInboxBatch(b, harness.PostgresSQL) })
 	b.Run("mysql", func(b *testing.B) { benchInboxBatch(b, harness.MySQL) })
 	b.Run("sqlite", func(b *testing.B) { benchInboxBatch(b, harness.SQLite) })
 }
