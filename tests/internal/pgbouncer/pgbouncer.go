@@ -10,6 +10,17 @@
 // deployment would: a database entry whose connect_query sets search_path
 // on every server connection of that entry's pool. Schema adds one and has
 // PgBouncer reload its configuration.
+//
+// # Server connections
+//
+// The bouncer is frugal with the server's connections, so that the suite
+// fits PostgreSQL's default max_connections of 100 beside the tests that
+// connect directly: all its pools together hold at most MaxServerConns
+// (max_user_connections: a pool short of one closes the oldest idle
+// connection of another pool, so a finished test's idle connections make
+// room for the next), an idle server connection closes after a second, and
+// a schema's database has its server connections closed when its test
+// ends (RECONNECT, which leaves clients alone).
 package pgbouncer
 
 import (
@@ -35,6 +46,12 @@ import (
 // BinEnv names the pgbouncer binary, when it is not on PATH or in
 // /usr/sbin.
 const BinEnv = "SQLONCE_PGBOUNCER"
+
+// MaxServerConns bounds the server connections of all the bouncer's pools
+// together. It is above the most a case holds at once (Racers+4 open
+// transactions while warming a pool, and a second pool of one connection
+// with other settings): a case waits for no other case's connections.
+const MaxServerConns = 50
 
 // Bouncer is a running PgBouncer.
 type Bouncer struct {
@@ -181,10 +198,11 @@ pool_mode = transaction
 ignore_startup_parameters = extra_float_digits
 max_client_conn = 2000
 default_pool_size = 20
-server_idle_timeout = 5
+max_user_connections = %d
+server_idle_timeout = 1
 logfile = %s
 pidfile = %s
-`, b.Port, filepath.Join(b.dir, "users.txt"), filepath.Join(b.dir, "pgbouncer.log"), filepath.Join(b.dir, "pgbouncer.pid"))
+`, b.Port, filepath.Join(b.dir, "users.txt"), MaxServerConns, filepath.Join(b.dir, "pgbouncer.log"), filepath.Join(b.dir, "pgbouncer.pid"))
 	return os.WriteFile(b.ini, []byte(sb.String()), 0o644)
 }
 
@@ -221,11 +239,10 @@ func (b *Bouncer) Schema(t testing.TB, schema string, settings map[string]string
 			query += fmt.Sprintf(`; SET %s TO "%s"`, k, settings[k])
 		}
 	}
-	// pool_size above the most connections a case holds at once (Racers+4
-	// open transactions while warming a pool): below it, they wait for
-	// each other.
-	entry := fmt.Sprintf("%s = host=%s port=%s dbname=%s pool_size=50 connect_query='%s'",
-		name, host, port, strings.TrimPrefix(b.server.Path, "/"), query)
+	// pool_size as large as the bouncer's bound: a case's connections
+	// never wait for each other.
+	entry := fmt.Sprintf("%s = host=%s port=%s dbname=%s pool_size=%d connect_query='%s'",
+		name, host, port, strings.TrimPrefix(b.server.Path, "/"), MaxServerConns, query)
 	b.entries = append(b.entries, entry)
 	if err := b.reload(); err != nil {
 		t.Fatalf("pgbouncer RELOAD: %v", err)
@@ -233,8 +250,14 @@ func (b *Bouncer) Schema(t testing.TB, schema string, settings map[string]string
 	// The database stays in the configuration until the bouncer stops:
 	// PgBouncer 1.18 aborted (FATAL "bad client state" in
 	// disconnect_client) on KILL or removal of a database whose clients
-	// were still logging in. Its idle server connections close after
-	// server_idle_timeout.
+	// were still logging in. When t ends (after the case's pools closed:
+	// cleanups run last registered first) RECONNECT closes its server
+	// connections, each as soon as it is idle, and touches no client.
+	t.Cleanup(func() {
+		if err := b.admin("RECONNECT " + name); err != nil {
+			t.Errorf("pgbouncer RECONNECT %s: %v", name, err)
+		}
+	})
 	return b.dsn(name)
 }
 
