@@ -43,6 +43,7 @@ type Store[TTx any] struct {
 	ttl         time.Duration
 	maxResponse int
 	lockWait    time.Duration
+	favor       driver.Favor
 	observer    sqlonce.Observer
 }
 
@@ -54,6 +55,7 @@ type options struct {
 	ttl         time.Duration
 	maxResponse int
 	lockWait    time.Duration
+	favor       driver.Favor
 }
 
 // WithTTL sets how long keys live after they are recorded (DefaultTTL
@@ -152,7 +154,7 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 			return nil, err
 		}
 	}
-	return &Store[TTx]{engine: d.Engine(), ns: o.ns, ttl: o.ttl, maxResponse: o.maxResponse, lockWait: o.lockWait, observer: obs.Of(d)}, nil
+	return &Store[TTx]{engine: d.Engine(), ns: o.ns, ttl: o.ttl, maxResponse: o.maxResponse, lockWait: o.lockWait, favor: o.favor, observer: obs.Of(d)}, nil
 }
 
 // Request names the operation to run once.

@@ -32,9 +32,10 @@
 // message handler), let the Store own it: [Store.Run] begins it, claims
 // the key, runs fn with it, records fn's response with the key and
 // commits. It is the fast path, because sqlonce then chooses the round
-// trips: on PostgreSQL, BEGIN travels with the claim and the record with
-// COMMIT, so a first run costs the round trips of the bare transaction and
-// a repeat costs two; on MySQL/MariaDB a repeat is one read, outside any
+// trips: on PostgreSQL through pgx, BEGIN travels with the claim and the
+// record with COMMIT, so a first run costs the round trips of the bare
+// transaction and a repeat costs two; through database/sql
+// (MySQL/MariaDB, pgsqldriver) a repeat is one read, outside any
 // transaction. fn may run more than once (Run starts over after a
 // deadlock, a serialization failure, or a key recorded by another
 // transaction while fn ran), so it does its work through tx only:
@@ -47,6 +48,14 @@
 //
 // [RunJSON] is Run for a Go value. Use Do to make one step of a larger
 // transaction of yours idempotent.
+//
+// Where a driver can make a first run cheaper at the cost of a repeat, or
+// the other way round, [WithFavor] chooses: [FavorFirstRuns] spares
+// MySQL/MariaDB and PostgreSQL through database/sql the read before the
+// work (a first run in the round trips of the bare transaction plus one;
+// a repeat then runs fn and rolls it back), [FavorRepeats] answers a
+// repeat on PostgreSQL through pgx in one round trip instead of two (a
+// first run pays one more).
 //
 // # Replaying the first answer
 //

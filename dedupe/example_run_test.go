@@ -86,3 +86,38 @@ func ExampleRunJSON() {
 	// first run msg-0042 7
 	// already done msg-0042 7
 }
+
+// A consumer whose messages are seldom redelivered favors first runs: on
+// MySQL/MariaDB each new message then costs the bare transaction's round
+// trips and one more, and a redelivery runs the work, finds the key
+// recorded, rolls the work back and answers with the first run's record.
+func ExampleWithFavor() {
+	ctx := context.Background()
+	db := mariadb("dedupe_favor")
+	defer db.Close()
+
+	store, err := dedupe.New(mysqldriver.New(db), dedupe.WithFavor(dedupe.FavorFirstRuns))
+	if err != nil {
+		panic(err)
+	}
+	for range 2 {
+		res, err := store.Run(ctx, dedupe.Request{Scope: "ledger-consumer", Key: "msg-7f3a"}, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+			_, err := tx.ExecContext(ctx, "INSERT INTO ledger (ref, amount) VALUES (?, ?)", "msg-7f3a", 25)
+			return []byte("applied"), err
+		})
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(res, string(res.Response))
+	}
+
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM ledger").Scan(&n); err != nil {
+		panic(err)
+	}
+	fmt.Println("ledger rows:", n)
+	// Output:
+	// first run applied
+	// already done applied
+	// ledger rows: 1
+}

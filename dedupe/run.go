@@ -21,28 +21,36 @@ import (
 //
 // Use Run when the transaction exists for this operation alone: an HTTP
 // or message handler whose writes are the operation. It is the fast path.
-// On PostgreSQL (a driver built with a *pgxpool.Pool or a *pgx.Conn) it
-// takes the round trips of the bare transaction, sending BEGIN with the
-// claim and the record with COMMIT, and answers a repeat in two; on
-// MySQL/MariaDB a repeat is one read, outside any transaction. Use Do or
-// DoResponse to make one step of a larger transaction of yours idempotent.
+// On PostgreSQL through pgx (a driver built with a *pgxpool.Pool or a
+// *pgx.Conn) it takes the round trips of the bare transaction, sending
+// BEGIN with the claim and the record with COMMIT, and answers a repeat in
+// two; through database/sql (MySQL/MariaDB, pgsqldriver) a repeat is one
+// read, outside any transaction, and a first run one round trip more than
+// the bare transaction. WithFavor trades one for the other. Use Do or
+// DoResponse to make one step of a larger transaction of yours
+// idempotent.
 //
 // fn may run more than once. Run starts over, in a new transaction, after
 // a deadlock or a serialization failure, or when another transaction
-// recorded the key while fn ran (a Do or a lease on the same key); only
-// the run that commits leaves anything behind. So fn does its work
-// through tx only, and never commits or rolls back tx: returning an error
-// rolls it back, and Run returns that error unchanged.
+// recorded the key while fn ran (a Do or a lease on the same key); with
+// FavorFirstRuns a repeat runs fn before it finds the key; only the run
+// that commits leaves anything behind. So fn does its work through tx
+// only, and never commits or rolls back tx: returning an error rolls it
+// back, and Run returns that error unchanged, unless the key turns out to
+// be recorded by then (see below).
 //
 // A concurrent Run of the same key waits for the first to end, as Do
 // does, unless the Store was built WithNoWait or WithLockWait
 // (sqlonce.ErrInProgress; such a Store runs Run as DoResponse in a
-// transaction of its own, with the key claimed before fn). On
-// MySQL/MariaDB a Run does not hold the key while fn runs: concurrent
-// Runs of a new key may each run fn, and the first to commit wins; the
-// others roll back and answer AlreadyDone. Errors are those of
-// DoResponse, and sqlonce.ErrNoDB for a driver built without a database
-// handle.
+// transaction of its own, with the key claimed before fn). Through
+// database/sql a Run does not hold the key while fn runs: concurrent Runs
+// of a new key may each run fn, and the first to commit wins; the others
+// roll back and answer AlreadyDone with its response. One whose fn failed
+// meanwhile, its work colliding with the winner's (a unique order code)
+// or for any other reason, answers AlreadyDone too once the key is
+// recorded: what a repeat after the first run would get. Errors are those
+// of DoResponse, and sqlonce.ErrNoDB for a driver built without a
+// database handle.
 func (s *Store[TTx]) Run(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) ([]byte, error)) (res sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "dedupe", "Run", req.Scope, req.Key)
 	defer func() { op.End(ctx, res, err) }()
@@ -76,6 +84,7 @@ func (s *Store[TTx]) runOwn(ctx context.Context, req Request, fn func(ctx contex
 		TTL:         ttl,
 		LockWait:    s.lockWait,
 		Now:         testclock.Now(ctx),
+		Favor:       s.favor,
 	}
 	var out driver.RunResult
 	err = owntx.Retry(ctx, func() (err error) {

@@ -22,14 +22,16 @@ var _ driver.Runner[pgx.Tx] = engine{}
 var runTxOptions = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 
 // Run is dedupe.Store.Run on PostgreSQL, in the round trips of a bare
-// transaction: BEGIN travels with the key's advisory lock and lookup (pgx's
-// Batch.BeginTx), and the key's record with COMMIT; fn gets pgx's own Tx. The
-// advisory lock makes a concurrent run of the key wait; the record is a
-// plain INSERT, so that a key recorded meanwhile by anyone (Do, a lease, a
-// run that lost its lock to a collision) fails it, and the COMMIT behind it
-// with it. It needs a *pgxpool.Pool or a *pgx.Conn to pipeline on; with any
-// other Beginner, and for a Store that must not wait, it returns
-// driver.ErrNoRun.
+// transaction: BEGIN travels with the key's advisory lock and a read of the
+// key taken after it (pgx's Batch.BeginTx), and the key's record with
+// COMMIT; fn gets pgx's own Tx. The advisory lock makes a concurrent run of
+// the key wait, then read what the first committed; the record is a plain
+// INSERT, so that a key recorded meanwhile by anyone (Do, a lease, a run
+// that lost its lock to a collision) fails it, and the COMMIT behind it
+// with it. With dedupe.FavorRepeats the key is read first, in a round trip
+// of its own outside any transaction, and a repeat ends there. It needs a
+// *pgxpool.Pool or a *pgx.Conn to pipeline on; with any other Beginner,
+// and for a Store that must not wait, it returns driver.ErrNoRun.
 func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (driver.RunResult, error) {
 	if e.db == nil || isNilPointer(e.db) {
 		return driver.RunResult{}, sqlonce.ErrNoDB
@@ -68,24 +70,34 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 		}
 	}()
 	get := pgdb.KeyGetParams{Now: pgNow(p.Now), Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key}
-
-	// Round trip 1: BEGIN, then the key's lock if free and the key, in one
-	// statement.
 	var (
 		row   pgdb.KeyGetRow
 		found bool
 	)
+	if p.Favor == driver.FavorRepeats {
+		// A round trip of its own, outside any transaction: a repeat ends
+		// here; a first run goes on as below, which reads the key again.
+		var pl pipeline
+		pl.then(e.lookup(ctx, &pl, get, &row, &found))
+		if err := pl.send(ctx, conn); err != nil {
+			return res, err
+		}
+		if found && !row.Available {
+			return driver.RunResult{Existing: driver.Existing{Fingerprint: row.Fingerprint, Response: row.Response, Leased: row.Locked}}, nil
+		}
+	}
+
+	// Round trip 1: BEGIN, the key's lock if it is free, and the key, read
+	// after the lock.
 	var pl pipeline
 	pl.begin(runTxOptions)
-	first := e.q.KeyTryLockGet(ctx, &pl, []pgdb.KeyTryLockGetParams{{Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key, Now: get.Now}})
 	var locked bool
+	try := e.q.KeyTryLock(ctx, &pl, []pgdb.KeyTryLockParams{{Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key}})
 	pl.then(func() (err error) {
-		first.QueryRow(func(_ int, r pgdb.KeyTryLockGetRow, e error) {
-			err, locked, found = e, r.Locked, r.Found
-			row = pgdb.KeyGetRow{Fingerprint: r.Fingerprint, Response: r.Response, Token: r.Token, Locked: r.Leased, Available: r.Available}
-		})
+		try.QueryRow(func(_ int, got bool, e error) { err, locked = e, got })
 		return err
 	})
+	pl.then(e.lookup(ctx, &pl, get, &row, &found))
 	if err := pl.send(ctx, conn); err != nil {
 		return res, err
 	}

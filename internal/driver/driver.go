@@ -107,7 +107,24 @@ type ClaimParams struct {
 	// Now pins the database's "now" (tests only); zero uses the clock of
 	// the database.
 	Now time.Time
+	// Favor is the shape a Runner gives Store.Run (Run only).
+	Favor Favor
 }
+
+// Favor says which of Store.Run's answers a Runner makes cheaper where it
+// can trade one for the other (dedupe.WithFavor).
+type Favor int8
+
+const (
+	// FavorDefault is the driver's own choice.
+	FavorDefault Favor = iota
+	// FavorFirstRuns: no read of the key before fn; the key is recorded
+	// after fn, and a repeat runs fn and rolls it back.
+	FavorFirstRuns
+	// FavorRepeats: the key read before anything else, in autocommit; a
+	// repeat ends there.
+	FavorRepeats
+)
 
 // Claim is the outcome of ClaimParams.
 type Claim struct {

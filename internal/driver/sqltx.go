@@ -17,8 +17,14 @@ import (
 // db must not be nil. A panic in
 // fn rolls the transaction back, giving its connection back to the pool,
 // and goes on.
-func SQLInTx(ctx context.Context, db *sql.DB, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
-	tx, err := db.BeginTx(ctx, nil)
+func SQLInTx(ctx context.Context, db *sql.DB, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	return SQLInTxWith(ctx, db, nil, fn)
+}
+
+// SQLInTxWith is SQLInTx with the transaction's options (nil: the
+// server's defaults).
+func SQLInTxWith(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
+	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return err
 	}

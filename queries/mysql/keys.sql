@@ -100,12 +100,20 @@ WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotenc
 DELETE FROM sqlonce_keys
 WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token);
 
--- name: KeyRunDelete :execrows
--- Deletes the expired key, or the lapsed lease, that Store.Run takes over:
--- the row it read (token), if it is still available. A lease completed
--- late by its holder is not: it stays, and fails the KeyInsert that
--- follows.
-DELETE FROM sqlonce_keys
+-- name: KeyRunReplace :execrows
+-- Takes over, for Store.Run, the expired key or the lapsed lease read with
+-- token: records it done with the run's fingerprint and response (its
+-- first piece) under the run's nonce, if it is still available. A row
+-- that changed since (taken over, completed late by its lease holder)
+-- stays as it is, and no row changes.
+UPDATE sqlonce_keys
+SET fingerprint  = sqlc.arg(fingerprint),
+    response     = sqlc.arg(response),
+    state        = 1,
+    token        = sqlc.arg(new_token),
+    locked_until = NULL,
+    created_at   = COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
+    expires_at   = DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(ttl_us) MICROSECOND)
 WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token)
   AND (expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
        OR (state = 2 AND locked_until <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)));

@@ -14,19 +14,31 @@ import (
 type node[TTx any] struct {
 	db    harness.DB[TTx]
 	store *dedupe.Store[TTx]
-	ins   *unique.Inserter[TTx]
+	// runStores run the StoreRun workload, one per dedupe.Favor: each
+	// shape of Run races the others and Do on the same keys.
+	runStores [len(runFavors)]*dedupe.Store[TTx]
+	ins       *unique.Inserter[TTx]
 }
+
+// runFavors are the Favors the StoreRun workload draws from, indexed by
+// DedupeCall.Favor.
+var runFavors = [...]dedupe.Favor{dedupe.FavorDefault, dedupe.FavorFirstRuns, dedupe.FavorRepeats}
 
 func newNode[TTx any](db harness.DB[TTx]) (*node[TTx], error) {
 	store, err := dedupe.New(db.Driver(), dedupe.WithTTL(keyTTL))
 	if err != nil {
 		return nil, err
 	}
-	ins, err := unique.New(db.Driver())
-	if err != nil {
+	n := &node[TTx]{db: db, store: store}
+	for i, f := range runFavors {
+		if n.runStores[i], err = dedupe.New(db.Driver(), dedupe.WithTTL(keyTTL), dedupe.WithFavor(f)); err != nil {
+			return nil, err
+		}
+	}
+	if n.ins, err = unique.New(db.Driver()); err != nil {
 		return nil, err
 	}
-	return &node[TTx]{db: db, store: store, ins: ins}, nil
+	return n, nil
 }
 
 // nodeOf returns the node whose view db is (the first one if none is: a

@@ -54,11 +54,11 @@ func (r *run[TTx]) targetsOfRun() []runTarget {
 func (w *worker[TTx]) runOp() {
 	t := w.r.runTargets[w.rng.IntN(len(w.r.runTargets))]
 	key := w.key(t.window)
-	c := DedupeCall{Scope: t.scope, Key: key, Ref: t.scope + ":" + key, Respond: true}
+	c := DedupeCall{Scope: t.scope, Key: key, Ref: t.scope + ":" + key, Respond: true, Favor: w.rng.IntN(len(runFavors))}
 	if t.scope == "lease" {
 		w.r.leases.Store(key, true)
 	}
-	w.operationOf(StoreRun+" on "+t.scope, w.r.runFaults, func(a *Attempt) { w.runAttempt(a, c, t.pinned) })
+	w.operationOf(StoreRun+" ("+runFavors[c.Favor].String()+") on "+t.scope, w.r.runFaults, func(a *Attempt) { w.runAttempt(a, c, t.pinned) })
 }
 
 // runAttempt is one call of Run with the attempt's fault armed. Run owns

@@ -767,6 +767,8 @@ func ddInvalidArguments[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		"WithMaxResponseSize(-1)":      dedupe.WithMaxResponseSize(-1),
 		"WithMaxResponseSize(max + 1)": dedupe.WithMaxResponseSize(dedupe.MaxResponseSize + 1),
 		"WithLockWait(-1s)":            dedupe.WithLockWait(-time.Second),
+		"WithFavor(unknown)":           dedupe.WithFavor(dedupe.FavorRepeats + 1),
+		"WithFavor(-1)":                dedupe.WithFavor(-1),
 		"nil option":                   nil,
 	} {
 		s, err := dedupe.New(db.Driver(), opt)

@@ -247,10 +247,69 @@ func drOneWinner(t *testing.T, req dedupe.Request, results []sqlonce.Result, bod
 	return winner
 }
 
+// runDedupeRun runs every Run case with the default Favor, and again with
+// each Favor that gives the driver another shape (favorChanges).
 func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	runDedupeRunCases(t, f, dedupe.FavorDefault)
+	for _, favor := range []dedupe.Favor{dedupe.FavorFirstRuns, dedupe.FavorRepeats} {
+		t.Run(favor.String(), func(t *testing.T) {
+			if db := f(t, 0); !favorChanges(db, favor) {
+				t.Skipf("%v gives %T the default's shape", favor, db.Driver())
+			}
+			runDedupeRunCases(t, f, favor)
+		})
+	}
+}
+
+// favorChanges reports whether favor gives db's driver another shape of
+// Store.Run than the default (dedupe.WithFavor's table).
+func favorChanges[TTx any](db harness.DB[TTx], favor dedupe.Favor) bool {
+	switch any(db.Driver()).(type) {
+	case *mysqldriver.Driver, *pgsqldriver.Driver:
+		return favor == dedupe.FavorFirstRuns
+	case *pgxdriver.Driver:
+		return favor == dedupe.FavorRepeats
+	}
+	return false
+}
+
+// runShape is what a Run case can see of how db's driver runs Store.Run.
+type runShape struct {
+	// holdsKey: a concurrent Run of the same key waits for the first to
+	// end before it runs fn (pgxdriver's advisory lock; the generic path's
+	// claim). The database/sql drivers' Run holds nothing while fn runs.
+	holdsKey bool
+	// repeatRunsFn: a repeat runs fn, then finds the key at its record and
+	// rolls fn's work back (FavorFirstRuns on the database/sql drivers).
+	repeatRunsFn bool
+}
+
+func shapeOf[TTx any](db harness.DB[TTx], favor dedupe.Favor) runShape {
+	switch any(db.Driver()).(type) {
+	case *mysqldriver.Driver, *pgsqldriver.Driver:
+		return runShape{repeatRunsFn: favor == dedupe.FavorFirstRuns}
+	}
+	return runShape{holdsKey: true}
+}
+
+// wantRepeatCalls checks n, the calls of the fn of repeats of a recorded
+// key: none, or exactly one per repeat where the shape runs fn for a
+// repeat.
+func wantRepeatCalls(t testing.TB, sh runShape, what string, n *atomic.Int64, repeats int) {
+	t.Helper()
+	if !sh.repeatRunsFn {
+		wantNoCalls(t, what, n)
+		return
+	}
+	if c := n.Load(); c != int64(repeats) {
+		t.Fatalf("%s: fn ran %d times, want once for each of %d repeats", what, c, repeats)
+	}
+}
+
+func runDedupeRunCases[TTx any](t *testing.T, f harness.Factory[TTx], favor dedupe.Favor) {
 	newStore := func(t *testing.T, d sqlonce.Driver[TTx], opts ...dedupe.Option) *dedupe.Store[TTx] {
 		t.Helper()
-		s, err := dedupe.New(d, opts...)
+		s, err := dedupe.New(d, append([]dedupe.Option{dedupe.WithFavor(favor)}, opts...)...)
 		must(t, err)
 		return s
 	}
@@ -272,8 +331,8 @@ func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			res, err := s.Run(ctx, req, drWork(db, req.Key, []byte("never"), &calls))
 			wantOutcome(t, fmt.Sprintf("repeat %d", i), res, err, sqlonce.AlreadyDone, ptr("receipt-1"))
 		}
-		if c := calls.Load(); c != 1 {
-			t.Fatalf("fn ran %d times, want 1", c)
+		if c, want := calls.Load(), 1+3*int64(btoi(shapeOf(db, favor).repeatRunsFn)); c != want {
+			t.Fatalf("fn ran %d times, want %d", c, want)
 		}
 		// The key Run recorded is the one Do and Claim see.
 		res, err = doRecord(ctx, db, s, req, "never")
@@ -375,8 +434,8 @@ func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				t.Errorf("repeat %d:\n got %+v\nwant %+v", i, got, want)
 			}
 		}
-		if c := calls.Load(); c != 1 {
-			t.Fatalf("fn ran %d times, want 1", c)
+		if c, want := calls.Load(), 1+2*int64(btoi(shapeOf(db, favor).repeatRunsFn)); c != want {
+			t.Fatalf("fn ran %d times, want %d", c, want)
 		}
 		if n := ledgerRows(t, ctx, db, req.Key); n != 1 {
 			t.Fatalf("ledger rows: %d, want 1", n)
@@ -394,7 +453,7 @@ func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		if err == nil {
 			t.Errorf("decoding %q into a struct: no error", "not json")
 		}
-		wantNoCalls(t, "RunJSON over a text response", &never)
+		wantRepeatCalls(t, shapeOf(db, favor), "RunJSON over a text response", &never, 1)
 
 		// A value encoding/json cannot encode, after fn wrote: nothing left.
 		ch := dedupe.Request{Scope: "run-json", Key: "chan"}
@@ -440,7 +499,7 @@ func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			})
 			wantErr(t, name+" (RunJSON)", err, sqlonce.ErrKeyReuse)
 		}
-		wantNoCalls(t, "ErrKeyReuse", &never)
+		wantRepeatCalls(t, shapeOf(db, favor), "ErrKeyReuse", &never, 6)
 		sameRow(t, "after the refused requests", keyRow(t, ctx, db, req.Scope, req.Key), before)
 		res, err = s.Run(ctx, req, drNever[TTx](&never))
 		wantOutcome(t, "the first request again", res, err, sqlonce.AlreadyDone, ptr("r1"))
@@ -515,14 +574,47 @@ func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			if n := keyCount(t, ctx, db); n != wantKeys {
 				t.Fatalf("round %d: %d keys, want %d", round, n, wantKeys)
 			}
-			// On PostgreSQL the key's lock makes the others wait and then
-			// replay; SQLite runs one transaction at a time. MySQL locks
-			// nothing while fn runs: every racer may run fn, the INSERT of
-			// the key decides, and the losers' work rolls back.
-			if db.Dialect() != "mysql" && calls.Load() != int64(nkeys) {
+			// pgxdriver's key lock makes the others wait and then replay;
+			// SQLite runs one transaction at a time. The database/sql
+			// drivers lock nothing while fn runs: every racer may run fn,
+			// the record of the key decides, and the losers' work rolls
+			// back.
+			if shapeOf(db, favor).holdsKey && calls.Load() != int64(nkeys) {
 				t.Errorf("round %d: fn ran %d times for %d keys, want once per key", round, calls.Load(), nkeys)
 			}
 			t.Logf("round %d: %d keys, fn ran %d times", round, nkeys, calls.Load())
+		}
+	})
+
+	// The racers' work collides: each inserts the order the key stands
+	// for, whose code is unique. Where Run holds nothing while fn runs,
+	// the losers' inserts wait for the winner's and fail on its code when
+	// it commits, before they reach the key's record: they must still
+	// answer with the winner's record, not with the collision.
+	t.Run("RaceSameKeyCollidingWork", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, Racers+4)
+		s := newStore(t, db.Driver())
+		for round := range 3 {
+			req := dedupe.Request{Scope: "run-race-order", Key: fmt.Sprintf("order-%d", round)}
+			results := make([]sqlonce.Result, Racers)
+			bodies := make([][]byte, Racers)
+			for i := range bodies {
+				bodies[i] = fmt.Appendf(nil, "order %d by racer %d", round, i)
+			}
+			errs := race(Racers, func(i int) error {
+				var err error
+				results[i], err = s.Run(ctx, req, func(ctx context.Context, tx TTx) ([]byte, error) {
+					_, err := db.Tx(tx).OrderInsert(ctx, req.Key, fmt.Sprintf("round-%d-racer-%d", round, i), int64(i))
+					return bodies[i], err
+				})
+				return err
+			})
+			noErrors(t, errs)
+			drOneWinner(t, req, results, bodies)
+			if n, err := db.Pool().OrderCountByCode(ctx, req.Key); err != nil || n != 1 {
+				t.Fatalf("%s: %d orders (%v), want 1", req.Key, n, err)
+			}
 		}
 	})
 
@@ -589,7 +681,7 @@ func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		before := keyRow(t, ctx, db, req.Scope, req.Key)
 		res, err = s.Run(at(ctx, t0, time.Hour-time.Microsecond), req, drNever[TTx](&never))
 		wantOutcome(t, "1µs before expiry", res, err, sqlonce.AlreadyDone, ptr("first"))
-		wantNoCalls(t, "before expiry", &never)
+		wantRepeatCalls(t, shapeOf(db, favor), "before expiry", &never, 1)
 
 		// At expires_at the key is absent: taken over by another request.
 		req2 := req
@@ -612,7 +704,7 @@ func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		wantOutcome(t, "repeat after takeover", res, err, sqlonce.AlreadyDone, ptr("second"))
 		_, err = s.Run(at(ctx, t0, 90*time.Minute), req, drNever[TTx](&never))
 		wantErr(t, "old fingerprint after takeover", err, sqlonce.ErrKeyReuse)
-		wantNoCalls(t, "after takeover", &never)
+		wantRepeatCalls(t, shapeOf(db, favor), "after takeover", &never, 3)
 		if n := ledgerRows(t, ctx, db, req.Key); n != 2 {
 			t.Fatalf("ledger rows at the end: %d, want 2", n)
 		}
@@ -656,13 +748,13 @@ func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
 					t.Fatalf("got %v with ErrInProgress", res.Outcome)
 				}
 			}
-			wantNoCalls(t, "Run during the lease", &never)
+			wantRepeatCalls(t, shapeOf(db, favor), "Run during the lease", &never, 2)
 			sameRow(t, "after Run during the lease", keyRow(t, ctx, db, req.Scope, req.Key), leased)
 
 			must(t, s.Complete(at(ctx, t0, 40*time.Second), l, []byte("lease-receipt")))
 			res, err = s.Run(at(ctx, t0, 50*time.Second), req, drNever[TTx](&never))
 			wantOutcome(t, "Run after Complete", res, err, sqlonce.AlreadyDone, ptr("lease-receipt"))
-			wantNoCalls(t, "Run after Complete", &never)
+			wantRepeatCalls(t, shapeOf(db, favor), "Run after Complete", &never, 3)
 			if row := keyRow(t, ctx, db, req.Scope, req.Key); row.State != 1 || row.Token != l.Token || string(row.Response) != "lease-receipt" {
 				t.Fatalf("row %+v, want completed by token %d", row, l.Token)
 			}
@@ -705,7 +797,7 @@ func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			var never atomic.Int64
 			_, err = s.Run(at(ctx, t0, time.Minute-time.Microsecond), req, drNever[TTx](&never))
 			wantErr(t, "Run 1µs before the deadline", err, sqlonce.ErrInProgress)
-			wantNoCalls(t, "before the deadline", &never)
+			wantRepeatCalls(t, shapeOf(db, favor), "before the deadline", &never, 1)
 			res, err = s.Run(at(ctx, t0, time.Minute), req, drWork(db, req.Key, []byte("by run"), nil))
 			wantOutcome(t, "Run at the deadline", res, err, sqlonce.FirstRun, ptr("by run"))
 			row := keyRow(t, ctx, db, req.Scope, req.Key)
@@ -1300,7 +1392,7 @@ func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			r, elapsed, returned := runWatched(t, ctx, s, req, drWork(db, req.Key, []byte("second"), &calls), blockedFor, release)
 			release()
 			hr := <-holderDone
-			if db.Dialect() == "mysql" {
+			if !shapeOf(db, favor).holdsKey {
 				// Nothing holds the key while the holder's fn runs: the
 				// second Run records it first, and the holder's INSERT then
 				// fails, its work rolls back, and it replays.
@@ -1353,13 +1445,20 @@ func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			var once sync.Once
 			release := func() { once.Do(func() { close(rel) }) }
 			var calls atomic.Int64
-			// On MySQL nothing holds the key while the holder's fn runs:
-			// the second Run does not wait, records the key, and the
-			// holder fails anyway.
+			// Where nothing holds the key while the holder's fn runs (the
+			// database/sql drivers) the second Run does not wait and
+			// records the key; the holder's fn fails after that, and the
+			// holder answers as any later repeat would: with the second's
+			// record, not its own error.
 			r, elapsed, _ := runWatched(t, ctx, s, req, drWork(db, req.Key, []byte("second"), &calls), blockedFor, release)
 			release()
-			if hr := <-holderDone; !errors.Is(hr.err, holderErr) {
-				t.Fatalf("holder: (%v, %v), want its own error", hr.res, hr.err)
+			hr := <-holderDone
+			if shapeOf(db, favor).holdsKey {
+				if !errors.Is(hr.err, holderErr) {
+					t.Fatalf("holder: (%v, %v), want its own error", hr.res, hr.err)
+				}
+			} else {
+				wantOutcome(t, "holder, failed after the second recorded the key", hr.res, hr.err, sqlonce.AlreadyDone, ptr("second"))
 			}
 			wantOutcome(t, "second", r.res, r.err, sqlonce.FirstRun, ptr("second"))
 			if c := calls.Load(); c < 1 {
@@ -1549,4 +1648,11 @@ func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			t.Fatalf("takeover: %d ledger rows, want 2", n)
 		}
 	})
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -217,11 +217,18 @@ func paths[TTx any]() []path[TTx] {
 			return want(res, err, first)
 		})
 	}
-	run := func(ctx context.Context, e *env[TTx], n int, first bool) error {
-		res, err := store(e).Run(ctx, req(n), func(ctx context.Context, tx TTx) ([]byte, error) {
+	runFavor := func(ctx context.Context, e *env[TTx], n int, first bool, favor dedupe.Favor) error {
+		s, err := dedupe.New(e.d, dedupe.WithFavor(favor))
+		if err != nil {
+			return err
+		}
+		res, err := s.Run(ctx, req(n), func(ctx context.Context, tx TTx) ([]byte, error) {
 			return response, e.h.Tx(tx).LedgerInsert(ctx, fmt.Sprint("run", n), 100)
 		})
 		return want(res, err, first)
+	}
+	run := func(ctx context.Context, e *env[TTx], n int, first bool) error {
+		return runFavor(ctx, e, n, first, dedupe.FavorDefault)
 	}
 	claim := func(ctx context.Context, e *env[TTx], n int) (*dedupe.Lease, error) {
 		l, res, err := store(e).Claim(ctx, req(n), time.Minute)
@@ -388,6 +395,31 @@ func paths[TTx any]() []path[TTx] {
 			}
 			later := testclock.With(ctx, t0.Add(2*time.Minute))
 			return e.measure(func() error { return run(later, e, n, true) })
+		}},
+		{"dedupe.Run first run, FavorFirstRuns", func(ctx context.Context, e *env[TTx], n int) error {
+			return e.measure(func() error { return runFavor(ctx, e, n, true, dedupe.FavorFirstRuns) })
+		}},
+		{"dedupe.Run replay, FavorFirstRuns", func(ctx context.Context, e *env[TTx], n int) error {
+			if err := run(ctx, e, n, true); err != nil {
+				return err
+			}
+			return e.measure(func() error { return runFavor(ctx, e, n, false, dedupe.FavorFirstRuns) })
+		}},
+		{"dedupe.Run takeover of a lapsed lease, FavorFirstRuns", func(ctx context.Context, e *env[TTx], n int) error {
+			if _, err := claim(testclock.With(ctx, t0), e, n); err != nil {
+				return err
+			}
+			later := testclock.With(ctx, t0.Add(2*time.Minute))
+			return e.measure(func() error { return runFavor(later, e, n, true, dedupe.FavorFirstRuns) })
+		}},
+		{"dedupe.Run first run, FavorRepeats", func(ctx context.Context, e *env[TTx], n int) error {
+			return e.measure(func() error { return runFavor(ctx, e, n, true, dedupe.FavorRepeats) })
+		}},
+		{"dedupe.Run replay, FavorRepeats", func(ctx context.Context, e *env[TTx], n int) error {
+			if err := run(ctx, e, n, true); err != nil {
+				return err
+			}
+			return e.measure(func() error { return runFavor(ctx, e, n, false, dedupe.FavorRepeats) })
 		}},
 		{"lease Claim", func(ctx context.Context, e *env[TTx], n int) error {
 			return e.measure(func() error { _, err := claim(ctx, e, n); return err })

@@ -431,27 +431,45 @@ func (q *Queries) KeyResponseLength(ctx context.Context, db DBTX, arg KeyRespons
 	return response_len, err
 }
 
-const keyRunDelete = `-- name: KeyRunDelete :execrows
-DELETE FROM sqlonce_keys
+const keyRunReplace = `-- name: KeyRunReplace :execrows
+UPDATE sqlonce_keys
+SET fingerprint  = ?,
+    response     = ?,
+    state        = 1,
+    token        = ?,
+    locked_until = NULL,
+    created_at   = COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
+    expires_at   = DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND)
 WHERE namespace = ? AND scope = ? AND idempotency_key = ? AND token = ?
   AND (expires_at <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
        OR (state = 2 AND locked_until <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)))
 `
 
-type KeyRunDeleteParams struct {
+type KeyRunReplaceParams struct {
+	Fingerprint    []byte
+	Response       []byte
+	NewToken       int64
+	Now            sql.NullTime
+	TtlUs          interface{}
 	Namespace      int16
 	Scope          []byte
 	IdempotencyKey []byte
 	Token          int64
-	Now            sql.NullTime
 }
 
-// Deletes the expired key, or the lapsed lease, that Store.Run takes over:
-// the row it read (token), if it is still available. A lease completed
-// late by its holder is not: it stays, and fails the KeyInsert that
-// follows.
-func (q *Queries) KeyRunDelete(ctx context.Context, db DBTX, arg KeyRunDeleteParams) (int64, error) {
-	result, err := db.ExecContext(ctx, keyRunDelete,
+// Takes over, for Store.Run, the expired key or the lapsed lease read with
+// token: records it done with the run's fingerprint and response (its
+// first piece) under the run's nonce, if it is still available. A row
+// that changed since (taken over, completed late by its lease holder)
+// stays as it is, and no row changes.
+func (q *Queries) KeyRunReplace(ctx context.Context, db DBTX, arg KeyRunReplaceParams) (int64, error) {
+	result, err := db.ExecContext(ctx, keyRunReplace,
+		arg.Fingerprint,
+		arg.Response,
+		arg.NewToken,
+		arg.Now,
+		arg.Now,
+		arg.TtlUs,
 		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,

@@ -303,94 +303,64 @@ func (b *KeyRunInsertBatchResults) Close() error {
 	return b.br.Close()
 }
 
-const keyTryLockGet = `-- name: KeyTryLockGet :batchone
-SELECT
-    pg_try_advisory_xact_lock(
-        1936289646,
-        hashtext($1::smallint::text || ':' || octet_length($2::text)::text || ':' || $2::text || $3::text)
-    )::boolean AS locked,
-    (k.token IS NOT NULL)::boolean AS found,
-    k.fingerprint,
-    k.response,
-    coalesce(k.token, 0)::bigint AS token,
-    coalesce(k.state = 2 AND k.locked_until > coalesce($4::timestamptz, now()), false)::boolean AS leased,
-    coalesce(k.expires_at <= coalesce($4::timestamptz, now())
-             OR (k.state = 2 AND k.locked_until <= coalesce($4::timestamptz, now())), false)::boolean AS available
-FROM (SELECT 1) AS one
-LEFT JOIN sqlonce_keys AS k ON k.namespace = $1 AND k.scope = $2 AND k.idempotency_key = $3
+const keyTryLock = `-- name: KeyTryLock :batchone
+SELECT pg_try_advisory_xact_lock(
+    1936289646,
+    hashtext($1::smallint::text || ':' || octet_length($2::text)::text || ':' || $2::text || $3::text)
+)::boolean AS locked
 `
 
-type KeyTryLockGetBatchResults struct {
+type KeyTryLockBatchResults struct {
 	br     pgx.BatchResults
 	tot    int
 	closed bool
 }
 
-type KeyTryLockGetParams struct {
+type KeyTryLockParams struct {
 	Namespace      int16
 	Scope          string
 	IdempotencyKey string
-	Now            pgtype.Timestamptz
 }
 
-type KeyTryLockGetRow struct {
-	Locked      bool
-	Found       bool
-	Fingerprint []byte
-	Response    []byte
-	Token       int64
-	Leased      bool
-	Available   bool
-}
-
-// Store.Run's first statement after BEGIN: takes the key's advisory lock if
-// no other transaction holds it (see KeyLock) and reads the key, in one
-// statement. The read uses the statement's snapshot, taken before the lock:
-// a run that held the lock and committed in between is not seen, and its
-// row then fails this run's KeyRunInsert (the run starts over and replays
-// it). Not locked: KeyLock and KeyGet, which wait and read afresh.
-func (q *Queries) KeyTryLockGet(ctx context.Context, db DBTX, arg []KeyTryLockGetParams) *KeyTryLockGetBatchResults {
+// Store.Run's first statement after BEGIN: takes the key's advisory lock
+// if no other transaction holds it (see KeyLock). The KeyGet queued behind
+// it in the same round trip reads the key with a snapshot taken after the
+// lock, so a run that held the lock and committed before this one took it
+// is seen, and replayed without running fn. Not locked: KeyLock and
+// KeyGet, which wait and read afresh.
+func (q *Queries) KeyTryLock(ctx context.Context, db DBTX, arg []KeyTryLockParams) *KeyTryLockBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
 		vals := []interface{}{
 			a.Namespace,
 			a.Scope,
 			a.IdempotencyKey,
-			a.Now,
 		}
-		batch.Queue(keyTryLockGet, vals...)
+		batch.Queue(keyTryLock, vals...)
 	}
 	br := db.SendBatch(ctx, batch)
-	return &KeyTryLockGetBatchResults{br, len(arg), false}
+	return &KeyTryLockBatchResults{br, len(arg), false}
 }
 
-func (b *KeyTryLockGetBatchResults) QueryRow(f func(int, KeyTryLockGetRow, error)) {
+func (b *KeyTryLockBatchResults) QueryRow(f func(int, bool, error)) {
 	defer b.br.Close()
 	for t := 0; t < b.tot; t++ {
-		var i KeyTryLockGetRow
+		var locked bool
 		if b.closed {
 			if f != nil {
-				f(t, i, ErrBatchAlreadyClosed)
+				f(t, locked, ErrBatchAlreadyClosed)
 			}
 			continue
 		}
 		row := b.br.QueryRow()
-		err := row.Scan(
-			&i.Locked,
-			&i.Found,
-			&i.Fingerprint,
-			&i.Response,
-			&i.Token,
-			&i.Leased,
-			&i.Available,
-		)
+		err := row.Scan(&locked)
 		if f != nil {
-			f(t, i, err)
+			f(t, locked, err)
 		}
 	}
 }
 
-func (b *KeyTryLockGetBatchResults) Close() error {
+func (b *KeyTryLockBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }

@@ -24,27 +24,17 @@ WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempo
   AND (expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
        OR (state = 2 AND locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())));
 
--- name: KeyTryLockGet :batchone
--- Store.Run's first statement after BEGIN: takes the key's advisory lock if
--- no other transaction holds it (see KeyLock) and reads the key, in one
--- statement. The read uses the statement's snapshot, taken before the lock:
--- a run that held the lock and committed in between is not seen, and its
--- row then fails this run's KeyRunInsert (the run starts over and replays
--- it). Not locked: KeyLock and KeyGet, which wait and read afresh.
-SELECT
-    pg_try_advisory_xact_lock(
-        1936289646,
-        hashtext(sqlc.arg('namespace')::smallint::text || ':' || octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)
-    )::boolean AS locked,
-    (k.token IS NOT NULL)::boolean AS found,
-    k.fingerprint,
-    k.response,
-    coalesce(k.token, 0)::bigint AS token,
-    coalesce(k.state = 2 AND k.locked_until > coalesce(sqlc.narg('now')::timestamptz, now()), false)::boolean AS leased,
-    coalesce(k.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
-             OR (k.state = 2 AND k.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())), false)::boolean AS available
-FROM (SELECT 1) AS one
-LEFT JOIN sqlonce_keys AS k ON k.namespace = sqlc.arg('namespace') AND k.scope = sqlc.arg('scope') AND k.idempotency_key = sqlc.arg('idempotency_key');
+-- name: KeyTryLock :batchone
+-- Store.Run's first statement after BEGIN: takes the key's advisory lock
+-- if no other transaction holds it (see KeyLock). The KeyGet queued behind
+-- it in the same round trip reads the key with a snapshot taken after the
+-- lock, so a run that held the lock and committed before this one took it
+-- is seen, and replayed without running fn. Not locked: KeyLock and
+-- KeyGet, which wait and read afresh.
+SELECT pg_try_advisory_xact_lock(
+    1936289646,
+    hashtext(sqlc.arg('namespace')::smallint::text || ':' || octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)
+)::boolean AS locked;
 
 -- name: KeyLock :batchexec
 -- Takes the advisory lock that Store.Run holds on a key from its lookup to

@@ -1,0 +1,67 @@
+package pgsqldriver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/dbsqlc/pgsqldb"
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+var _ driver.Runner[*sql.Tx] = engine{}
+
+// Run is dedupe.Store.Run through database/sql (driver.SQLRun), which
+// sends one statement per round trip and cannot pipeline as pgxdriver's
+// Run does. By default it reads the key first, outside any transaction (a
+// repeat ends there), then runs fn in a READ COMMITTED transaction and
+// records the key, done, with fn's response before COMMIT: 5 round trips,
+// a repeat 1. With dedupe.FavorFirstRuns it reads nothing first: 4 round
+// trips; a repeat finds the key at the record (ON CONFLICT DO NOTHING
+// inserts nothing and leaves the transaction usable), reads it and rolls
+// fn's work back. Nothing holds the key while fn runs: a concurrent run of
+// the same key runs fn too, and its record waits for the first's COMMIT. A
+// Store that must not wait (WithNoWait, WithLockWait) needs the key held
+// from the start: Run returns driver.ErrNoRun for it.
+func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context.Context, tx *sql.Tx) ([]byte, error)) (_ driver.RunResult, err error) {
+	if e.db == nil {
+		return driver.RunResult{}, sqlonce.ErrNoDB
+	}
+	if p.LockWait > 0 {
+		return driver.RunResult{}, driver.ErrNoRun
+	}
+	defer func() { err = canceled(ctx, err) }()
+	get := pgsqldb.KeyGetParams{Now: pgNow(p.Now), Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key}
+	read := func(ctx context.Context, q pgsqldb.DBTX) (driver.KeyRow, bool, error) {
+		row, err := e.q.KeyGet(ctx, q, get)
+		if errors.Is(err, sql.ErrNoRows) {
+			return driver.KeyRow{}, false, nil
+		}
+		return driver.KeyRow{Fingerprint: row.Fingerprint, Response: row.Response, Token: row.Token, Available: row.Available, Leased: row.Locked}, err == nil, err
+	}
+	return driver.SQLRun(ctx, p, driver.SQLRunSteps{
+		DB:     e.db,
+		Begin:  readCommitted,
+		Stale:  sqlonce.ErrStaleRead,
+		Lookup: func(ctx context.Context) (driver.KeyRow, bool, error) { return read(ctx, e.db) },
+		Record: func(ctx context.Context, tx *sql.Tx, resp []byte) (bool, error) {
+			n, err := e.q.KeyRunRecord(ctx, tx, pgsqldb.KeyRunRecordParams{
+				Namespace: get.Namespace, Scope: get.Scope, IdempotencyKey: get.IdempotencyKey,
+				Fingerprint: driver.NonNil(p.Fingerprint), Response: driver.NonNil(resp),
+				Now: get.Now, TtlUs: p.TTL.Microseconds(),
+			})
+			return n == 1, err
+		},
+		// READ COMMITTED: a new statement sees the row committed last.
+		Current: func(ctx context.Context, tx *sql.Tx) (driver.KeyRow, bool, error) { return read(ctx, tx) },
+		Replace: func(ctx context.Context, tx *sql.Tx, token int64, resp []byte) (bool, error) {
+			n, err := e.q.KeyRunReplace(ctx, tx, pgsqldb.KeyRunReplaceParams{
+				Fingerprint: driver.NonNil(p.Fingerprint), Response: driver.NonNil(resp),
+				Now: get.Now, TtlUs: p.TTL.Microseconds(),
+				Namespace: get.Namespace, Scope: get.Scope, IdempotencyKey: get.IdempotencyKey, Token: token,
+			})
+			return n == 1, err
+		},
+	}, fn)
+}
