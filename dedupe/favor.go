@@ -65,7 +65,7 @@ func (f Favor) String() string {
 // is still open waits for it at the record, holding what fn locked. It
 // pays when repeats are rare: below about one Run in five, on the
 // round-trip counts above. With WithNoWait or WithLockWait the Favor does
-// not apply on these drivers: Run claims the key before fn (see Run).
+// not apply: Run claims the key before fn (see Run).
 //
 // An unknown value is sqlonce.ErrInvalidArgument.
 func WithFavor(f Favor) Option {

@@ -41,8 +41,11 @@ import (
 //
 // A concurrent Run of the same key waits for the first to end, as Do
 // does, unless the Store was built WithNoWait or WithLockWait
-// (sqlonce.ErrInProgress; such a Store runs Run as DoResponse in a
-// transaction of its own, with the key claimed before fn). Through
+// (sqlonce.ErrInProgress). Such a Store claims the key before fn runs, as
+// DoResponse does, so that a key held by a Do or a lease in a transaction
+// still open is in progress too: through pgx in the round trips of the
+// bare transaction (BEGIN, the bounded claim and COMMIT each travel with
+// other statements), elsewhere as DoResponse in a transaction of its own. Through
 // database/sql a Run does not hold the key while fn runs: concurrent Runs
 // of a new key may each run fn, and the first to commit wins; the others
 // roll back and answer AlreadyDone with its response. One whose fn failed

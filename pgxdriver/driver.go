@@ -111,8 +111,78 @@ func (e engine) Claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (dri
 
 // claimBounded runs the claim under a savepoint with lock_timeout set, so
 // that a claim that gives up waiting leaves tx usable and its lock_timeout
-// as it was.
+// as it was. The savepoint, the setting, the claim, the restore and the
+// release travel in one round trip; a claim that gave up takes one more,
+// to roll back to the savepoint. Where the claim alone does not decide (a
+// key committed while it waited, or free to take over), claimBoundedSteps
+// claims again, a statement at a time.
 func (e engine) claimBounded(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (driver.Claim, error) {
+	// One name for every claim: PostgreSQL stacks savepoints of the same
+	// name (RELEASE and ROLLBACK TO take the latest), and a statement of
+	// the same text is one of pgx's cached statements, where a new name
+	// each time would cost a round trip to prepare it.
+	const name = "sqlonce_claim"
+	var (
+		pl    pipeline
+		c     pgdb.KeyClaimRow
+		found bool
+	)
+	pl.exec("savepoint " + name)
+	e.boundedClaim(ctx, &pl, claimParams(p), p.LockWait, &c, &found)
+	pl.exec("release savepoint " + name)
+	if err := pl.send(ctx, tx); err != nil {
+		if _, rbErr := tx.Exec(ctx, "rollback to savepoint "+name); rbErr != nil {
+			return driver.Claim{}, errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
+		}
+		return driver.Claim{}, err
+	}
+	if cl, ok := decided(c, found); ok {
+		return cl, nil
+	}
+	return e.claimBoundedSteps(ctx, tx, p)
+}
+
+// savedLockTimeout is the transaction-local setting LockTimeoutPush keeps
+// the replaced lock_timeout in.
+const savedLockTimeout = "sqlonce.lock_timeout"
+
+// boundedClaim queues on pl the claim of ins, with lock waits bounded by
+// wait and lock_timeout restored after it; its row lands in c (found
+// false: none came back) when pl is sent.
+func (e engine) boundedClaim(ctx context.Context, pl *pipeline, ins pgdb.KeyClaimParams, wait time.Duration, c *pgdb.KeyClaimRow, found *bool) {
+	ms := max(wait.Milliseconds(), 1)
+	pl.thenExec(e.q.LockTimeoutPush(ctx, pl, []pgdb.LockTimeoutPushParams{{SaveIn: savedLockTimeout, Value: strconv.FormatInt(ms, 10) + "ms"}}))
+	r := e.q.KeyClaim(ctx, pl, []pgdb.KeyClaimParams{ins})
+	pl.then(func() (err error) {
+		r.QueryRow(func(_ int, row pgdb.KeyClaimRow, rowErr error) {
+			switch {
+			case rowErr == nil:
+				*c, *found = row, true
+			case !errors.Is(rowErr, pgx.ErrNoRows):
+				err = rowErr
+			}
+		})
+		return err
+	})
+	pl.thenExec(e.q.LockTimeoutPop(ctx, pl, []string{savedLockTimeout}))
+}
+
+// decided returns the claim a KeyClaim row decides on its own: the key
+// inserted, or held by someone else. Not ok: no row came back (the key was
+// committed while the insert waited), or the key is free to take over.
+func decided(c pgdb.KeyClaimRow, found bool) (driver.Claim, bool) {
+	switch {
+	case found && c.Inserted:
+		return driver.Claim{Won: true, Token: c.Token}, true
+	case found && !c.Available:
+		return driver.Claim{Existing: driver.Existing{Fingerprint: c.Fingerprint, Response: c.Response, Leased: c.Locked}}, true
+	}
+	return driver.Claim{}, false
+}
+
+// claimBoundedSteps is claimBounded a statement at a time, for the claims
+// that need more than the claim statement.
+func (e engine) claimBoundedSteps(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (driver.Claim, error) {
 	var c driver.Claim
 	err := e.Guard(ctx, tx, func(ctx context.Context) error {
 		ms := max(p.LockWait.Milliseconds(), 1)
@@ -134,7 +204,8 @@ func (e engine) claimBounded(ctx context.Context, tx pgx.Tx, p driver.ClaimParam
 // claim that found it and the read of it.
 const claimAttempts = 3
 
-func (e engine) claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (driver.Claim, error) {
+// claimParams are the KeyClaim parameters of p.
+func claimParams(p driver.ClaimParams) pgdb.KeyClaimParams {
 	ins := pgdb.KeyClaimParams{
 		Namespace:      int16(p.Namespace),
 		Scope:          p.Scope,
@@ -149,8 +220,19 @@ func (e engine) claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (dri
 		ins.LeaseUs = pgtype.Int8{Int64: p.Lease.Microseconds(), Valid: true}
 		ins.TtlUs = max(p.TTL, p.Lease).Microseconds() // keeps locked_until <= expires_at
 	}
+	return ins
+}
+
+// claimOnce runs ins's KeyClaim in tx: pgx.ErrNoRows when no row came back.
+func (e engine) claimOnce(ctx context.Context, tx pgx.Tx, ins pgdb.KeyClaimParams) (c pgdb.KeyClaimRow, err error) {
+	e.q.KeyClaim(ctx, tx, []pgdb.KeyClaimParams{ins}).QueryRow(func(_ int, row pgdb.KeyClaimRow, rowErr error) { c, err = row, rowErr })
+	return c, err
+}
+
+func (e engine) claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (driver.Claim, error) {
+	ins := claimParams(p)
 	for range claimAttempts {
-		c, err := e.q.KeyClaim(ctx, tx, ins)
+		c, err := e.claimOnce(ctx, tx, ins)
 		switch {
 		case err == nil && c.Inserted:
 			return driver.Claim{Won: true, Token: c.Token}, nil

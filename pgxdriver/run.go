@@ -36,12 +36,6 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 	if e.db == nil || isNilPointer(e.db) {
 		return driver.RunResult{}, sqlonce.ErrNoDB
 	}
-	if p.LockWait > 0 {
-		// A Store that must not wait needs the key held before fn runs,
-		// against a Do or a lease as well as another Run: the advisory
-		// lock only keeps Runs apart. The claim-first path does that.
-		return driver.RunResult{}, driver.ErrNoRun
-	}
 	switch db := e.db.(type) {
 	case *pgxpool.Pool:
 		c, err := db.Acquire(ctx)
@@ -51,15 +45,17 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 		// A connection still in a transaction (an error before rollback
 		// could run) is closed by Release, not reused.
 		defer c.Release()
-		return e.run(ctx, c.Conn(), p, fn)
+		return e.runOn(ctx, c.Conn(), p, fn)
 	case *pgx.Conn:
-		return e.run(ctx, db, p, fn)
+		return e.runOn(ctx, db, p, fn)
 	default:
 		return driver.RunResult{}, driver.ErrNoRun
 	}
 }
 
-func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (res driver.RunResult, err error) {
+// runOn runs on conn, and leaves no transaction open on it: fn's error,
+// any other, and a panic roll back.
+func (e engine) runOn(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (res driver.RunResult, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			rollback(ctx, conn)
@@ -69,6 +65,75 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 			rollback(ctx, conn)
 		}
 	}()
+	if p.LockWait > 0 {
+		return e.runHeld(ctx, conn, p, fn)
+	}
+	return e.run(ctx, conn, p, fn)
+}
+
+// runHeld is Run for a Store that must not wait (WithNoWait,
+// WithLockWait): the key's advisory lock only keeps Runs apart, and such a
+// Store must also see a key that a Do or a lease holds in a transaction
+// still open, before fn runs. So it claims the key's row as Do does, in
+// the round trip of BEGIN, with lock waits bounded by p.LockWait and
+// lock_timeout restored behind the claim, and records the response in the
+// round trip of COMMIT: the bare transaction's three round trips. A claim
+// that gave up waiting is sqlonce.ErrInProgress.
+func (e engine) runHeld(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (driver.RunResult, error) {
+	var (
+		pl    pipeline
+		c     pgdb.KeyClaimRow
+		found bool
+	)
+	pl.begin(runTxOptions)
+	e.boundedClaim(ctx, &pl, claimParams(p), p.LockWait, &c, &found)
+	if err := pl.send(ctx, conn); err != nil {
+		return driver.RunResult{}, inProgress(p, err)
+	}
+	tx := pl.tx
+	cl, ok := decided(c, found)
+	if !ok {
+		// Rare: committed while the claim waited, or free to take over.
+		var err error
+		if cl, err = e.claimBoundedSteps(ctx, tx, p); err != nil {
+			return driver.RunResult{}, inProgress(p, err)
+		}
+	}
+	if !cl.Won {
+		rollback(ctx, conn)
+		return driver.RunResult{Existing: cl.Existing}, nil
+	}
+	resp, err := fn(ctx, tx)
+	if err != nil {
+		return driver.RunResult{}, err
+	}
+	if conn.PgConn().TxStatus() == 'I' {
+		return driver.RunResult{}, driver.ErrTxEnded
+	}
+	pl = pipeline{}
+	pl.thenExec(e.q.KeyRunRespond(ctx, &pl, []pgdb.KeyRunRespondParams{{
+		Response: driver.NonNil(resp), Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key, Token: cl.Token,
+	}}))
+	pl.commit()
+	live := ctx.Err() == nil
+	if err := pl.send(ctx, conn); err != nil {
+		return driver.RunResult{}, commitError(err, live)
+	}
+	return driver.RunResult{Won: true, Response: resp, Takeover: cl.Takeover}, nil
+}
+
+// inProgress marks a claim that gave up waiting for the key's holder as
+// sqlonce.ErrInProgress. The cause is formatted, not wrapped, as dedupe
+// does for a claim: Run's transaction is gone, and retrying it would be
+// waiting after all.
+func inProgress(p driver.RunParams, err error) error {
+	if driver.Classify(err).Has(driver.LockNotAvailable) {
+		return fmt.Errorf("%w: key %q in scope %q is held by another transaction (%v)", sqlonce.ErrInProgress, p.Key.Key, p.Scope, err)
+	}
+	return err
+}
+
+func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (res driver.RunResult, err error) {
 	get := pgdb.KeyGetParams{Now: pgNow(p.Now), Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key}
 	var (
 		row   pgdb.KeyGetRow
@@ -223,6 +288,16 @@ func (p *pipeline) commit() {
 	})
 }
 
+// exec queues a statement of no result that is not a sqlc query
+// (SAVEPOINT, RELEASE).
+func (p *pipeline) exec(sql string) {
+	p.b.Queue(sql)
+	p.then(func() error {
+		_, err := p.br.Exec()
+		return err
+	})
+}
+
 // then adds the reader of the statements queued last through SendBatch.
 func (p *pipeline) then(read func() error) { p.reads = append(p.reads, read) }
 
@@ -234,10 +309,15 @@ func (p *pipeline) thenExec(r interface{ Exec(func(int, error)) }) {
 	})
 }
 
+// batchSender is a *pgx.Conn, or a pgx.Tx to pipeline in.
+type batchSender interface {
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
 // send sends the batch on conn, runs the readers and returns the first
 // error. After an error the server skips the rest of the batch, so the
 // later readers fail too.
-func (p *pipeline) send(ctx context.Context, conn *pgx.Conn) error {
+func (p *pipeline) send(ctx context.Context, conn batchSender) error {
 	p.br = conn.SendBatch(ctx, &p.b)
 	p.tx = p.br.Tx()
 	var first error

@@ -113,8 +113,11 @@ type Attempt struct {
 	// Run is true for attempts of dedupe.Store.Run (a transaction of the
 	// Store's own); Calls counts the calls of its fn, which Run repeats
 	// when it starts over.
-	Run    bool
-	Calls  int
+	Run   bool
+	Calls int
+	// NoWait is true for attempts on a Store that must not wait: a key
+	// another transaction holds is sqlonce.ErrInProgress to them.
+	NoWait bool
 	Commit CommitState
 	// CommitStart, CommitEnd: logical times around COMMIT. For Run,
 	// CommitStart is when its fn last returned, just before Run commits.

@@ -99,9 +99,9 @@ type DedupeCall struct {
 	// Respond is true for DoResponse: the response must be recorded and
 	// replayed.
 	Respond bool
-	// Favor indexes runFavors: the shape the StoreRun workload's call
-	// runs in.
-	Favor int
+	// Shape indexes runShapes: the Store the StoreRun workload's call
+	// runs on.
+	Shape int
 }
 
 // Deduper runs fn at most once per key in tx and says whether it did. The
@@ -432,7 +432,7 @@ func (r *run[TTx]) storeDedupe(ctx context.Context, db harness.DB[TTx], tx TTx, 
 
 // storeRun is the real thing.
 func (r *run[TTx]) storeRun(ctx context.Context, db harness.DB[TTx], c DedupeCall, fn func(ctx context.Context, tx TTx) ([]byte, error)) (sqlonce.Result, error) {
-	return r.nodeOf(db).runStores[c.Favor].Run(ctx, dedupe.Request{Scope: c.Scope, Key: c.Key}, fn)
+	return r.nodeOf(db).runStores[c.Shape].Run(ctx, dedupe.Request{Scope: c.Scope, Key: c.Key}, fn)
 }
 
 // SelectThenInsert is the anti-pattern the design notes warn about, shaped

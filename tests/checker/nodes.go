@@ -14,15 +14,25 @@ import (
 type node[TTx any] struct {
 	db    harness.DB[TTx]
 	store *dedupe.Store[TTx]
-	// runStores run the StoreRun workload, one per dedupe.Favor: each
-	// shape of Run races the others and Do on the same keys.
-	runStores [len(runFavors)]*dedupe.Store[TTx]
+	// runStores run the StoreRun workload, one per runShapes: each shape
+	// of Run races the others and Do on the same keys.
+	runStores [len(runShapes)]*dedupe.Store[TTx]
 	ins       *unique.Inserter[TTx]
 }
 
-// runFavors are the Favors the StoreRun workload draws from, indexed by
-// DedupeCall.Favor.
-var runFavors = [...]dedupe.Favor{dedupe.FavorDefault, dedupe.FavorFirstRuns, dedupe.FavorRepeats}
+// runShapes are the Stores the StoreRun workload draws from, indexed by
+// DedupeCall.Shape: each dedupe.Favor, and a Store that must not wait
+// (which claims the key before fn).
+var runShapes = [...]struct {
+	name   string
+	opt    dedupe.Option
+	noWait bool
+}{
+	{"FavorDefault", dedupe.WithFavor(dedupe.FavorDefault), false},
+	{"FavorFirstRuns", dedupe.WithFavor(dedupe.FavorFirstRuns), false},
+	{"FavorRepeats", dedupe.WithFavor(dedupe.FavorRepeats), false},
+	{"WithNoWait", dedupe.WithNoWait(), true},
+}
 
 func newNode[TTx any](db harness.DB[TTx]) (*node[TTx], error) {
 	store, err := dedupe.New(db.Driver(), dedupe.WithTTL(keyTTL))
@@ -30,8 +40,8 @@ func newNode[TTx any](db harness.DB[TTx]) (*node[TTx], error) {
 		return nil, err
 	}
 	n := &node[TTx]{db: db, store: store}
-	for i, f := range runFavors {
-		if n.runStores[i], err = dedupe.New(db.Driver(), dedupe.WithTTL(keyTTL), dedupe.WithFavor(f)); err != nil {
+	for i, shape := range runShapes {
+		if n.runStores[i], err = dedupe.New(db.Driver(), dedupe.WithTTL(keyTTL), shape.opt); err != nil {
 			return nil, err
 		}
 	}

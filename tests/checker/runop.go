@@ -54,11 +54,14 @@ func (r *run[TTx]) targetsOfRun() []runTarget {
 func (w *worker[TTx]) runOp() {
 	t := w.r.runTargets[w.rng.IntN(len(w.r.runTargets))]
 	key := w.key(t.window)
-	c := DedupeCall{Scope: t.scope, Key: key, Ref: t.scope + ":" + key, Respond: true, Favor: w.rng.IntN(len(runFavors))}
+	c := DedupeCall{Scope: t.scope, Key: key, Ref: t.scope + ":" + key, Respond: true, Shape: w.rng.IntN(len(runShapes))}
 	if t.scope == "lease" {
 		w.r.leases.Store(key, true)
 	}
-	w.operationOf(StoreRun+" ("+runFavors[c.Favor].String()+") on "+t.scope, w.r.runFaults, func(a *Attempt) { w.runAttempt(a, c, t.pinned) })
+	w.operationOf(StoreRun+" ("+runShapes[c.Shape].name+") on "+t.scope, w.r.runFaults, func(a *Attempt) {
+		a.NoWait = runShapes[c.Shape].noWait
+		w.runAttempt(a, c, t.pinned)
+	})
 }
 
 // runAttempt is one call of Run with the attempt's fault armed. Run owns

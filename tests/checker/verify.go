@@ -346,8 +346,9 @@ func (v *verifier) checkError(a *Attempt) {
 	if len(a.Steps) > 0 {
 		key = a.Steps[0].Key
 	}
-	// Run finds a lease key held as a claim does.
-	leaseHeld := lease || a.Run && strings.HasPrefix(key, "lease:")
+	// Run finds a lease key held as a claim does; a Store that must not
+	// wait finds any key held.
+	leaseHeld := lease || a.Run && strings.HasPrefix(key, "lease:") || a.NoWait
 	switch {
 	case errors.Is(err, sqlonce.ErrKeyReuse), errors.Is(err, sqlonce.ErrInvalidTransition),
 		errors.Is(err, sqlonce.ErrTooManyRows), errors.Is(err, sqlonce.ErrNotFound),

@@ -421,6 +421,32 @@ func paths[TTx any]() []path[TTx] {
 			}
 			return e.measure(func() error { return runFavor(ctx, e, n, false, dedupe.FavorRepeats) })
 		}},
+		{"dedupe.Run first run, WithNoWait", func(ctx context.Context, e *env[TTx], n int) error {
+			s, err := dedupe.New(e.d, dedupe.WithNoWait())
+			if err != nil {
+				return err
+			}
+			return e.measure(func() error {
+				res, err := s.Run(ctx, req(n), func(ctx context.Context, tx TTx) ([]byte, error) {
+					return response, e.h.Tx(tx).LedgerInsert(ctx, fmt.Sprint("run", n), 100)
+				})
+				return want(res, err, true)
+			})
+		}},
+		{"dedupe.Do first run, WithNoWait", func(ctx context.Context, e *env[TTx], n int) error {
+			s, err := dedupe.New(e.d, dedupe.WithNoWait())
+			if err != nil {
+				return err
+			}
+			return e.measure(func() error {
+				return e.withTx(ctx, func(tx TTx) error {
+					res, err := s.Do(ctx, tx, req(n), func(ctx context.Context) error {
+						return e.h.Tx(tx).LedgerInsert(ctx, fmt.Sprint("do", n), 100)
+					})
+					return want(res, err, true)
+				})
+			})
+		}},
 		{"lease Claim", func(ctx context.Context, e *env[TTx], n int) error {
 			return e.measure(func() error { _, err := claim(ctx, e, n); return err })
 		}},

@@ -17,6 +17,127 @@ var (
 	ErrBatchAlreadyClosed = errors.New("batch already closed")
 )
 
+const keyClaim = `-- name: KeyClaim :batchone
+
+WITH ins AS (
+    INSERT INTO sqlonce_keys (
+        namespace, scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
+    ) VALUES (
+        $1,
+        $2,
+        $3,
+        $4,
+        $5,
+        -- A new key's token is the real time (clock_timestamp), not now(),
+        -- which is when the transaction began: a transaction older than the
+        -- last claim of a key since purged would otherwise give the new
+        -- claim a smaller token than the purged one.
+        (extract(epoch FROM coalesce($6::timestamptz, clock_timestamp())) * 1000000)::bigint,
+        coalesce($6::timestamptz, now()) + $7::bigint * interval '1 microsecond',
+        coalesce($6::timestamptz, now()),
+        coalesce($6::timestamptz, now()) + $8::bigint * interval '1 microsecond'
+    )
+    ON CONFLICT (namespace, scope, idempotency_key) DO NOTHING
+    RETURNING token
+)
+SELECT true AS inserted, ins.token, '\x'::bytea AS fingerprint, NULL::bytea AS response,
+       false AS locked, false AS available
+FROM ins
+UNION ALL
+SELECT false AS inserted, k.token, k.fingerprint, k.response,
+       (k.state = 2 AND k.locked_until > coalesce($6::timestamptz, now()))::boolean AS locked,
+       (k.expires_at <= coalesce($6::timestamptz, now())
+        OR (k.state = 2 AND k.locked_until <= coalesce($6::timestamptz, now())))::boolean AS available
+FROM sqlonce_keys AS k
+WHERE k.namespace = $1 AND k.scope = $2 AND k.idempotency_key = $3
+  AND NOT EXISTS (SELECT 1 FROM ins)
+`
+
+type KeyClaimBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type KeyClaimParams struct {
+	Namespace      int16
+	Scope          string
+	IdempotencyKey string
+	Fingerprint    []byte
+	State          int16
+	Now            pgtype.Timestamptz
+	LeaseUs        pgtype.Int8
+	TtlUs          int64
+}
+
+type KeyClaimRow struct {
+	Inserted    bool
+	Token       int64
+	Fingerprint []byte
+	Response    []byte
+	Locked      bool
+	Available   bool
+}
+
+// The claim, for each library: pgx runs it as a batch, so that it can
+// travel in one round trip with the statements around it; database/sql
+// runs it alone. The two files hold the same statement.
+// Inserts a new key (inserted = true), or reads the existing one in the
+// same round trip (inserted = false). DO NOTHING, unlike DO UPDATE, leaves
+// an existing row unlocked, so a duplicate that only reads stays a
+// read-only transaction: no WAL flush at its commit. A concurrent inserter
+// of the same key still makes it wait until that transaction ends; a row
+// committed during that wait is not in this statement's snapshot, and no
+// row comes back: the caller then reads with KeyGet.
+func (q *Queries) KeyClaim(ctx context.Context, db DBTX, arg []KeyClaimParams) *KeyClaimBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.Namespace,
+			a.Scope,
+			a.IdempotencyKey,
+			a.Fingerprint,
+			a.State,
+			a.Now,
+			a.LeaseUs,
+			a.TtlUs,
+		}
+		batch.Queue(keyClaim, vals...)
+	}
+	br := db.SendBatch(ctx, batch)
+	return &KeyClaimBatchResults{br, len(arg), false}
+}
+
+func (b *KeyClaimBatchResults) QueryRow(f func(int, KeyClaimRow, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		var i KeyClaimRow
+		if b.closed {
+			if f != nil {
+				f(t, i, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		row := b.br.QueryRow()
+		err := row.Scan(
+			&i.Inserted,
+			&i.Token,
+			&i.Fingerprint,
+			&i.Response,
+			&i.Locked,
+			&i.Available,
+		)
+		if f != nil {
+			f(t, i, err)
+		}
+	}
+}
+
+func (b *KeyClaimBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
 const keyGet = `-- name: KeyGet :batchone
 SELECT
     fingerprint,
@@ -303,6 +424,65 @@ func (b *KeyRunInsertBatchResults) Close() error {
 	return b.br.Close()
 }
 
+const keyRunRespond = `-- name: KeyRunRespond :batchexec
+UPDATE sqlonce_keys
+SET response = $1
+WHERE namespace = $2 AND scope = $3 AND idempotency_key = $4 AND token = $5
+`
+
+type KeyRunRespondBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type KeyRunRespondParams struct {
+	Response       []byte
+	Namespace      int16
+	Scope          string
+	IdempotencyKey string
+	Token          int64
+}
+
+// Records the response of a key that Store.Run claimed in its own
+// transaction (token), in the round trip of its COMMIT.
+func (q *Queries) KeyRunRespond(ctx context.Context, db DBTX, arg []KeyRunRespondParams) *KeyRunRespondBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.Response,
+			a.Namespace,
+			a.Scope,
+			a.IdempotencyKey,
+			a.Token,
+		}
+		batch.Queue(keyRunRespond, vals...)
+	}
+	br := db.SendBatch(ctx, batch)
+	return &KeyRunRespondBatchResults{br, len(arg), false}
+}
+
+func (b *KeyRunRespondBatchResults) Exec(f func(int, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		if b.closed {
+			if f != nil {
+				f(t, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		_, err := b.br.Exec()
+		if f != nil {
+			f(t, err)
+		}
+	}
+}
+
+func (b *KeyRunRespondBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
 const keyTryLock = `-- name: KeyTryLock :batchone
 SELECT pg_try_advisory_xact_lock(
     1936289646,
@@ -361,6 +541,105 @@ func (b *KeyTryLockBatchResults) QueryRow(f func(int, bool, error)) {
 }
 
 func (b *KeyTryLockBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
+const lockTimeoutPop = `-- name: LockTimeoutPop :batchexec
+SELECT set_config('lock_timeout', current_setting($1::text), true)
+`
+
+type LockTimeoutPopBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+// Restores the lock_timeout that LockTimeoutPush saved in saved_in.
+func (q *Queries) LockTimeoutPop(ctx context.Context, db DBTX, savedIn []string) *LockTimeoutPopBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range savedIn {
+		vals := []interface{}{
+			a,
+		}
+		batch.Queue(lockTimeoutPop, vals...)
+	}
+	br := db.SendBatch(ctx, batch)
+	return &LockTimeoutPopBatchResults{br, len(savedIn), false}
+}
+
+func (b *LockTimeoutPopBatchResults) Exec(f func(int, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		if b.closed {
+			if f != nil {
+				f(t, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		_, err := b.br.Exec()
+		if f != nil {
+			f(t, err)
+		}
+	}
+}
+
+func (b *LockTimeoutPopBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
+const lockTimeoutPush = `-- name: LockTimeoutPush :batchexec
+SELECT set_config($1::text, current_setting('lock_timeout'), true),
+       set_config('lock_timeout', $2::text, true)
+`
+
+type LockTimeoutPushBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type LockTimeoutPushParams struct {
+	SaveIn string
+	Value  string
+}
+
+// Bounds the lock waits of the statements that follow, for the rest of
+// the (sub)transaction, and keeps the value it replaces in the
+// transaction-local custom setting named save_in (sqlonce.lock_timeout),
+// so that LockTimeoutPop, sent in the same round trip, can restore it
+// without the client reading it first.
+func (q *Queries) LockTimeoutPush(ctx context.Context, db DBTX, arg []LockTimeoutPushParams) *LockTimeoutPushBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.SaveIn,
+			a.Value,
+		}
+		batch.Queue(lockTimeoutPush, vals...)
+	}
+	br := db.SendBatch(ctx, batch)
+	return &LockTimeoutPushBatchResults{br, len(arg), false}
+}
+
+func (b *LockTimeoutPushBatchResults) Exec(f func(int, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		if b.closed {
+			if f != nil {
+				f(t, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		_, err := b.br.Exec()
+		if f != nil {
+			f(t, err)
+		}
+	}
+}
+
+func (b *LockTimeoutPushBatchResults) Close() error {
 	b.closed = true
 	return b.br.Close()
 }

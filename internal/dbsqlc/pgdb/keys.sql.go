@@ -11,94 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const keyClaim = `-- name: KeyClaim :one
-
-WITH ins AS (
-    INSERT INTO sqlonce_keys (
-        namespace, scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
-    ) VALUES (
-        $1,
-        $2,
-        $3,
-        $4,
-        $5,
-        -- A new key's token is the real time (clock_timestamp), not now(),
-        -- which is when the transaction began: a transaction older than the
-        -- last claim of a key since purged would otherwise give the new
-        -- claim a smaller token than the purged one.
-        (extract(epoch FROM coalesce($6::timestamptz, clock_timestamp())) * 1000000)::bigint,
-        coalesce($6::timestamptz, now()) + $7::bigint * interval '1 microsecond',
-        coalesce($6::timestamptz, now()),
-        coalesce($6::timestamptz, now()) + $8::bigint * interval '1 microsecond'
-    )
-    ON CONFLICT (namespace, scope, idempotency_key) DO NOTHING
-    RETURNING token
-)
-SELECT true AS inserted, ins.token, '\x'::bytea AS fingerprint, NULL::bytea AS response,
-       false AS locked, false AS available
-FROM ins
-UNION ALL
-SELECT false AS inserted, k.token, k.fingerprint, k.response,
-       (k.state = 2 AND k.locked_until > coalesce($6::timestamptz, now()))::boolean AS locked,
-       (k.expires_at <= coalesce($6::timestamptz, now())
-        OR (k.state = 2 AND k.locked_until <= coalesce($6::timestamptz, now())))::boolean AS available
-FROM sqlonce_keys AS k
-WHERE k.namespace = $1 AND k.scope = $2 AND k.idempotency_key = $3
-  AND NOT EXISTS (SELECT 1 FROM ins)
-`
-
-type KeyClaimParams struct {
-	Namespace      int16
-	Scope          string
-	IdempotencyKey string
-	Fingerprint    []byte
-	State          int16
-	Now            pgtype.Timestamptz
-	LeaseUs        pgtype.Int8
-	TtlUs          int64
-}
-
-type KeyClaimRow struct {
-	Inserted    bool
-	Token       int64
-	Fingerprint []byte
-	Response    []byte
-	Locked      bool
-	Available   bool
-}
-
-// Every time comparison uses the database clock. sqlc.narg('now') lets the
-// test suite pin "now" without sleeping; the library passes NULL.
-// Inserts a new key (inserted = true), or reads the existing one in the
-// same round trip (inserted = false). DO NOTHING, unlike DO UPDATE, leaves
-// an existing row unlocked, so a duplicate that only reads stays a
-// read-only transaction: no WAL flush at its commit. A concurrent inserter
-// of the same key still makes it wait until that transaction ends; a row
-// committed during that wait is not in this statement's snapshot, and no
-// row comes back: the caller then reads with KeyGet.
-func (q *Queries) KeyClaim(ctx context.Context, db DBTX, arg KeyClaimParams) (KeyClaimRow, error) {
-	row := db.QueryRow(ctx, keyClaim,
-		arg.Namespace,
-		arg.Scope,
-		arg.IdempotencyKey,
-		arg.Fingerprint,
-		arg.State,
-		arg.Now,
-		arg.LeaseUs,
-		arg.TtlUs,
-	)
-	var i KeyClaimRow
-	err := row.Scan(
-		&i.Inserted,
-		&i.Token,
-		&i.Fingerprint,
-		&i.Response,
-		&i.Locked,
-		&i.Available,
-	)
-	return i, err
-}
-
 const keyComplete = `-- name: KeyComplete :execrows
 UPDATE sqlonce_keys
 SET state        = 1,
@@ -289,6 +201,7 @@ func (q *Queries) KeySetResponse(ctx context.Context, db DBTX, arg KeySetRespons
 }
 
 const keyTakeover = `-- name: KeyTakeover :one
+
 UPDATE sqlonce_keys AS k SET
     fingerprint  = $1,
     response     = NULL,
@@ -314,6 +227,8 @@ type KeyTakeoverParams struct {
 	IdempotencyKey string
 }
 
+// Every time comparison uses the database clock. sqlc.narg('now') lets the
+// test suite pin "now" without sleeping; the library passes NULL.
 // Claims a key that has expired or whose lease has lapsed. Returns no row
 // when it is no longer available: a concurrent takeover won (READ
 // COMMITTED re-checks the condition after waiting for it).

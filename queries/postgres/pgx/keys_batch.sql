@@ -69,3 +69,23 @@ INSERT INTO sqlonce_keys (
     coalesce(sqlc.narg('now')::timestamptz, now()),
     coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('ttl_us')::bigint * interval '1 microsecond'
 );
+
+-- name: LockTimeoutPush :batchexec
+-- Bounds the lock waits of the statements that follow, for the rest of
+-- the (sub)transaction, and keeps the value it replaces in the
+-- transaction-local custom setting named save_in (sqlonce.lock_timeout),
+-- so that LockTimeoutPop, sent in the same round trip, can restore it
+-- without the client reading it first.
+SELECT set_config(sqlc.arg('save_in')::text, current_setting('lock_timeout'), true),
+       set_config('lock_timeout', sqlc.arg('value')::text, true);
+
+-- name: LockTimeoutPop :batchexec
+-- Restores the lock_timeout that LockTimeoutPush saved in saved_in.
+SELECT set_config('lock_timeout', current_setting(sqlc.arg('saved_in')::text), true);
+
+-- name: KeyRunRespond :batchexec
+-- Records the response of a key that Store.Run claimed in its own
+-- transaction (token), in the round trip of its COMMIT.
+UPDATE sqlonce_keys
+SET response = sqlc.arg('response')
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key') AND token = sqlc.arg('token');
