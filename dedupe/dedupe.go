@@ -44,6 +44,7 @@ type Store[TTx any] struct {
 	maxResponse int
 	lockWait    time.Duration
 	favor       driver.Favor
+	noRecord    bool
 	observer    sqlonce.Observer
 }
 
@@ -56,6 +57,7 @@ type options struct {
 	maxResponse int
 	lockWait    time.Duration
 	favor       driver.Favor
+	noRecord    bool
 }
 
 // WithTTL sets how long keys live after they are recorded (DefaultTTL
@@ -154,7 +156,7 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 			return nil, err
 		}
 	}
-	return &Store[TTx]{engine: d.Engine(), ns: o.ns, ttl: o.ttl, maxResponse: o.maxResponse, lockWait: o.lockWait, favor: o.favor, observer: obs.Of(d)}, nil
+	return &Store[TTx]{engine: d.Engine(), ns: o.ns, ttl: o.ttl, maxResponse: o.maxResponse, lockWait: o.lockWait, favor: o.favor, noRecord: o.noRecord, observer: obs.Of(d)}, nil
 }
 
 // Request names the operation to run once.

@@ -55,6 +55,11 @@ import (
 // of DoResponse, and sqlonce.ErrNoDB for a driver built without a
 // database handle.
 func (s *Store[TTx]) Run(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) ([]byte, error)) (res sqlonce.Result, err error) {
+	if outer, ctx := obs.Take(ctx); outer != nil {
+		// A package built on the Store (inbox, httpidem) observes the
+		// operation as its own.
+		return s.runOwn(ctx, req, fn, outer)
+	}
 	op := obs.Start(s.observer, "dedupe", "Run", req.Scope, req.Key)
 	defer func() { op.End(ctx, res, err) }()
 	return s.runOwn(ctx, req, fn, &op)
@@ -88,6 +93,7 @@ func (s *Store[TTx]) runOwn(ctx context.Context, req Request, fn func(ctx contex
 		LockWait:    s.lockWait,
 		Now:         testclock.Now(ctx),
 		Favor:       s.favor,
+		NoRecord:    s.noRecord,
 	}
 	var out driver.RunResult
 	err = owntx.Retry(ctx, func() (err error) {
@@ -110,7 +116,7 @@ func (s *Store[TTx]) runOwn(ctx context.Context, req Request, fn func(ctx contex
 		op.Takeover()
 	}
 	resp := out.Response
-	if resp == nil {
+	if resp == nil && !s.noRecord {
 		resp = []byte{}
 	}
 	return sqlonce.Result{Outcome: sqlonce.FirstRun, Response: resp}, nil
@@ -138,7 +144,7 @@ func ended(ctx context.Context, res sqlonce.Result, err error) (sqlonce.Result, 
 func (s *Store[TTx]) runInTx(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) ([]byte, error), op *obs.Op) (sqlonce.Result, error) {
 	var res sqlonce.Result
 	err := owntx.RunObserved(ctx, s.engine, op, func(ctx context.Context, tx TTx) (err error) {
-		res, err = s.run(ctx, tx, req, func(ctx context.Context) ([]byte, error) { return fn(ctx, tx) }, true, op)
+		res, err = s.run(ctx, tx, req, func(ctx context.Context) ([]byte, error) { return fn(ctx, tx) }, !s.noRecord, op)
 		return err
 	})
 	return ended(ctx, res, err)

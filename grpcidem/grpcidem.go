@@ -17,8 +17,8 @@ import (
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/idem"
-	"github.com/sqlonce/sqlonce/internal/namespace"
 	"github.com/sqlonce/sqlonce/internal/obs"
+	"github.com/sqlonce/sqlonce/internal/storeopt"
 )
 
 const (
@@ -108,7 +108,7 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(ctx context.Context) str
 	// HTTP and gRPC keys share httpidem's namespace; their scopes differ
 	// by kind ('g'), so neither can answer for the other.
 	store, err := dedupe.New(obs.Bare(d), dedupe.WithNoWait(), dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(dedupe.MaxResponseSize),
-		namespace.Option(driver.NamespaceHTTP).(dedupe.Option))
+		storeopt.Namespace(driver.NamespaceHTTP).(dedupe.Option))
 	if err != nil {
 		return nil, err
 	}

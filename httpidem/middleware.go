@@ -11,8 +11,8 @@ import (
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/idem"
-	"github.com/sqlonce/sqlonce/internal/namespace"
 	"github.com/sqlonce/sqlonce/internal/obs"
+	"github.com/sqlonce/sqlonce/internal/storeopt"
 )
 
 const (
@@ -100,7 +100,7 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 	// Its keys live in a namespace of their own: no dedupe scope or inbox
 	// consumer can spell one.
 	store, err := dedupe.New(obs.Bare(d), wait, dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(dedupe.MaxResponseSize),
-		namespace.Option(driver.NamespaceHTTP).(dedupe.Option))
+		storeopt.Namespace(driver.NamespaceHTTP).(dedupe.Option))
 	if err != nil {
 		return nil, err
 	}

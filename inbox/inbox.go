@@ -9,9 +9,8 @@ import (
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/keys"
-	"github.com/sqlonce/sqlonce/internal/namespace"
 	"github.com/sqlonce/sqlonce/internal/obs"
-	"github.com/sqlonce/sqlonce/internal/owntx"
+	"github.com/sqlonce/sqlonce/internal/storeopt"
 )
 
 // DefaultTTL is how long a message id is remembered unless WithTTL says
@@ -79,7 +78,8 @@ func New[TTx any](d sqlonce.Driver[TTx], consumer string, opts ...Option) (*Inbo
 	// applied (ack it) or applies it (the first rolled back).
 	// The Inbox reports its own operations; its Store must not report
 	// them again as dedupe's. Its keys live in a namespace of their own.
-	store, err := dedupe.New(obs.Bare(d), dedupe.WithTTL(o.ttl), namespace.Option(driver.NamespaceInbox).(dedupe.Option))
+	store, err := dedupe.New(obs.Bare(d), dedupe.WithTTL(o.ttl), storeopt.Namespace(driver.NamespaceInbox).(dedupe.Option),
+		storeopt.NoRecord().(dedupe.Option))
 	if err != nil {
 		return nil, err
 	}
@@ -113,15 +113,13 @@ func (i *Inbox[TTx]) Handle(ctx context.Context, msgID string, fn func(ctx conte
 	if err := keys.Check("message id", msgID); err != nil {
 		return sqlonce.Result{}, err
 	}
-	err = owntx.RunObserved(ctx, i.engine, &op, func(ctx context.Context, tx TTx) error {
-		var err error
-		res, err = i.handleTx(ctx, tx, msgID, func(ctx context.Context) error { return fn(ctx, tx) }, &op)
-		return err
+	// The Store's Run, which records no response for the inbox: it claims
+	// the id as HandleTx does, in a transaction of its own; through pgx in
+	// the round trips of the bare transaction (BEGIN travels with the
+	// claim).
+	return i.store.Run(obs.With(ctx, &op), dedupe.Request{Scope: i.consumer, Key: msgID}, func(ctx context.Context, tx TTx) ([]byte, error) {
+		return nil, fn(ctx, tx)
 	})
-	if err != nil {
-		return sqlonce.Result{}, err
-	}
-	return res, nil
 }
 
 // HandleTx is Handle in the caller's transaction, for consumers that run

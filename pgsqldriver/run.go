@@ -28,7 +28,10 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 	if e.db == nil {
 		return driver.RunResult{}, sqlonce.ErrNoDB
 	}
-	if p.LockWait > 0 {
+	if p.LockWait > 0 || p.NoRecord {
+		// Both need the key claimed before fn: the generic path's Do in a
+		// transaction of the Store's own, which is what this driver could
+		// do too.
 		return driver.RunResult{}, driver.ErrNoRun
 	}
 	defer func() { err = canceled(ctx, err) }()

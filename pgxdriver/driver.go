@@ -147,11 +147,13 @@ func (e engine) claimBounded(ctx context.Context, tx pgx.Tx, p driver.ClaimParam
 const savedLockTimeout = "sqlonce.lock_timeout"
 
 // boundedClaim queues on pl the claim of ins, with lock waits bounded by
-// wait and lock_timeout restored after it; its row lands in c (found
-// false: none came back) when pl is sent.
+// wait (if positive) and lock_timeout restored after it; its row lands in
+// c (found false: none came back) when pl is sent.
 func (e engine) boundedClaim(ctx context.Context, pl *pipeline, ins pgdb.KeyClaimParams, wait time.Duration, c *pgdb.KeyClaimRow, found *bool) {
-	ms := max(wait.Milliseconds(), 1)
-	pl.thenExec(e.q.LockTimeoutPush(ctx, pl, []pgdb.LockTimeoutPushParams{{SaveIn: savedLockTimeout, Value: strconv.FormatInt(ms, 10) + "ms"}}))
+	if wait > 0 {
+		ms := max(wait.Milliseconds(), 1)
+		pl.thenExec(e.q.LockTimeoutPush(ctx, pl, []pgdb.LockTimeoutPushParams{{SaveIn: savedLockTimeout, Value: strconv.FormatInt(ms, 10) + "ms"}}))
+	}
 	r := e.q.KeyClaim(ctx, pl, []pgdb.KeyClaimParams{ins})
 	pl.then(func() (err error) {
 		r.QueryRow(func(_ int, row pgdb.KeyClaimRow, rowErr error) {
@@ -164,7 +166,9 @@ func (e engine) boundedClaim(ctx context.Context, pl *pipeline, ins pgdb.KeyClai
 		})
 		return err
 	})
-	pl.thenExec(e.q.LockTimeoutPop(ctx, pl, []string{savedLockTimeout}))
+	if wait > 0 {
+		pl.thenExec(e.q.LockTimeoutPop(ctx, pl, []string{savedLockTimeout}))
+	}
 }
 
 // decided returns the claim a KeyClaim row decides on its own: the key

@@ -65,20 +65,21 @@ func (e engine) runOn(ctx context.Context, conn *pgx.Conn, p driver.RunParams, f
 			rollback(ctx, conn)
 		}
 	}()
-	if p.LockWait > 0 {
+	if p.LockWait > 0 || p.NoRecord {
 		return e.runHeld(ctx, conn, p, fn)
 	}
 	return e.run(ctx, conn, p, fn)
 }
 
-// runHeld is Run for a Store that must not wait (WithNoWait,
-// WithLockWait): the key's advisory lock only keeps Runs apart, and such a
-// Store must also see a key that a Do or a lease holds in a transaction
-// still open, before fn runs. So it claims the key's row as Do does, in
-// the round trip of BEGIN, with lock waits bounded by p.LockWait and
-// lock_timeout restored behind the claim, and records the response in the
-// round trip of COMMIT: the bare transaction's three round trips. A claim
-// that gave up waiting is sqlonce.ErrInProgress.
+// runHeld is Run that claims the key's row before fn, as Do does, in the
+// round trip of BEGIN, and records the response in the round trip of
+// COMMIT: the bare transaction's three round trips. It serves a Store that
+// must not wait (WithNoWait, WithLockWait), which must see a key that a Do
+// or a lease holds in a transaction still open before fn runs (the
+// advisory lock of run only keeps Runs apart): its claim's lock waits are
+// bounded by p.LockWait, lock_timeout restored behind it, and a claim that
+// gave up is sqlonce.ErrInProgress. It serves the inbox (p.NoRecord),
+// which records no response: its COMMIT travels alone.
 func (e engine) runHeld(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (driver.RunResult, error) {
 	var (
 		pl    pipeline
@@ -94,8 +95,12 @@ func (e engine) runHeld(ctx context.Context, conn *pgx.Conn, p driver.RunParams,
 	cl, ok := decided(c, found)
 	if !ok {
 		// Rare: committed while the claim waited, or free to take over.
+		claim := e.claim
+		if p.LockWait > 0 {
+			claim = e.claimBoundedSteps
+		}
 		var err error
-		if cl, err = e.claimBoundedSteps(ctx, tx, p); err != nil {
+		if cl, err = claim(ctx, tx, p); err != nil {
 			return driver.RunResult{}, inProgress(p, err)
 		}
 	}
@@ -111,9 +116,11 @@ func (e engine) runHeld(ctx context.Context, conn *pgx.Conn, p driver.RunParams,
 		return driver.RunResult{}, driver.ErrTxEnded
 	}
 	pl = pipeline{}
-	pl.thenExec(e.q.KeyRunRespond(ctx, &pl, []pgdb.KeyRunRespondParams{{
-		Response: driver.NonNil(resp), Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key, Token: cl.Token,
-	}}))
+	if !p.NoRecord {
+		pl.thenExec(e.q.KeyRunRespond(ctx, &pl, []pgdb.KeyRunRespondParams{{
+			Response: driver.NonNil(resp), Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key, Token: cl.Token,
+		}}))
+	}
 	pl.commit()
 	live := ctx.Err() == nil
 	if err := pl.send(ctx, conn); err != nil {

@@ -109,6 +109,11 @@ type ClaimParams struct {
 	Now time.Time
 	// Favor is the shape a Runner gives Store.Run (Run only).
 	Favor Favor
+	// NoRecord: Run records no response (fn's is empty): it claims the key
+	// before fn, as Do does, and writes nothing after fn (Run only; the
+	// inbox's Handle). A Runner that cannot do better than a Do in a
+	// transaction of its own returns ErrNoRun.
+	NoRecord bool
 }
 
 // Favor says which of Store.Run's answers a Runner makes cheaper where it

@@ -249,3 +249,24 @@ func (r *redacted) Error() string {
 	return msg
 }
 func (r *redacted) Unwrap() error { return r.err }
+
+// opKey is the context key of With.
+type opKey struct{}
+
+// With returns ctx carrying op, for a call into a dedupe.Store made by a
+// package built on it (the inbox, httpidem), which observes the operation
+// as its own: the Store reports attempts, waits and work to op instead of
+// an Op of its own.
+func With(ctx context.Context, op *Op) context.Context {
+	return context.WithValue(ctx, opKey{}, op)
+}
+
+// Take returns the Op With put in ctx, or nil, and ctx without it, so that
+// a Store that fn calls in turn observes its own operation.
+func Take(ctx context.Context) (*Op, context.Context) {
+	op, _ := ctx.Value(opKey{}).(*Op)
+	if op == nil {
+		return nil, ctx
+	}
+	return op, context.WithValue(ctx, opKey{}, (*Op)(nil))
+}

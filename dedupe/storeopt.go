@@ -2,16 +2,23 @@ package dedupe
 
 import (
 	"github.com/sqlonce/sqlonce/internal/driver"
-	"github.com/sqlonce/sqlonce/internal/namespace"
+	"github.com/sqlonce/sqlonce/internal/storeopt"
 )
 
 // The packages built on a Store (inbox, httpidem) keep their keys in a
-// namespace of their own: the option that sets it is handed to them
-// through an internal package, so that no user of dedupe can pick it.
+// namespace of their own, and the inbox records no responses: the options
+// that say so are handed to them through an internal package, so that no
+// user of dedupe can pick them.
 func init() {
-	namespace.Option = func(ns driver.Namespace) any {
+	storeopt.Namespace = func(ns driver.Namespace) any {
 		return Option(func(o *options) error {
 			o.ns = ns
+			return nil
+		})
+	}
+	storeopt.NoRecord = func() any {
+		return Option(func(o *options) error {
+			o.noRecord = true
 			return nil
 		})
 	}
