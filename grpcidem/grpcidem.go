@@ -112,7 +112,7 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(ctx context.Context) str
 	if err != nil {
 		return nil, err
 	}
-	return &Interceptor[TTx]{config: c, principal: principal, runner: idem.Runner[TTx]{Store: store, RunTx: e.InTx}, observer: obs.Of(d)}, nil
+	return &Interceptor[TTx]{config: c, principal: principal, runner: idem.Runner[TTx]{Store: store, RunTx: e.InTx, Run: true}, observer: obs.Of(d)}, nil
 }
 
 type txKey[TTx any] struct{}
@@ -200,10 +200,7 @@ func (i *Interceptor[TTx]) Unary() grpc.UnaryServerInterceptor {
 				return nil, err
 			}
 			return proto.MarshalOptions{Deterministic: true}.Marshal(a)
-		}, func(res sqlonce.Result, err error) {
-			op.Tried(err)
-			op.Set(res, err)
-		})
+		}, &op)
 		if panicked != nil {
 			panic(panicked)
 		}

@@ -108,6 +108,13 @@
 // request's transaction and then gets the replay rather than 409; lease
 // mode answers 409 there too.
 //
+// Without WithTxFunc the middleware runs each request on its Store's Run
+// (dedupe.Store.Run), which begins the transaction in the fewest round
+// trips the driver has: through pgx (a *pgxpool.Pool or a *pgx.Conn)
+// BEGIN travels with the claim and the recorded answer with COMMIT, so a
+// request costs the round trips of the handler's own transaction, and a
+// replay two (docs/benchmarks.md).
+//
 // # Lease mode
 //
 // [WithLease] is for handlers whose work leaves the database: charging a

@@ -113,8 +113,9 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 		}
 		return nil, fmt.Errorf("%w: httpidem: %s needs a driver built with a database handle: %w", sqlonce.ErrInvalidArgument, mode, sqlonce.ErrNoDB)
 	}
-	m.runner = idem.Runner[TTx]{Store: store, RunTx: e.InTx}
+	m.runner = idem.Runner[TTx]{Store: store, RunTx: e.InTx, Run: true}
 	if c.txFunc != nil {
+		m.runner.Run = false
 		run, ok := c.txFunc.(func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error)
 		if !ok {
 			return nil, invalid("WithTxFunc is for another transaction type than the driver's")

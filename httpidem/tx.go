@@ -41,10 +41,7 @@ func (m *Middleware[TTx]) serveTx(w http.ResponseWriter, r *http.Request, next h
 			return nil, idem.ErrNotRecorded // rolls the handler's writes back too
 		}
 		return rec.encode(m.respHeaders, dedupe.MaxResponseSize)
-	}, func(res sqlonce.Result, err error) {
-		op.Tried(err)
-		op.Set(res, err)
-	})
+	}, op)
 	if panicked != nil {
 		panic(panicked) // after the rollback; net/http answers the client
 	}

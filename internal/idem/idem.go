@@ -15,6 +15,7 @@ import (
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/obs"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 )
 
@@ -99,6 +100,11 @@ type Runner[TTx any] struct {
 	// RunTx begins a transaction, calls fn, commits when fn returns nil
 	// and rolls back otherwise.
 	RunTx func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
+	// Run, when set, runs a request that has a key through the Store's
+	// Run, which begins the transaction itself in the fewest round trips
+	// its driver has; RunTx then serves requests without a key. Set it
+	// when RunTx is the driver's own (no WithTxFunc).
+	Run bool
 }
 
 // Serve runs one request: attempt runs the handler in tx and returns the
@@ -107,32 +113,45 @@ type Runner[TTx any] struct {
 // claimed in the same transaction and the record stored with it; without,
 // attempt runs alone. An attempt the database refuses (deadlock,
 // serialization failure) is run again in a new transaction, up to
-// owntx.Attempts. tried, if not nil, sees each attempt's result.
-func (r Runner[TTx]) Serve(ctx context.Context, req *dedupe.Request, attempt func(ctx context.Context, tx TTx) ([]byte, error), tried func(sqlonce.Result, error)) (sqlonce.Result, Outcome, error) {
+// owntx.Attempts. op sees each attempt, and the request's result.
+func (r Runner[TTx]) Serve(ctx context.Context, req *dedupe.Request, attempt func(ctx context.Context, tx TTx) ([]byte, error), op *obs.Op) (sqlonce.Result, Outcome, error) {
 	for n := 1; ; n++ {
 		var (
 			res sqlonce.Result
+			err error
 			// committing is set when fn returns nil: an error RunTx
 			// returns after that comes from COMMIT (or from what a
 			// caller's runner does after fn); the work may be done.
 			committing bool
 		)
-		err := r.RunTx(ctx, func(ctx context.Context, tx TTx) error {
-			var err error
-			if req == nil {
-				_, err = attempt(ctx, tx)
-			} else {
-				res, err = r.Store.DoResponse(ctx, tx, *req, func(ctx context.Context) ([]byte, error) { return attempt(ctx, tx) })
+		if r.Run && req != nil {
+			// Run attempts, and retries, itself, reporting each attempt
+			// to op: Serve only reads the outcome.
+			res, err = r.Store.Run(obs.With(ctx, op), *req, func(ctx context.Context, tx TTx) ([]byte, error) {
+				b, err := attempt(ctx, tx)
+				committing = err == nil
+				return b, err
+			})
+			n = owntx.Attempts
+		} else {
+			err = r.RunTx(ctx, func(ctx context.Context, tx TTx) error {
+				var err error
+				if req == nil {
+					_, err = attempt(ctx, tx)
+				} else {
+					res, err = r.Store.DoResponse(ctx, tx, *req, func(ctx context.Context) ([]byte, error) { return attempt(ctx, tx) })
+				}
+				committing = err == nil
+				return err
+			})
+			if !errors.Is(err, ErrPanicked) {
+				op.Tried(err)
 			}
-			committing = err == nil
-			return err
-		})
+		}
 		if errors.Is(err, ErrPanicked) {
 			return res, Panicked, err
 		}
-		if tried != nil {
-			tried(res, err)
-		}
+		op.Set(res, err)
 		var failed *Failure
 		switch {
 		case err == nil && req != nil && res.AlreadyDone():
