@@ -6,6 +6,7 @@ package harness
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 
 	"github.com/sqlonce/sqlonce"
@@ -59,6 +60,21 @@ type Biz interface {
 	OrderDelete(ctx context.Context, id int64) (int64, error)
 	OrderCountByCode(ctx context.Context, code string) (int64, error)
 	OrderCount(ctx context.Context) (int64, error)
+	// OrderInsertIfAbsent is INSERT ... ON CONFLICT (code) DO NOTHING on
+	// PostgreSQL and SQLite, returning the rows it inserted (unique.Inserted's
+	// statement). MySQL has no conflict target: there it is ON DUPLICATE KEY
+	// UPDATE id = id, which inserts nothing on a duplicate of any unique key.
+	OrderInsertIfAbsent(ctx context.Context, code, customer string, amount int64) (int64, error)
+	// OrderInsertIgnore is the untargeted form: ON CONFLICT DO NOTHING
+	// (PostgreSQL, SQLite), INSERT IGNORE (MySQL).
+	OrderInsertIgnore(ctx context.Context, code, customer string, amount int64) (int64, error)
+	// ShipmentInsert inserts a shipment of order orderID (a foreign key); a
+	// nil carrier binds NULL, which the column refuses. IfAbsent and Ignore
+	// are the forms above, on shipments_code_key.
+	ShipmentInsert(ctx context.Context, code string, orderID int64, carrier *string) error
+	ShipmentInsertIfAbsent(ctx context.Context, code string, orderID int64, carrier *string) (int64, error)
+	ShipmentInsertIgnore(ctx context.Context, code string, orderID int64, carrier *string) (int64, error)
+	ShipmentCountByCode(ctx context.Context, code string) (int64, error)
 	LedgerInsert(ctx context.Context, ref string, amount int64) error
 	LedgerExistsByRef(ctx context.Context, ref string) (bool, error)
 	LedgerCountByRef(ctx context.Context, ref string) (int64, error)
@@ -131,4 +147,12 @@ func WithTx[TTx any](ctx context.Context, db DB[TTx], iso Isolation, fn func(tx 
 		return err
 	}
 	return db.Commit(ctx, tx)
+}
+
+// nullString binds nil as NULL.
+func nullString(s *string) sql.NullString {
+	if s == nil {
+		return sql.NullString{}
+	}
+	return sql.NullString{String: *s, Valid: true}
 }

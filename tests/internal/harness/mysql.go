@@ -176,3 +176,27 @@ func (b myBiz) LedgerCountPerRef(ctx context.Context) (map[string]int64, error) 
 	}
 	return m, nil
 }
+
+func (b myBiz) OrderInsertIfAbsent(ctx context.Context, code, customer string, amount int64) (int64, error) {
+	return b.q.OrderInsertIfAbsent(ctx, mysqlbiz.OrderInsertIfAbsentParams{Code: code, Customer: customer, Amount: amount})
+}
+
+func (b myBiz) OrderInsertIgnore(ctx context.Context, code, customer string, amount int64) (int64, error) {
+	return b.q.OrderInsertIgnore(ctx, mysqlbiz.OrderInsertIgnoreParams{Code: code, Customer: customer, Amount: amount})
+}
+
+func (b myBiz) ShipmentInsert(ctx context.Context, code string, orderID int64, carrier *string) error {
+	return b.q.ShipmentInsert(ctx, mysqlbiz.ShipmentInsertParams{Code: code, OrderID: orderID, Carrier: nullString(carrier)})
+}
+
+func (b myBiz) ShipmentInsertIfAbsent(ctx context.Context, code string, orderID int64, carrier *string) (int64, error) {
+	return b.q.ShipmentInsertIfAbsent(ctx, mysqlbiz.ShipmentInsertIfAbsentParams{Code: code, OrderID: orderID, Carrier: nullString(carrier)})
+}
+
+func (b myBiz) ShipmentInsertIgnore(ctx context.Context, code string, orderID int64, carrier *string) (int64, error) {
+	return b.q.ShipmentInsertIgnore(ctx, mysqlbiz.ShipmentInsertIgnoreParams{Code: code, OrderID: orderID, Carrier: nullString(carrier)})
+}
+
+func (b myBiz) ShipmentCountByCode(ctx context.Context, code string) (int64, error) {
+	return b.q.ShipmentCountByCode(ctx, code)
+}

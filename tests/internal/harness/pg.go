@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/pgxdriver"
@@ -172,4 +173,35 @@ func (b pgBiz) LedgerCountPerRef(ctx context.Context) (map[string]int64, error) 
 		m[r.Ref] = r.N
 	}
 	return m, nil
+}
+
+func (b pgBiz) OrderInsertIfAbsent(ctx context.Context, code, customer string, amount int64) (int64, error) {
+	return b.q.OrderInsertIfAbsent(ctx, pgbiz.OrderInsertIfAbsentParams{Code: code, Customer: customer, Amount: amount})
+}
+
+func (b pgBiz) OrderInsertIgnore(ctx context.Context, code, customer string, amount int64) (int64, error) {
+	return b.q.OrderInsertIgnore(ctx, pgbiz.OrderInsertIgnoreParams{Code: code, Customer: customer, Amount: amount})
+}
+
+func (b pgBiz) ShipmentInsert(ctx context.Context, code string, orderID int64, carrier *string) error {
+	return b.q.ShipmentInsert(ctx, pgbiz.ShipmentInsertParams{Code: code, OrderID: orderID, Carrier: pgText(carrier)})
+}
+
+func (b pgBiz) ShipmentInsertIfAbsent(ctx context.Context, code string, orderID int64, carrier *string) (int64, error) {
+	return b.q.ShipmentInsertIfAbsent(ctx, pgbiz.ShipmentInsertIfAbsentParams{Code: code, OrderID: orderID, Carrier: pgText(carrier)})
+}
+
+func (b pgBiz) ShipmentInsertIgnore(ctx context.Context, code string, orderID int64, carrier *string) (int64, error) {
+	return b.q.ShipmentInsertIgnore(ctx, pgbiz.ShipmentInsertIgnoreParams{Code: code, OrderID: orderID, Carrier: pgText(carrier)})
+}
+
+func (b pgBiz) ShipmentCountByCode(ctx context.Context, code string) (int64, error) {
+	return b.q.ShipmentCountByCode(ctx, code)
+}
+
+func pgText(s *string) pgtype.Text {
+	if s == nil {
+		return pgtype.Text{}
+	}
+	return pgtype.Text{String: *s, Valid: true}
 }

@@ -216,3 +216,27 @@ func (b pgsqlBiz) LedgerCountPerRef(ctx context.Context) (map[string]int64, erro
 	}
 	return m, nil
 }
+
+func (b pgsqlBiz) OrderInsertIfAbsent(ctx context.Context, code, customer string, amount int64) (int64, error) {
+	return b.q.OrderInsertIfAbsent(ctx, pgsqlbiz.OrderInsertIfAbsentParams{Code: code, Customer: customer, Amount: amount})
+}
+
+func (b pgsqlBiz) OrderInsertIgnore(ctx context.Context, code, customer string, amount int64) (int64, error) {
+	return b.q.OrderInsertIgnore(ctx, pgsqlbiz.OrderInsertIgnoreParams{Code: code, Customer: customer, Amount: amount})
+}
+
+func (b pgsqlBiz) ShipmentInsert(ctx context.Context, code string, orderID int64, carrier *string) error {
+	return b.q.ShipmentInsert(ctx, pgsqlbiz.ShipmentInsertParams{Code: code, OrderID: orderID, Carrier: nullString(carrier)})
+}
+
+func (b pgsqlBiz) ShipmentInsertIfAbsent(ctx context.Context, code string, orderID int64, carrier *string) (int64, error) {
+	return b.q.ShipmentInsertIfAbsent(ctx, pgsqlbiz.ShipmentInsertIfAbsentParams{Code: code, OrderID: orderID, Carrier: nullString(carrier)})
+}
+
+func (b pgsqlBiz) ShipmentInsertIgnore(ctx context.Context, code string, orderID int64, carrier *string) (int64, error) {
+	return b.q.ShipmentInsertIgnore(ctx, pgsqlbiz.ShipmentInsertIgnoreParams{Code: code, OrderID: orderID, Carrier: nullString(carrier)})
+}
+
+func (b pgsqlBiz) ShipmentCountByCode(ctx context.Context, code string) (int64, error) {
+	return b.q.ShipmentCountByCode(ctx, code)
+}

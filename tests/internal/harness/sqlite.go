@@ -250,3 +250,27 @@ func (b liteBiz) LedgerCountPerRef(ctx context.Context) (map[string]int64, error
 	}
 	return m, nil
 }
+
+func (b liteBiz) OrderInsertIfAbsent(ctx context.Context, code, customer string, amount int64) (int64, error) {
+	return b.q.OrderInsertIfAbsent(ctx, sqlitebiz.OrderInsertIfAbsentParams{Code: code, Customer: customer, Amount: amount})
+}
+
+func (b liteBiz) OrderInsertIgnore(ctx context.Context, code, customer string, amount int64) (int64, error) {
+	return b.q.OrderInsertIgnore(ctx, sqlitebiz.OrderInsertIgnoreParams{Code: code, Customer: customer, Amount: amount})
+}
+
+func (b liteBiz) ShipmentInsert(ctx context.Context, code string, orderID int64, carrier *string) error {
+	return b.q.ShipmentInsert(ctx, sqlitebiz.ShipmentInsertParams{Code: code, OrderID: orderID, Carrier: nullString(carrier)})
+}
+
+func (b liteBiz) ShipmentInsertIfAbsent(ctx context.Context, code string, orderID int64, carrier *string) (int64, error) {
+	return b.q.ShipmentInsertIfAbsent(ctx, sqlitebiz.ShipmentInsertIfAbsentParams{Code: code, OrderID: orderID, Carrier: nullString(carrier)})
+}
+
+func (b liteBiz) ShipmentInsertIgnore(ctx context.Context, code string, orderID int64, carrier *string) (int64, error) {
+	return b.q.ShipmentInsertIgnore(ctx, sqlitebiz.ShipmentInsertIgnoreParams{Code: code, OrderID: orderID, Carrier: nullString(carrier)})
+}
+
+func (b liteBiz) ShipmentCountByCode(ctx context.Context, code string) (int64, error) {
+	return b.q.ShipmentCountByCode(ctx, code)
+}

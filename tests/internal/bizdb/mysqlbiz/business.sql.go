@@ -265,6 +265,48 @@ func (q *Queries) OrderInsert(ctx context.Context, arg OrderInsertParams) (sql.R
 	return q.db.ExecContext(ctx, orderInsert, arg.Code, arg.Customer, arg.Amount)
 }
 
+const orderInsertIfAbsent = `-- name: OrderInsertIfAbsent :execrows
+INSERT INTO orders (code, customer, amount) VALUES (?, ?, ?)
+ON DUPLICATE KEY UPDATE id = id
+`
+
+type OrderInsertIfAbsentParams struct {
+	Code     string
+	Customer string
+	Amount   int64
+}
+
+// MySQL has no ON CONFLICT (code): the closest, ON DUPLICATE KEY UPDATE
+// with a no-op assignment, inserts nothing (0 rows, without
+// clientFoundRows) on a duplicate of any unique key, not only code.
+func (q *Queries) OrderInsertIfAbsent(ctx context.Context, arg OrderInsertIfAbsentParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, orderInsertIfAbsent, arg.Code, arg.Customer, arg.Amount)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const orderInsertIgnore = `-- name: OrderInsertIgnore :execrows
+INSERT IGNORE INTO orders (code, customer, amount) VALUES (?, ?, ?)
+`
+
+type OrderInsertIgnoreParams struct {
+	Code     string
+	Customer string
+	Amount   int64
+}
+
+// INSERT IGNORE: a duplicate on any unique key inserts nothing, and NOT
+// NULL, foreign-key and conversion errors become warnings.
+func (q *Queries) OrderInsertIgnore(ctx context.Context, arg OrderInsertIgnoreParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, orderInsertIgnore, arg.Code, arg.Customer, arg.Amount)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const orderSetStatus = `-- name: OrderSetStatus :execrows
 UPDATE orders SET status = ? WHERE id = ? AND status = ?
 `
@@ -277,6 +319,69 @@ type OrderSetStatusParams struct {
 
 func (q *Queries) OrderSetStatus(ctx context.Context, arg OrderSetStatusParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, orderSetStatus, arg.ToStatus, arg.ID, arg.FromStatus)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const shipmentCountByCode = `-- name: ShipmentCountByCode :one
+SELECT count(*) FROM shipments WHERE code = ?
+`
+
+func (q *Queries) ShipmentCountByCode(ctx context.Context, code string) (int64, error) {
+	row := q.db.QueryRowContext(ctx, shipmentCountByCode, code)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const shipmentInsert = `-- name: ShipmentInsert :exec
+INSERT INTO shipments (code, order_id, carrier) VALUES (?, ?, ?)
+`
+
+type ShipmentInsertParams struct {
+	Code    string
+	OrderID int64
+	Carrier sql.NullString
+}
+
+func (q *Queries) ShipmentInsert(ctx context.Context, arg ShipmentInsertParams) error {
+	_, err := q.db.ExecContext(ctx, shipmentInsert, arg.Code, arg.OrderID, arg.Carrier)
+	return err
+}
+
+const shipmentInsertIfAbsent = `-- name: ShipmentInsertIfAbsent :execrows
+INSERT INTO shipments (code, order_id, carrier) VALUES (?, ?, ?)
+ON DUPLICATE KEY UPDATE id = id
+`
+
+type ShipmentInsertIfAbsentParams struct {
+	Code    string
+	OrderID int64
+	Carrier sql.NullString
+}
+
+func (q *Queries) ShipmentInsertIfAbsent(ctx context.Context, arg ShipmentInsertIfAbsentParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, shipmentInsertIfAbsent, arg.Code, arg.OrderID, arg.Carrier)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const shipmentInsertIgnore = `-- name: ShipmentInsertIgnore :execrows
+INSERT IGNORE INTO shipments (code, order_id, carrier) VALUES (?, ?, ?)
+`
+
+type ShipmentInsertIgnoreParams struct {
+	Code    string
+	OrderID int64
+	Carrier sql.NullString
+}
+
+func (q *Queries) ShipmentInsertIgnore(ctx context.Context, arg ShipmentInsertIgnoreParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, shipmentInsertIgnore, arg.Code, arg.OrderID, arg.Carrier)
 	if err != nil {
 		return 0, err
 	}

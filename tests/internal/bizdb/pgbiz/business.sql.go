@@ -7,6 +7,8 @@ package pgbiz
 
 import (
 	"context"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const ledgerCountByRef = `-- name: LedgerCountByRef :one
@@ -265,6 +267,48 @@ func (q *Queries) OrderInsert(ctx context.Context, arg OrderInsertParams) (int64
 	return id, err
 }
 
+const orderInsertIfAbsent = `-- name: OrderInsertIfAbsent :execrows
+INSERT INTO orders (code, customer, amount) VALUES ($1, $2, $3)
+ON CONFLICT (code) DO NOTHING
+`
+
+type OrderInsertIfAbsentParams struct {
+	Code     string
+	Customer string
+	Amount   int64
+}
+
+// unique.Inserted's statement: a duplicate code inserts nothing (0 rows);
+// a duplicate on any other unique constraint is still an error.
+func (q *Queries) OrderInsertIfAbsent(ctx context.Context, arg OrderInsertIfAbsentParams) (int64, error) {
+	result, err := q.db.Exec(ctx, orderInsertIfAbsent, arg.Code, arg.Customer, arg.Amount)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const orderInsertIgnore = `-- name: OrderInsertIgnore :execrows
+INSERT INTO orders (code, customer, amount) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING
+`
+
+type OrderInsertIgnoreParams struct {
+	Code     string
+	Customer string
+	Amount   int64
+}
+
+// The untargeted form, wrong for unique.Inserted: a duplicate on any
+// unique constraint inserts nothing.
+func (q *Queries) OrderInsertIgnore(ctx context.Context, arg OrderInsertIgnoreParams) (int64, error) {
+	result, err := q.db.Exec(ctx, orderInsertIgnore, arg.Code, arg.Customer, arg.Amount)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const orderSetStatus = `-- name: OrderSetStatus :execrows
 UPDATE orders SET status = $1 WHERE id = $2 AND status = $3
 `
@@ -277,6 +321,70 @@ type OrderSetStatusParams struct {
 
 func (q *Queries) OrderSetStatus(ctx context.Context, arg OrderSetStatusParams) (int64, error) {
 	result, err := q.db.Exec(ctx, orderSetStatus, arg.ToStatus, arg.ID, arg.FromStatus)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const shipmentCountByCode = `-- name: ShipmentCountByCode :one
+SELECT count(*) FROM shipments WHERE code = $1
+`
+
+func (q *Queries) ShipmentCountByCode(ctx context.Context, code string) (int64, error) {
+	row := q.db.QueryRow(ctx, shipmentCountByCode, code)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const shipmentInsert = `-- name: ShipmentInsert :exec
+INSERT INTO shipments (code, order_id, carrier) VALUES ($1, $2, $3)
+`
+
+type ShipmentInsertParams struct {
+	Code    string
+	OrderID int64
+	Carrier pgtype.Text
+}
+
+func (q *Queries) ShipmentInsert(ctx context.Context, arg ShipmentInsertParams) error {
+	_, err := q.db.Exec(ctx, shipmentInsert, arg.Code, arg.OrderID, arg.Carrier)
+	return err
+}
+
+const shipmentInsertIfAbsent = `-- name: ShipmentInsertIfAbsent :execrows
+INSERT INTO shipments (code, order_id, carrier) VALUES ($1, $2, $3)
+ON CONFLICT (code) DO NOTHING
+`
+
+type ShipmentInsertIfAbsentParams struct {
+	Code    string
+	OrderID int64
+	Carrier pgtype.Text
+}
+
+func (q *Queries) ShipmentInsertIfAbsent(ctx context.Context, arg ShipmentInsertIfAbsentParams) (int64, error) {
+	result, err := q.db.Exec(ctx, shipmentInsertIfAbsent, arg.Code, arg.OrderID, arg.Carrier)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const shipmentInsertIgnore = `-- name: ShipmentInsertIgnore :execrows
+INSERT INTO shipments (code, order_id, carrier) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING
+`
+
+type ShipmentInsertIgnoreParams struct {
+	Code    string
+	OrderID int64
+	Carrier pgtype.Text
+}
+
+func (q *Queries) ShipmentInsertIgnore(ctx context.Context, arg ShipmentInsertIgnoreParams) (int64, error) {
+	result, err := q.db.Exec(ctx, shipmentInsertIgnore, arg.Code, arg.OrderID, arg.Carrier)
 	if err != nil {
 		return 0, err
 	}

@@ -7,6 +7,7 @@ package pgsqlbiz
 
 import (
 	"context"
+	"database/sql"
 )
 
 const ledgerCountByRef = `-- name: LedgerCountByRef :one
@@ -268,6 +269,48 @@ func (q *Queries) OrderInsert(ctx context.Context, arg OrderInsertParams) (int64
 	return id, err
 }
 
+const orderInsertIfAbsent = `-- name: OrderInsertIfAbsent :execrows
+INSERT INTO orders (code, customer, amount) VALUES ($1, $2, $3)
+ON CONFLICT (code) DO NOTHING
+`
+
+type OrderInsertIfAbsentParams struct {
+	Code     string
+	Customer string
+	Amount   int64
+}
+
+// unique.Inserted's statement: a duplicate code inserts nothing (0 rows);
+// a duplicate on any other unique constraint is still an error.
+func (q *Queries) OrderInsertIfAbsent(ctx context.Context, arg OrderInsertIfAbsentParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, orderInsertIfAbsent, arg.Code, arg.Customer, arg.Amount)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const orderInsertIgnore = `-- name: OrderInsertIgnore :execrows
+INSERT INTO orders (code, customer, amount) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING
+`
+
+type OrderInsertIgnoreParams struct {
+	Code     string
+	Customer string
+	Amount   int64
+}
+
+// The untargeted form, wrong for unique.Inserted: a duplicate on any
+// unique constraint inserts nothing.
+func (q *Queries) OrderInsertIgnore(ctx context.Context, arg OrderInsertIgnoreParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, orderInsertIgnore, arg.Code, arg.Customer, arg.Amount)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const orderSetStatus = `-- name: OrderSetStatus :execrows
 UPDATE orders SET status = $1 WHERE id = $2 AND status = $3
 `
@@ -280,6 +323,70 @@ type OrderSetStatusParams struct {
 
 func (q *Queries) OrderSetStatus(ctx context.Context, arg OrderSetStatusParams) (int64, error) {
 	result, err := q.db.ExecContext(ctx, orderSetStatus, arg.ToStatus, arg.ID, arg.FromStatus)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const shipmentCountByCode = `-- name: ShipmentCountByCode :one
+SELECT count(*) FROM shipments WHERE code = $1
+`
+
+func (q *Queries) ShipmentCountByCode(ctx context.Context, code string) (int64, error) {
+	row := q.db.QueryRowContext(ctx, shipmentCountByCode, code)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const shipmentInsert = `-- name: ShipmentInsert :exec
+INSERT INTO shipments (code, order_id, carrier) VALUES ($1, $2, $3)
+`
+
+type ShipmentInsertParams struct {
+	Code    string
+	OrderID int64
+	Carrier sql.NullString
+}
+
+func (q *Queries) ShipmentInsert(ctx context.Context, arg ShipmentInsertParams) error {
+	_, err := q.db.ExecContext(ctx, shipmentInsert, arg.Code, arg.OrderID, arg.Carrier)
+	return err
+}
+
+const shipmentInsertIfAbsent = `-- name: ShipmentInsertIfAbsent :execrows
+INSERT INTO shipments (code, order_id, carrier) VALUES ($1, $2, $3)
+ON CONFLICT (code) DO NOTHING
+`
+
+type ShipmentInsertIfAbsentParams struct {
+	Code    string
+	OrderID int64
+	Carrier sql.NullString
+}
+
+func (q *Queries) ShipmentInsertIfAbsent(ctx context.Context, arg ShipmentInsertIfAbsentParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, shipmentInsertIfAbsent, arg.Code, arg.OrderID, arg.Carrier)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const shipmentInsertIgnore = `-- name: ShipmentInsertIgnore :execrows
+INSERT INTO shipments (code, order_id, carrier) VALUES ($1, $2, $3)
+ON CONFLICT DO NOTHING
+`
+
+type ShipmentInsertIgnoreParams struct {
+	Code    string
+	OrderID int64
+	Carrier sql.NullString
+}
+
+func (q *Queries) ShipmentInsertIgnore(ctx context.Context, arg ShipmentInsertIgnoreParams) (int64, error) {
+	result, err := q.db.ExecContext(ctx, shipmentInsertIgnore, arg.Code, arg.OrderID, arg.Carrier)
 	if err != nil {
 		return 0, err
 	}

@@ -18,3 +18,10 @@ type Order struct {
 	Status   string
 	Version  int64
 }
+
+type Shipment struct {
+	ID      int64
+	Code    string
+	OrderID int64
+	Carrier string
+}

@@ -57,3 +57,28 @@ SELECT EXISTS (SELECT 1 FROM ledger WHERE ref = sqlc.arg(ref));
 
 -- name: LedgerCountPerRef :many
 SELECT ref, count(*) AS n FROM ledger GROUP BY ref ORDER BY ref;
+
+-- name: OrderInsertIfAbsent :execrows
+-- MySQL has no ON CONFLICT (code): the closest, ON DUPLICATE KEY UPDATE
+-- with a no-op assignment, inserts nothing (0 rows, without
+-- clientFoundRows) on a duplicate of any unique key, not only code.
+INSERT INTO orders (code, customer, amount) VALUES (sqlc.arg(code), sqlc.arg(customer), sqlc.arg(amount))
+ON DUPLICATE KEY UPDATE id = id;
+
+-- name: OrderInsertIgnore :execrows
+-- INSERT IGNORE: a duplicate on any unique key inserts nothing, and NOT
+-- NULL, foreign-key and conversion errors become warnings.
+INSERT IGNORE INTO orders (code, customer, amount) VALUES (sqlc.arg(code), sqlc.arg(customer), sqlc.arg(amount));
+
+-- name: ShipmentInsert :exec
+INSERT INTO shipments (code, order_id, carrier) VALUES (sqlc.arg(code), sqlc.arg(order_id), sqlc.narg(carrier));
+
+-- name: ShipmentInsertIfAbsent :execrows
+INSERT INTO shipments (code, order_id, carrier) VALUES (sqlc.arg(code), sqlc.arg(order_id), sqlc.narg(carrier))
+ON DUPLICATE KEY UPDATE id = id;
+
+-- name: ShipmentInsertIgnore :execrows
+INSERT IGNORE INTO shipments (code, order_id, carrier) VALUES (sqlc.arg(code), sqlc.arg(order_id), sqlc.narg(carrier));
+
+-- name: ShipmentCountByCode :one
+SELECT count(*) FROM shipments WHERE code = sqlc.arg(code);

@@ -58,3 +58,29 @@ SELECT EXISTS (SELECT 1 FROM ledger WHERE ref = @ref);
 
 -- name: LedgerCountPerRef :many
 SELECT ref, count(*) AS n FROM ledger GROUP BY ref ORDER BY ref;
+
+-- name: OrderInsertIfAbsent :execrows
+-- unique.Inserted's statement: a duplicate code inserts nothing (0 rows);
+-- a duplicate on any other unique constraint is still an error.
+INSERT INTO orders (code, customer, amount) VALUES (@code, @customer, @amount)
+ON CONFLICT (code) DO NOTHING;
+
+-- name: OrderInsertIgnore :execrows
+-- The untargeted form, wrong for unique.Inserted: a duplicate on any
+-- unique constraint inserts nothing.
+INSERT INTO orders (code, customer, amount) VALUES (@code, @customer, @amount)
+ON CONFLICT DO NOTHING;
+
+-- name: ShipmentInsert :exec
+INSERT INTO shipments (code, order_id, carrier) VALUES (@code, @order_id, sqlc.narg(carrier));
+
+-- name: ShipmentInsertIfAbsent :execrows
+INSERT INTO shipments (code, order_id, carrier) VALUES (@code, @order_id, sqlc.narg(carrier))
+ON CONFLICT (code) DO NOTHING;
+
+-- name: ShipmentInsertIgnore :execrows
+INSERT INTO shipments (code, order_id, carrier) VALUES (@code, @order_id, sqlc.narg(carrier))
+ON CONFLICT DO NOTHING;
+
+-- name: ShipmentCountByCode :one
+SELECT count(*) FROM shipments WHERE code = @code;
