@@ -56,12 +56,36 @@ type engine struct {
 	q  *pgsqldb.Queries
 }
 
-func (e engine) Guard(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context) error) error {
-	// Any error aborts a PostgreSQL transaction: ROLLBACK TO SAVEPOINT is
-	// what keeps tx usable after fn fails. The savepoint stays, as after
-	// pgx's nested Rollback: one round trip fewer.
-	return driver.SQLSavepoint(ctx, tx, false, fn)
+// Guard runs fn under a savepoint whether or not fn is one statement:
+// any failed statement aborts a PostgreSQL transaction, and ROLLBACK TO
+// SAVEPOINT is what keeps tx usable after it. The rollback releases the
+// savepoint in the same round trip. After a success the savepoint is left
+// for COMMIT to release if it is the first Guard left open in tx, saving a
+// round trip; a later one is released, so that savepoints never nest
+// (see driver.OpenSavepoints).
+func (e engine) Guard(ctx context.Context, tx *sql.Tx, _ bool, fn func(ctx context.Context) error) error {
+	name := driver.SavepointName()
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
+		return err
+	}
+	if err := fn(ctx); err != nil {
+		// No arguments: pgx's stdlib and lib/pq send one Query message,
+		// two statements.
+		if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+name+"; RELEASE SAVEPOINT "+name); rbErr != nil {
+			return errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
+		}
+		return err
+	}
+	if openSavepoints.LeaveOpen(tx) {
+		return nil
+	}
+	_, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+name)
+	return err
 }
+
+// openSavepoints are the transactions in which Guard left a savepoint
+// open, whichever Driver's.
+var openSavepoints driver.OpenSavepoints
 
 func (engine) IsDuplicate(err error, constraint string) bool {
 	return uniqueViolation(err, constraint)
@@ -87,7 +111,9 @@ func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (_ 
 // as it was.
 func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (driver.Claim, error) {
 	var c driver.Claim
-	err := e.Guard(ctx, tx, func(ctx context.Context) error {
+	// The savepoint stays after ROLLBACK TO, as after pgx's nested
+	// Rollback: one round trip fewer.
+	err := driver.SQLSavepoint(ctx, tx, driver.ReleaseOnSuccess, func(ctx context.Context) error {
 		ms := max(p.LockWait.Milliseconds(), 1)
 		prev, err := e.q.LockTimeoutSet(ctx, tx, strconv.FormatInt(ms, 10)+"ms")
 		if err != nil {

@@ -75,9 +75,63 @@ type engine struct {
 	q  *pgdb.Queries
 }
 
-func (e engine) Guard(ctx context.Context, tx pgx.Tx, fn func(ctx context.Context) error) error {
-	// pgx runs a nested Begin as SAVEPOINT and its Rollback as ROLLBACK TO
-	// SAVEPOINT, which is what keeps tx usable after fn fails.
+// Guard runs fn under a savepoint whether or not fn is one statement:
+// any failed statement aborts a PostgreSQL transaction, and ROLLBACK TO
+// SAVEPOINT is what keeps tx usable after it. The rollback releases the
+// savepoint in the same round trip. After a success the savepoint is left
+// for COMMIT to release if it is the first Guard left open in tx, saving a
+// round trip; a later one is released, so that savepoints never nest
+// (see driver.OpenSavepoints).
+func (e engine) Guard(ctx context.Context, tx pgx.Tx, _ bool, fn func(ctx context.Context) error) error {
+	name := driver.SavepointName()
+	if _, err := tx.Exec(ctx, "SAVEPOINT "+name); err != nil {
+		return err
+	}
+	if err := fn(ctx); err != nil {
+		// No arguments: one Query message, two statements.
+		if _, rbErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT "+name+"; RELEASE SAVEPOINT "+name); rbErr != nil {
+			return errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
+		}
+		return err
+	}
+	if leaveOpen(tx) {
+		return nil
+	}
+	_, err := tx.Exec(ctx, "RELEASE SAVEPOINT "+name)
+	return err
+}
+
+// openSavepoint is the key in a connection's pgconn.CustomData of the
+// transaction that holds a savepoint Guard left open.
+const openSavepoint = "sqlonce.open_savepoint"
+
+// leaveOpen reports whether Guard may leave its savepoint in tx open: the
+// first time for tx on its connection, which it then notes, and never for
+// a transaction it cannot tell apart from another (one whose type cannot
+// be compared, or without a connection).
+func leaveOpen(tx pgx.Tx) bool {
+	if t := reflect.TypeOf(tx); t == nil || !t.Comparable() {
+		return false
+	}
+	c := tx.Conn()
+	if c == nil || c.PgConn() == nil {
+		return false
+	}
+	data := c.PgConn().CustomData()
+	if data == nil {
+		return false
+	}
+	if held, ok := data[openSavepoint]; ok && held == any(tx) {
+		return false
+	}
+	data[openSavepoint] = tx
+	return true
+}
+
+// savepoint runs fn under a savepoint, released after a success and left
+// after ROLLBACK TO: pgx runs a nested Begin as SAVEPOINT and its Rollback
+// as ROLLBACK TO SAVEPOINT.
+func savepoint(ctx context.Context, tx pgx.Tx, fn func(ctx context.Context) error) error {
 	sp, err := tx.Begin(ctx)
 	if err != nil {
 		return err
@@ -188,7 +242,7 @@ func decided(c pgdb.KeyClaimRow, found bool) (driver.Claim, bool) {
 // that need more than the claim statement.
 func (e engine) claimBoundedSteps(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (driver.Claim, error) {
 	var c driver.Claim
-	err := e.Guard(ctx, tx, func(ctx context.Context) error {
+	err := savepoint(ctx, tx, func(ctx context.Context) error {
 		ms := max(p.LockWait.Milliseconds(), 1)
 		prev, err := e.q.LockTimeoutSet(ctx, tx, strconv.FormatInt(ms, 10)+"ms")
 		if err != nil {

@@ -169,10 +169,17 @@ type engine struct {
 
 var _ driver.DuplicateInTx[*sql.Tx] = engine{}
 
-func (e engine) Guard(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context) error) error {
-	// A failed statement rolls back alone on SQLite, but fn may have run
-	// several: the savepoint undoes all of them.
-	return driver.SQLSavepoint(ctx, tx, true, fn)
+// Guard runs a single statement as it is: a failed statement rolls back
+// alone on SQLite (the default conflict resolution, ABORT) and the
+// transaction goes on. fn of several statements runs under a savepoint,
+// which undoes all of them, released after a success and after the
+// rollback to it: SQLite nests savepoints, as PostgreSQL does, and its
+// statements cost no round trip.
+func (e engine) Guard(ctx context.Context, tx *sql.Tx, single bool, fn func(ctx context.Context) error) error {
+	if single {
+		return fn(ctx)
+	}
+	return driver.SQLSavepoint(ctx, tx, driver.ReleaseAlways, fn)
 }
 
 // IsDuplicate matches what needs no lookup: any duplicate for an empty
@@ -220,37 +227,44 @@ func (e engine) IsDuplicateInTx(ctx context.Context, tx *sql.Tx, err error, cons
 	return cols != "" && cols == target, nil
 }
 
-// Catalog reads, not queries on sqlonce's tables: sqlc's SQLite engine
-// knows neither sqlite_schema nor the pragma functions.
-const (
-	sqlIndexTable   = "SELECT tbl_name FROM sqlite_schema WHERE type = 'index' AND name = ? COLLATE NOCASE"
-	sqlIndexColumns = "SELECT name FROM pragma_index_info(?) ORDER BY seqno"
-)
+// A catalog read, not a query on sqlonce's tables: sqlc's SQLite engine
+// knows neither sqlite_schema nor the pragma functions. One statement
+// reads the index's table and its columns in order.
+const sqlIndexColumns = `SELECT m.tbl_name, i.name FROM sqlite_schema AS m, pragma_index_info(m.name) AS i
+WHERE m.type = 'index' AND m.name = ? COLLATE NOCASE ORDER BY i.seqno`
 
 // indexColumns returns a unique index's columns as SQLite's duplicate-key
-// error names them: "table.col1, table.col2".
+// error names them, "table.col1, table.col2", "" for an index on an
+// expression, and sql.ErrNoRows when there is no index of that name.
 func indexColumns(ctx context.Context, tx *sql.Tx, index string) (string, error) {
-	var table string
-	if err := tx.QueryRowContext(ctx, sqlIndexTable, index).Scan(&table); err != nil {
-		return "", err
-	}
 	rows, err := tx.QueryContext(ctx, sqlIndexColumns, index)
 	if err != nil {
 		return "", err
 	}
 	defer rows.Close()
 	var cols []string
+	expr := false
 	for rows.Next() {
+		var table string
 		var c sql.NullString // NULL for an expression
-		if err := rows.Scan(&c); err != nil {
+		if err := rows.Scan(&table, &c); err != nil {
 			return "", err
 		}
 		if !c.Valid {
-			return "", nil
+			expr = true
 		}
 		cols = append(cols, table+"."+c.String)
 	}
-	return strings.Join(cols, ", "), rows.Err()
+	if err := rows.Err(); err != nil {
+		return "", err
+	}
+	switch {
+	case len(cols) == 0:
+		return "", sql.ErrNoRows
+	case expr:
+		return "", nil
+	}
+	return strings.Join(cols, ", "), nil
 }
 
 func liteNow(t time.Time) sql.NullInt64 {

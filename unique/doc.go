@@ -1,30 +1,59 @@
 // Package unique makes inserts with a natural or client-generated key
-// idempotent: a duplicate key on the named unique constraint means "already
-// done".
+// idempotent: a repeat that finds the key taken means "already done".
 //
 // Use it where the row has a key of its own: an order code, a user and an
 // item in a flash sale, a distributed id chosen by the client.
 //
-//	ins, err := unique.New(pgxdriver.New(nil))
-//	res, err := ins.Insert(ctx, tx, "orders_code_key", func(ctx context.Context) error {
-//		_, err := q.InsertOrder(ctx, code)
+// There are three forms, for three shapes of insert:
+//
+//   - [Inserter.InsertOne] (and [InsertOneOrGet]) for an insert that is one
+//     statement failing on a duplicate, as a sqlc-generated call is. A
+//     duplicate-key error on the named constraint means "already done".
+//     On MySQL/MariaDB and SQLite a failed statement rolls back alone, so
+//     no savepoint is taken: the round trips of the bare transaction,
+//     first run and repeat alike.
+//   - [Inserted] for an INSERT ... ON CONFLICT (key) DO NOTHING (PostgreSQL,
+//     SQLite), judged by the rows it affected, as optimistic.Update is.
+//     Nothing fails, so nothing needs a savepoint: the bare transaction's
+//     round trips on PostgreSQL too. MySQL has no such statement.
+//   - [Inserter.Insert] (and [InsertOrGet]) for an insert of several
+//     statements: it runs under a savepoint, so that a duplicate leaves
+//     nothing of it behind.
+//
+// On PostgreSQL a failed statement aborts the whole transaction, so
+// InsertOne and Insert both take a savepoint there; prefer Inserted. The
+// savepoint is released in the same round trip as the ROLLBACK TO that a
+// duplicate needs, and after a first run it is left for COMMIT to release,
+// for the first one in the transaction (savepoints left open nest, which
+// costs other sessions on PostgreSQL: see docs/benchmarks.md).
+//
+//	ins, err := unique.New(mysqldriver.New(db))
+//	res, err := ins.InsertOne(ctx, tx, "orders_code_key", func(ctx context.Context) error {
+//		_, err := q.CreateOrder(ctx, arg) // sqlc: INSERT INTO orders ...
 //		return err
 //	})
 //
-// Only a duplicate on the named constraint counts. A duplicate on any other
-// constraint, and every other error, is returned as it is: those are real
-// errors. The errors are recognised by their typed fields
-// (pgconn.PgError.Code and ConstraintName on PostgreSQL, MySQLError.Number
-// on MySQL), never by the message where a field exists.
+//	rows, err := q.CreateOrderIfAbsent(ctx, arg) // sqlc :execrows: ... ON CONFLICT (code) DO NOTHING
+//	if err != nil {
+//		return err
+//	}
+//	res, err := unique.Inserted(ctx, rows)
 //
-// The insert runs under a savepoint. PostgreSQL aborts the whole
-// transaction on a unique violation; rolling back to the savepoint keeps it
-// usable, and on every database it undoes whatever else the insert function
-// wrote before the duplicate.
+// Only a duplicate on the named constraint (for Inserted: the conflict
+// target) counts. A duplicate on any other constraint, and every other
+// error, is returned as it is: those are real errors. The errors are
+// recognised by their typed fields (pgconn.PgError.Code and
+// ConstraintName on PostgreSQL, MySQLError.Number on MySQL), never by the
+// message where a field exists.
 //
-// [InsertOrGet] also reads the existing row back, so a repeat gets the same
-// answer the first call got.
+// [InsertOrGet] and [InsertOneOrGet] also read the existing row back, so a
+// repeat gets the same answer the first call got; with Inserted, read it
+// when the result is AlreadyDone.
 //
-// Do not reach for INSERT IGNORE on MySQL for this: it also swallows NOT
-// NULL, range, truncation and foreign-key errors.
+// Do not reach for INSERT IGNORE or ON DUPLICATE KEY UPDATE id = id on
+// MySQL for this: both take a duplicate on any unique key for a repeat,
+// and INSERT IGNORE also swallows NOT NULL, range, truncation and
+// foreign-key errors. Nor for a bare ON CONFLICT DO NOTHING, without a
+// conflict target, which also takes a duplicate on any unique constraint
+// for a repeat.
 package unique

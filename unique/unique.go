@@ -31,12 +31,18 @@ func New[TTx any](d sqlonce.Driver[TTx]) (*Inserter[TTx], error) {
 }
 
 // Insert runs insert, the caller's INSERT of a row with a natural or
-// client-generated key, in tx under a savepoint. insert must fail on the
-// duplicate: with INSERT IGNORE or ON CONFLICT DO NOTHING a repeat inserts
-// nothing and reports no error, which Insert takes for a first run. A duplicate-key error on
-// constraint means an earlier call inserted the row: Insert rolls back to
-// the savepoint, so tx stays usable (PostgreSQL would otherwise abort it)
-// and nothing insert did remains, and returns AlreadyDone.
+// client-generated key, in tx under a savepoint; insert may run several
+// statements. insert must fail on the duplicate: with INSERT IGNORE or ON
+// CONFLICT DO NOTHING a repeat inserts nothing and reports no error, which
+// Insert takes for a first run (judge ON CONFLICT (key) DO NOTHING with
+// [Inserted] instead). A duplicate-key error on constraint means an earlier
+// call inserted the row: Insert rolls back to the savepoint, so tx stays
+// usable (PostgreSQL would otherwise abort it) and nothing insert did
+// remains, and returns AlreadyDone. After a first run the savepoint is left
+// for COMMIT to release where that costs nothing: on MySQL/MariaDB always,
+// on PostgreSQL for the first Insert in tx (savepoints left open nest
+// there, and nested ones make other sessions' reads of the rows tx wrote
+// follow a chain of subtransactions; see docs/benchmarks.md).
 //
 // constraint is the unique constraint's name on PostgreSQL
 // (pgconn.PgError.ConstraintName): "<table>_pkey" for a primary key and
@@ -74,10 +80,28 @@ func New[TTx any](d sqlonce.Driver[TTx]) (*Inserter[TTx], error) {
 func (u *Inserter[TTx]) Insert(ctx context.Context, tx TTx, constraint string, insert func(ctx context.Context) error) (res sqlonce.Result, err error) {
 	op := obs.Start(u.observer, "unique", "Insert", constraint, "")
 	defer func() { op.End(ctx, res, err) }()
-	return u.insert(ctx, tx, constraint, insert, &op)
+	return u.insert(ctx, tx, constraint, false, insert, &op)
 }
 
-func (u *Inserter[TTx]) insert(ctx context.Context, tx TTx, constraint string, insert func(ctx context.Context) error, op *obs.Op) (sqlonce.Result, error) {
+// InsertOne is Insert for an insert that runs exactly one statement and
+// returns that statement's error, as a sqlc-generated call does
+// (_, err := q.CreateOrder(ctx, arg); return err). A failed statement
+// rolls back alone on MySQL/MariaDB and SQLite and leaves the transaction
+// usable, so InsertOne runs insert there without a savepoint: the round
+// trips of the bare transaction, first run and duplicate alike.
+// PostgreSQL aborts the transaction at any failed statement, so there it
+// runs as Insert does.
+//
+// Everything else is as for Insert. If insert runs more than one
+// statement, or fails after its statement succeeded, on MySQL/MariaDB
+// and SQLite what it wrote before the failure stays in tx: use Insert.
+func (u *Inserter[TTx]) InsertOne(ctx context.Context, tx TTx, constraint string, insert func(ctx context.Context) error) (res sqlonce.Result, err error) {
+	op := obs.Start(u.observer, "unique", "InsertOne", constraint, "")
+	defer func() { op.End(ctx, res, err) }()
+	return u.insert(ctx, tx, constraint, true, insert, &op)
+}
+
+func (u *Inserter[TTx]) insert(ctx context.Context, tx TTx, constraint string, single bool, insert func(ctx context.Context) error, op *obs.Op) (sqlonce.Result, error) {
 	if err := keys.CheckTx(tx); err != nil {
 		return sqlonce.Result{}, err
 	}
@@ -88,7 +112,7 @@ func (u *Inserter[TTx]) insert(ctx context.Context, tx TTx, constraint string, i
 		return sqlonce.Result{}, fmt.Errorf("%w: nil insert", sqlonce.ErrInvalidArgument)
 	}
 	var insertErr error
-	err := u.engine.Guard(ctx, tx, func(ctx context.Context) error {
+	err := u.engine.Guard(ctx, tx, single, func(ctx context.Context) error {
 		op.WorkStart()
 		insertErr = insert(ctx)
 		op.WorkEnd()
@@ -96,8 +120,8 @@ func (u *Inserter[TTx]) insert(ctx context.Context, tx TTx, constraint string, i
 	})
 	if err != nil {
 		// Guard returns insert's error itself only when the rollback to the
-		// savepoint worked; a failed rollback is joined to it and tx is not
-		// usable, so that is never AlreadyDone. Nor is a duplicate that
+		// savepoint, if it took one, worked; a failed rollback is joined to
+		// it and tx is not usable, so that is never AlreadyDone. Nor is a duplicate that
 		// insert returned together with an error that ended or doomed tx
 		// (a deadlock, a lost connection): the row it collided with may be
 		// gone with a rollback, and the caller must run tx again.
@@ -146,17 +170,31 @@ func (u *Inserter[TTx]) isDuplicate(ctx context.Context, tx TTx, err error, cons
 // predates the row, as under PostgreSQL REPEATABLE READ: InsertOrGet returns
 // sqlonce.ErrStaleRead, which is retryable.
 func InsertOrGet[T, TTx any](ctx context.Context, u *Inserter[TTx], tx TTx, constraint string, insert, get func(ctx context.Context) (T, error)) (_ T, res sqlonce.Result, err error) {
-	var zero, v T
 	op := obs.Start(u.observer, "unique", "InsertOrGet", constraint, "")
 	defer func() { op.End(ctx, res, err) }()
+	return insertOrGet(ctx, u, tx, constraint, false, insert, get, &op)
+}
+
+// InsertOneOrGet is InsertOrGet for an insert that runs exactly one
+// statement, without a savepoint where InsertOne needs none: a sqlc
+// :one call such as q.CreateOrder(ctx, arg) as insert, and a read of the
+// row by its key as get.
+func InsertOneOrGet[T, TTx any](ctx context.Context, u *Inserter[TTx], tx TTx, constraint string, insert, get func(ctx context.Context) (T, error)) (_ T, res sqlonce.Result, err error) {
+	op := obs.Start(u.observer, "unique", "InsertOneOrGet", constraint, "")
+	defer func() { op.End(ctx, res, err) }()
+	return insertOrGet(ctx, u, tx, constraint, true, insert, get, &op)
+}
+
+func insertOrGet[T, TTx any](ctx context.Context, u *Inserter[TTx], tx TTx, constraint string, single bool, insert, get func(ctx context.Context) (T, error), op *obs.Op) (T, sqlonce.Result, error) {
+	var zero, v T
 	if insert == nil || get == nil {
 		return zero, sqlonce.Result{}, fmt.Errorf("%w: nil insert or get", sqlonce.ErrInvalidArgument)
 	}
-	res, err = u.insert(ctx, tx, constraint, func(ctx context.Context) error {
+	res, err := u.insert(ctx, tx, constraint, single, func(ctx context.Context) error {
 		var err error
 		v, err = insert(ctx)
 		return err
-	}, &op)
+	}, op)
 	if err != nil {
 		return zero, res, err
 	}

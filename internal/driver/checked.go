@@ -25,11 +25,11 @@ var (
 	_ BatchClaimer[*sql.Tx]  = Checked{}
 )
 
-func (c Checked) Guard(ctx context.Context, tx *sql.Tx, fn func(ctx context.Context) error) error {
+func (c Checked) Guard(ctx context.Context, tx *sql.Tx, single bool, fn func(ctx context.Context) error) error {
 	if err := c.Check.Err(ctx, tx); err != nil {
 		return err
 	}
-	return c.Engine.Guard(ctx, tx, fn)
+	return c.Engine.Guard(ctx, tx, single, fn)
 }
 
 func (c Checked) IsDuplicateInTx(ctx context.Context, tx *sql.Tx, err error, constraint string) (bool, error) {

@@ -20,10 +20,16 @@ const (
 
 // Engine is implemented by every driver.
 type Engine[TTx any] interface {
-	// Guard runs fn so that an error from fn leaves tx usable: under a
-	// savepoint on PostgreSQL (where any error aborts the transaction),
-	// directly on MySQL (where a failed statement rolls back alone).
-	Guard(ctx context.Context, tx TTx, fn func(ctx context.Context) error) error
+	// Guard runs fn, unique's insert, so that an error from fn leaves tx
+	// usable and nothing fn wrote remains; unique judges the error after.
+	// single says that fn runs exactly one statement: where a failed
+	// statement rolls back alone and the transaction goes on (MySQL,
+	// SQLite), Guard then runs fn as it is. Otherwise fn runs under a
+	// savepoint, rolled back to when fn fails. After fn succeeded the
+	// engine may leave the savepoint for COMMIT to release, where that
+	// costs nothing (MySQL) or nests no savepoints (PostgreSQL: at most
+	// one left open per transaction).
+	Guard(ctx context.Context, tx TTx, single bool, fn func(ctx context.Context) error) error
 
 	// IsDuplicate reports whether err is a duplicate-key error on the named
 	// constraint (PostgreSQL) or key (MySQL).

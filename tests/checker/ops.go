@@ -12,6 +12,7 @@ import (
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/testclock"
 	"github.com/sqlonce/sqlonce/optimistic"
+	"github.com/sqlonce/sqlonce/unique"
 )
 
 func (w *worker[TTx]) loop() {
@@ -30,6 +31,10 @@ func (w *worker[TTx]) loop() {
 			w.pairOp(DoNestedText, true, true)
 		case Unique:
 			w.uniqueOp()
+		case UniqueOne:
+			w.uniqueOneOp()
+		case UniqueRows:
+			w.uniqueRowsOp()
 		case Optimistic:
 			w.optimisticOp()
 		case StateMachine:
@@ -49,16 +54,17 @@ func (w *worker[TTx]) loop() {
 }
 
 // windowOf names the key window a workload draws from: the pair and
-// nested workloads share the Do workload's keys, so that all their calls
-// collide.
+// nested workloads share the Do workload's keys, and the unique forms the
+// Unique workload's, so that all their calls collide.
 func (r *run[TTx]) windowOf(op string) string {
-	pairs := []string{Do, DoPair, DoNested, DoNestedText, DoBatch}
-	if !slices.Contains(pairs[1:], op) {
-		return op
-	}
-	for _, w := range pairs {
-		if r.enabled(w) {
-			return w
+	for _, group := range [][]string{{Do, DoPair, DoNested, DoNestedText, DoBatch}, {Unique, UniqueOne, UniqueRows}} {
+		if !slices.Contains(group, op) {
+			continue
+		}
+		for _, w := range group {
+			if r.enabled(w) {
+				return w
+			}
 		}
 	}
 	return op
@@ -155,6 +161,50 @@ func (w *worker[TTx]) uniqueOp() {
 				}
 				return f.inFn(ctx, tx)
 			})
+			st.set(res, err, w.r.tick())
+			return err
+		})
+	})
+}
+
+// uniqueOneOp is uniqueOp with InsertOne: its insert is the one INSERT,
+// and the faults strike after it, in the caller's own work.
+func (w *worker[TTx]) uniqueOneOp() {
+	code := "u:" + w.key(UniqueOne)
+	w.operation(UniqueOne, func(a *Attempt) {
+		w.inTx(a, func(ctx context.Context, tx TTx, f *faultCtl[TTx]) error {
+			st := a.step(code, "")
+			res, err := w.n.ins.InsertOne(ctx, tx, "orders_code_key", func(ctx context.Context) error {
+				_, err := w.n.db.Tx(tx).OrderInsert(ctx, code, "a"+strconv.FormatInt(a.ID, 10), a.ID)
+				return err
+			})
+			if err == nil {
+				err = f.inFn(ctx, tx)
+			}
+			st.set(res, err, w.r.tick())
+			return err
+		})
+	})
+}
+
+// uniqueRowsOp inserts the order with ON CONFLICT (code) DO NOTHING and
+// judges the rows with unique.Inserted; the faults strike between the
+// statement and the judgment, as optimisticOp's do.
+func (w *worker[TTx]) uniqueRowsOp() {
+	code := "u:" + w.key(UniqueRows)
+	w.operation(UniqueRows, func(a *Attempt) {
+		w.inTx(a, func(ctx context.Context, tx TTx, f *faultCtl[TTx]) error {
+			st := a.step(code, "")
+			res, err := func() (sqlonce.Result, error) {
+				rows, err := w.n.db.Tx(tx).OrderInsertIfAbsent(ctx, code, "a"+strconv.FormatInt(a.ID, 10), a.ID)
+				if err != nil {
+					return sqlonce.Result{}, err
+				}
+				if err := f.inFn(ctx, tx); err != nil {
+					return sqlonce.Result{}, err
+				}
+				return unique.Inserted(ctx, rows)
+			}()
 			st.set(res, err, w.r.tick())
 			return err
 		})

@@ -93,6 +93,16 @@ func runNilTx[TTx any](t *testing.T, f harness.Factory[TTx]) {
 					func(ctx context.Context) (int, error) { return 1, work(ctx) })
 				return err
 			},
+			"unique.InsertOne": func() error {
+				_, err := ins.InsertOne(ctx, tx, codeKey, work)
+				return err
+			},
+			"unique.InsertOneOrGet": func() error {
+				_, _, err := unique.InsertOneOrGet(ctx, ins, tx, codeKey,
+					func(ctx context.Context) (int, error) { return 1, work(ctx) },
+					func(ctx context.Context) (int, error) { return 1, work(ctx) })
+				return err
+			},
 			"token.IssueTx": func() error { _, err := tokens.IssueTx(ctx, tx, "nil-scope"); return err },
 			"token.Consume": func() error { _, err := tokens.Consume(ctx, tx, "nil-scope", live); return err },
 			"token.PurgeTx": func() error { _, err := tokens.PurgeTx(ctx, tx, 10); return err },

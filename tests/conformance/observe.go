@@ -268,6 +268,16 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			})
 			want("unique", "unique", "Insert", codeKey, outcome)
 		}
+		for _, outcome := range []sqlonce.EventOutcome{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
+			inTx(func(tx TTx) error {
+				_, err := ins.InsertOne(ctx, tx, codeKey, func(ctx context.Context) error {
+					_, err := db.Tx(tx).OrderInsert(ctx, "OBS-2", "c2", 0)
+					return err
+				})
+				return err
+			})
+			want("unique one", "unique", "InsertOne", codeKey, outcome)
+		}
 
 		// token: issued, consumed, consumed again, unknown.
 		ts, err := token.New(drv)
@@ -369,6 +379,12 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				return err
 			})
 			want("statemachine", "statemachine", "Transition", "created->paid", outcome)
+		}
+		for rows, outcome := range []sqlonce.EventOutcome{sqlonce.EventAlreadyDone, sqlonce.EventFirstRun} {
+			if _, err := unique.Inserted(octx, int64(rows)); err != nil {
+				t.Fatal(err)
+			}
+			want("unique rows", "unique", "Inserted", "", outcome)
 		}
 		// Without an Observer in ctx, nothing is reported.
 		n := len(rec.events)

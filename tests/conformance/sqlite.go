@@ -46,7 +46,8 @@ func constraintText[TTx any](db harness.DB[TTx], constraint string) string {
 		return constraint
 	}
 	return map[string]string{
-		"orders_code_key": "orders.code",
-		"orders_ref_key":  "orders.customer, orders.amount",
+		"orders_code_key":    "orders.code",
+		"orders_ref_key":     "orders.customer, orders.amount",
+		"shipments_code_key": "shipments.code",
 	}[constraint]
 }

@@ -94,3 +94,74 @@ func TestUniqueDuplicateThenBFAbort(t *testing.T) {
 		t.Fatalf("%d orders with code %s (%v), want 1", n, code, err)
 	}
 }
+
+// TestUniqueInsertOneDuplicateThenBFAbort is the same shape for
+// InsertOne, which takes no savepoint on MySQL: the duplicate on node A is
+// the statement's own failure, rolled back alone, so InsertOne answers
+// AlreadyDone at once (the row it met is committed); the abort that B's
+// write causes then fails A's COMMIT with a retryable error, and the
+// caller's retry answers AlreadyDone again, with one order in the database.
+func TestUniqueInsertOneDuplicateThenBFAbort(t *testing.T) {
+	c := galera.Shared(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dbs := harness.MySQLNodes(t, 4, c.DSNs("", "wsrep_sync_wait=1")...)
+	a, b := dbs[0], dbs[1]
+	const code = "g-dup-one"
+	if _, err := a.Pool().OrderInsert(ctx, code, code, 1); err != nil {
+		t.Fatal(err)
+	}
+	x, err := a.Pool().OrderInsert(ctx, "g-x-one", "g-x-one", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins, err := unique.New(a.Driver())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	tx, err := a.Begin(ctx, harness.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = a.Rollback(ctx, tx) }()
+	if _, err := a.Tx(tx).OrderAddAmount(ctx, x, 1, 1); err != nil { // A's transaction writes order x
+		t.Fatal(err)
+	}
+	res, err := ins.InsertOne(ctx, tx, "orders_code_key", func(ctx context.Context) error {
+		_, err := a.Tx(tx).OrderInsert(ctx, code, code, 1)
+		return err
+	})
+	t.Logf("InsertOne: %v, %v", res, err)
+	if err != nil || !res.AlreadyDone() {
+		t.Fatalf("got %v, %v; want AlreadyDone", res, err)
+	}
+	// Node B writes order x and commits first; applied on node A, its
+	// write set aborts A's transaction, which holds x.
+	if _, err := b.Pool().OrderAddAmount(ctx, x, 1, 5); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Pool().OrderGetByID(ctx, x); err != nil { // waits until A applied it
+		t.Fatal(err)
+	}
+	err = a.Commit(ctx, tx)
+	t.Logf("COMMIT: %v", err)
+	if err == nil || !sqlonce.IsRetryable(err) {
+		t.Fatalf("COMMIT of the aborted transaction: %v, want a retryable error", err)
+	}
+
+	// The caller's retry: the order exists.
+	err = harness.WithTx(ctx, a, harness.Default, func(tx2 *sql.Tx) error {
+		res, err = ins.InsertOne(ctx, tx2, "orders_code_key", func(ctx context.Context) error {
+			_, err := a.Tx(tx2).OrderInsert(ctx, code, code, 1)
+			return err
+		})
+		return err
+	})
+	if err != nil || !res.AlreadyDone() {
+		t.Fatalf("retry: got %v, %v; want AlreadyDone", res, err)
+	}
+	if n, err := a.Pool().OrderCountByCode(ctx, code); err != nil || n != 1 {
+		t.Fatalf("%d orders with code %s (%v), want 1", n, code, err)
+	}
+}

@@ -31,6 +31,7 @@ import (
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 	"github.com/sqlonce/sqlonce/tests/internal/wire"
 	"github.com/sqlonce/sqlonce/token"
+	"github.com/sqlonce/sqlonce/unique"
 )
 
 // env is one database seen through a counter: the driver under test and
@@ -243,6 +244,25 @@ func paths[TTx any]() []path[TTx] {
 				_, err := e.h.Tx(tx).OrderInsert(ctx, fmt.Sprint("u", n), fmt.Sprint("cu", n), 100)
 				return err
 			})
+			return want(res, err, first)
+		})
+	}
+	insertOne := func(ctx context.Context, e *env[TTx], n int, first bool) error {
+		return e.withTx(ctx, func(tx TTx) error {
+			res, err := uniqueInserter(e).InsertOne(ctx, tx, "orders_code_key", func(ctx context.Context) error {
+				_, err := e.h.Tx(tx).OrderInsert(ctx, fmt.Sprint("u", n), fmt.Sprint("cu", n), 100)
+				return err
+			})
+			return want(res, err, first)
+		})
+	}
+	inserted := func(ctx context.Context, e *env[TTx], n int, first bool) error {
+		return e.withTx(ctx, func(tx TTx) error {
+			rows, err := e.h.Tx(tx).OrderInsertIfAbsent(ctx, fmt.Sprint("u", n), fmt.Sprint("cu", n), 100)
+			if err != nil {
+				return err
+			}
+			res, err := unique.Inserted(ctx, rows)
 			return want(res, err, first)
 		})
 	}
@@ -484,6 +504,75 @@ func paths[TTx any]() []path[TTx] {
 					_, res, err := uniqueInsertOrGet(ctx, uniqueInserter(e), tx,
 						func(ctx context.Context) (int64, error) { return b.OrderInsert(ctx, code, fmt.Sprint("cu", n), 100) },
 						func(ctx context.Context) (int64, error) { o, err := b.OrderGetByCode(ctx, code); return o.ID, err })
+					return want(res, err, false)
+				})
+			})
+		}},
+		{"unique.Insert, 10 first runs in one tx", func(ctx context.Context, e *env[TTx], n int) error {
+			return e.measure(func() error {
+				return e.withTx(ctx, func(tx TTx) error {
+					for i := range 10 {
+						res, err := uniqueInserter(e).Insert(ctx, tx, "orders_code_key", func(ctx context.Context) error {
+							_, err := e.h.Tx(tx).OrderInsert(ctx, fmt.Sprint("u", n, "-", i), fmt.Sprint("cu", n, "-", i), 100)
+							return err
+						})
+						if err := want(res, err, true); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+			})
+		}},
+		{"unique.InsertOne first run", func(ctx context.Context, e *env[TTx], n int) error {
+			return e.measure(func() error { return insertOne(ctx, e, n, true) })
+		}},
+		{"unique.InsertOne duplicate", func(ctx context.Context, e *env[TTx], n int) error {
+			if err := insertOne(ctx, e, n, true); err != nil {
+				return err
+			}
+			return e.measure(func() error { return insertOne(ctx, e, n, false) })
+		}},
+		{"unique.InsertOneOrGet duplicate", func(ctx context.Context, e *env[TTx], n int) error {
+			if err := insertOne(ctx, e, n, true); err != nil {
+				return err
+			}
+			return e.measure(func() error {
+				return e.withTx(ctx, func(tx TTx) error {
+					b := e.h.Tx(tx)
+					code := fmt.Sprint("u", n)
+					_, res, err := unique.InsertOneOrGet(ctx, uniqueInserter(e), tx, "orders_code_key",
+						func(ctx context.Context) (int64, error) { return b.OrderInsert(ctx, code, fmt.Sprint("cu", n), 100) },
+						func(ctx context.Context) (int64, error) { o, err := b.OrderGetByCode(ctx, code); return o.ID, err })
+					return want(res, err, false)
+				})
+			})
+		}},
+		{"unique.Inserted first run", func(ctx context.Context, e *env[TTx], n int) error {
+			return e.measure(func() error { return inserted(ctx, e, n, true) })
+		}},
+		{"unique.Inserted duplicate", func(ctx context.Context, e *env[TTx], n int) error {
+			if err := inserted(ctx, e, n, true); err != nil {
+				return err
+			}
+			return e.measure(func() error { return inserted(ctx, e, n, false) })
+		}},
+		{"unique.Inserted duplicate + read", func(ctx context.Context, e *env[TTx], n int) error {
+			if err := inserted(ctx, e, n, true); err != nil {
+				return err
+			}
+			return e.measure(func() error {
+				return e.withTx(ctx, func(tx TTx) error {
+					b := e.h.Tx(tx)
+					code := fmt.Sprint("u", n)
+					rows, err := b.OrderInsertIfAbsent(ctx, code, fmt.Sprint("cu", n), 100)
+					if err != nil {
+						return err
+					}
+					res, err := unique.Inserted(ctx, rows)
+					if err == nil && res.AlreadyDone() {
+						_, err = b.OrderGetByCode(ctx, code)
+					}
 					return want(res, err, false)
 				})
 			})
