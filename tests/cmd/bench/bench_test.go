@@ -103,7 +103,13 @@ func TestFaultAccounting(t *testing.T) {
 					t.Errorf("%s: no expectation for this technique", r.ID)
 				}
 			}
-			for _, id := range []string{"baseline", "bare-update", "bare-order", "dedupe-do", "dedupe-response", "dedupe-run", "dedupe-response-replay", "dedupe-run-replay", "unique-insert", "optimistic", "statemachine", "dedupe-lease", "select-insert", "redis-setnx", "redis-token"} {
+			ids := []string{"baseline", "bare-update", "bare-order", "dedupe-do", "dedupe-response", "dedupe-run", "dedupe-response-replay", "dedupe-run-replay", "unique-insert", "unique-insert-one", "optimistic", "statemachine", "dedupe-lease", "select-insert", "redis-setnx", "redis-token"}
+			if db == "postgres" {
+				ids = append(ids, "unique-inserted")
+			} else if seen["unique-inserted"] {
+				t.Error("unique-inserted ran on " + db)
+			}
+			for _, id := range ids {
 				if !seen[id] {
 					t.Errorf("technique %s did not run", id)
 				}

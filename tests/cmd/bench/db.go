@@ -77,6 +77,9 @@ type biz interface {
 	ledgerInsert(ctx context.Context, ref string, amount int64) error
 	ledgerExists(ctx context.Context, ref string) (bool, error)
 	orderInsert(ctx context.Context, code string, amount int64) error
+	// orderInsertIfAbsent is INSERT ... ON CONFLICT (code) DO NOTHING,
+	// returning the rows it inserted (PostgreSQL only).
+	orderInsertIfAbsent(ctx context.Context, code string, amount int64) (int64, error)
 	orderAddAmount(ctx context.Context, id, version, delta int64) (int64, error)
 	orderGetVersion(ctx context.Context, id int64) (int64, error)
 	orderSetStatus(ctx context.Context, id int64, from, to string) (int64, error)
@@ -303,6 +306,9 @@ func (q pgBiz) orderInsert(ctx context.Context, code string, amount int64) error
 	_, err := q.q.OrderInsert(ctx, pgbiz.OrderInsertParams{Code: code, Customer: code, Amount: amount})
 	return err
 }
+func (q pgBiz) orderInsertIfAbsent(ctx context.Context, code string, amount int64) (int64, error) {
+	return q.q.OrderInsertIfAbsent(ctx, pgbiz.OrderInsertIfAbsentParams{Code: code, Customer: code, Amount: amount})
+}
 func (q pgBiz) orderAddAmount(ctx context.Context, id, version, delta int64) (int64, error) {
 	return q.q.OrderAddAmount(ctx, pgbiz.OrderAddAmountParams{ID: id, Version: version, Delta: delta})
 }
@@ -496,6 +502,9 @@ func (q myBiz) ledgerExists(ctx context.Context, ref string) (bool, error) {
 func (q myBiz) orderInsert(ctx context.Context, code string, amount int64) error {
 	_, err := q.q.OrderInsert(ctx, mysqlbiz.OrderInsertParams{Code: code, Customer: code, Amount: amount})
 	return err
+}
+func (q myBiz) orderInsertIfAbsent(context.Context, string, int64) (int64, error) {
+	return 0, errors.New("MySQL/MariaDB have no ON CONFLICT (code): unique.Inserted has no statement there")
 }
 func (q myBiz) orderAddAmount(ctx context.Context, id, version, delta int64) (int64, error) {
 	return q.q.OrderAddAmount(ctx, mysqlbiz.OrderAddAmountParams{ID: id, Version: version, Delta: delta})

@@ -68,7 +68,7 @@ func WriteTable(w io.Writer, rep *Report) error {
 	p("x base: time per request relative to the bare INSERT (baseline) in the same round (1.25 = 25%% more); median over")
 	p("        rounds, then the lowest and highest round.")
 	p("x same: the same against the unprotected transaction doing the same business write (bare INSERT order for")
-	p("        unique.Insert, bare UPDATE order for optimistic and statemachine, the baseline for the others).")
+	p("        the unique techniques, bare UPDATE order for optimistic and statemachine, the baseline for the others).")
 	p("faults: requests sent under fault injection; crashes: server died after the check and the write, before the commit;")
 	p("        dups: a duplicate sent while the first was in flight. Counted from the database after the clients' retries:")
 	p("        lost: the write is not there; doubled: it is there more than once.")

@@ -308,9 +308,18 @@ func runOn[TTx any](ctx context.Context, cfg Config, b backend[TTx], rdb *redis.
 		return DBReport{}, fmt.Errorf("describe server: %w", err)
 	}
 	dr := DBReport{Database: b.name(), Server: srv}
-	all, err := variants(b, rdb, redisPrefix, cfg)
+	every, err := variants(b, rdb, redisPrefix, cfg)
 	if err != nil {
 		return dr, err
+	}
+	// A technique of another database is known, and left out here.
+	known := map[string]bool{}
+	var all []*variant
+	for _, v := range every {
+		known[v.ID] = true
+		if v.db == "" || v.db == b.name() {
+			all = append(all, v)
+		}
 	}
 	// The baseline always runs, and so does the bare write a selected
 	// technique is compared with.
@@ -332,7 +341,7 @@ func runOn[TTx any](ctx context.Context, cfg Config, b backend[TTx], rdb *redis.
 		}
 	}
 	for _, id := range cfg.Only {
-		if _, ok := index[id]; !ok {
+		if !known[id] {
 			return dr, fmt.Errorf("unknown technique %q", id)
 		}
 	}

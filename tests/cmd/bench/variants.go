@@ -90,6 +90,9 @@ type variant struct {
 	// effects reads from the database how many times each request's
 	// business write is there.
 	effects func(ctx context.Context, prefix string, reqs []*request) ([]int64, error)
+	// db, when set, is the only database ("postgres") the technique runs
+	// on: elsewhere the database has no statement for it.
+	db string
 }
 
 // response is what the first run answers and a replay must return byte for
@@ -381,6 +384,34 @@ func variants[TTx any](b backend[TTx], rdb *redis.Client, redisPrefix string, cf
 					res, err := inserter.Insert(ctx, tx, "orders_code_key", func(ctx context.Context) error {
 						return b.biz(tx).orderInsert(ctx, r.key, amount)
 					})
+					return fromResult(res.FirstRun()), err
+				})
+			},
+			effects: orderCodes,
+		},
+		{
+			ID: "unique-insert-one", Name: "sqlonce unique.InsertOne", Kind: KindSqlonce, bare: "bare-order",
+			Write: "INSERT an order with a unique code, one statement: no savepoint on MariaDB (a failed statement rolls back alone), one left for COMMIT on PostgreSQL; duplicate = already done",
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				return inTx(ctx, b, h, func(tx TTx) (outcome, error) {
+					res, err := inserter.InsertOne(ctx, tx, "orders_code_key", func(ctx context.Context) error {
+						return b.biz(tx).orderInsert(ctx, r.key, amount)
+					})
+					return fromResult(res.FirstRun()), err
+				})
+			},
+			effects: orderCodes,
+		},
+		{
+			ID: "unique-inserted", Name: "sqlonce unique.Inserted", Kind: KindSqlonce, bare: "bare-order", db: "postgres",
+			Write: "INSERT ... ON CONFLICT (code) DO NOTHING, judged by affected rows: no savepoint; 0 rows = already done",
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				return inTx(ctx, b, h, func(tx TTx) (outcome, error) {
+					rows, err := b.biz(tx).orderInsertIfAbsent(ctx, r.key, amount)
+					if err != nil {
+						return 0, err
+					}
+					res, err := unique.Inserted(ctx, rows)
 					return fromResult(res.FirstRun()), err
 				})
 			},
