@@ -60,7 +60,7 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 		},
 		Record: func(ctx context.Context, tx *sql.Tx, resp []byte) (bool, error) {
 			token := runNonce()
-			err := e.q.KeyInsert(ctx, e.on(tx), mysqldb.KeyInsertParams{
+			_, err := e.q.KeyInsert(ctx, e.on(tx), mysqldb.KeyInsertParams{
 				Namespace: ns, Scope: scope, IdempotencyKey: key, Fingerprint: driver.NonNil(p.Fingerprint),
 				Response: driver.NonNil(resp[:min(len(resp), responsePiece)]), State: driver.StateDone,
 				Token: sql.NullInt64{Int64: token, Valid: true}, Now: now, TtlUs: p.TTL.Microseconds(),

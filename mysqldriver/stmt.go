@@ -9,6 +9,7 @@ import (
 	"weak"
 
 	"github.com/sqlonce/sqlonce/internal/dbsqlc/mysqldb"
+	"github.com/sqlonce/sqlonce/internal/driver"
 )
 
 // Without interpolateParams=true in the DSN, go-sql-driver/mysql runs every
@@ -128,6 +129,12 @@ func (c *stmtCache) get(ctx context.Context, query string) *sql.Stmt {
 
 // on returns what the generated queries run on for tx.
 func (e engine) on(tx *sql.Tx) mysqldb.DBTX {
+	if tx == driver.AutoTx { // Autocommit's: the handle
+		if e.stmts == nil {
+			return e.db
+		}
+		return e.onDB()
+	}
 	// A nil tx must never fall through to the handle's statements, which
 	// would commit at once; the strategies refuse one before calling.
 	if e.stmts == nil || tx == nil {

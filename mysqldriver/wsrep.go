@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/driver"
 )
 
 // A Galera node (MariaDB Galera Cluster, Percona XtraDB Cluster) commits a
@@ -99,7 +100,7 @@ func (e engine) checkTx(ctx context.Context, tx *sql.Tx) error {
 		return e.wsrep.err
 	}
 	switch {
-	case tx != nil:
+	case tx != nil && tx != driver.AutoTx:
 		return e.wsrep.errOn(ctx, tx)
 	case e.db != nil:
 		return e.wsrep.errOn(ctx, e.db)

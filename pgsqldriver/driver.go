@@ -56,6 +56,23 @@ type engine struct {
 	q  *pgsqldb.Queries
 }
 
+// on returns what the generated queries run on for tx: the handle, in
+// autocommit, for driver.AutoTx.
+func (e engine) on(tx *sql.Tx) pgsqldb.DBTX { return driver.On(tx, e.db) }
+
+var _ driver.Autocommitter[*sql.Tx] = engine{}
+
+// Autocommit runs fn's statements on the driver's *sql.DB outside any
+// transaction, each committed on its own (fn gets driver.AutoTx): a
+// lease's Claim, Complete, Release and Extend, and token.Issue, take one
+// round trip each instead of a transaction's three.
+func (e engine) Autocommit(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if e.db == nil {
+		return sqlonce.ErrNoDB
+	}
+	return driver.SQLAutocommit(ctx, fn)
+}
+
 // Guard runs fn under a savepoint whether or not fn is one statement:
 // any failed statement aborts a PostgreSQL transaction, and ROLLBACK TO
 // SAVEPOINT is what keeps tx usable after it. The rollback releases the
@@ -115,7 +132,7 @@ func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimPara
 	// Rollback: one round trip fewer.
 	err := driver.SQLSavepoint(ctx, tx, driver.ReleaseOnSuccess, func(ctx context.Context) error {
 		ms := max(p.LockWait.Milliseconds(), 1)
-		prev, err := e.q.LockTimeoutSet(ctx, tx, strconv.FormatInt(ms, 10)+"ms")
+		prev, err := e.q.LockTimeoutSet(ctx, e.on(tx), strconv.FormatInt(ms, 10)+"ms")
 		if err != nil {
 			return err
 		}
@@ -123,7 +140,7 @@ func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimPara
 		if err != nil {
 			return err
 		}
-		_, err = e.q.LockTimeoutSet(ctx, tx, prev.Previous)
+		_, err = e.q.LockTimeoutSet(ctx, e.on(tx), prev.Previous)
 		return err
 	})
 	return c, err
@@ -149,7 +166,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 		ins.TtlUs = max(p.TTL, p.Lease).Microseconds() // keeps locked_until <= expires_at
 	}
 	for range claimAttempts {
-		c, err := e.q.KeyClaim(ctx, tx, ins)
+		c, err := e.q.KeyClaim(ctx, e.on(tx), ins)
 		switch {
 		case err == nil && c.Inserted:
 			return driver.Claim{Won: true, Token: c.Token}, nil
@@ -162,7 +179,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 		default:
 			// The key was committed while the insert waited, after this
 			// statement's snapshot: read it with a new one.
-			row, err := e.q.KeyGet(ctx, tx, pgsqldb.KeyGetParams{Now: ins.Now, Namespace: ins.Namespace, Scope: ins.Scope, IdempotencyKey: ins.IdempotencyKey})
+			row, err := e.q.KeyGet(ctx, e.on(tx), pgsqldb.KeyGetParams{Now: ins.Now, Namespace: ins.Namespace, Scope: ins.Scope, IdempotencyKey: ins.IdempotencyKey})
 			if errors.Is(err, sql.ErrNoRows) {
 				continue // purged since the insert saw it: insert again
 			}
@@ -173,7 +190,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 				return driver.Claim{Existing: driver.Existing{Fingerprint: row.Fingerprint, Response: row.Response, Leased: row.Locked}}, nil
 			}
 		}
-		token, err := e.q.KeyTakeover(ctx, tx, pgsqldb.KeyTakeoverParams{
+		token, err := e.q.KeyTakeover(ctx, e.on(tx), pgsqldb.KeyTakeoverParams{
 			Fingerprint: ins.Fingerprint, State: ins.State, Now: ins.Now, LeaseUs: ins.LeaseUs, TtlUs: ins.TtlUs,
 			Namespace: ins.Namespace, Scope: p.Scope, IdempotencyKey: p.Key.Key,
 		})
@@ -190,7 +207,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 
 func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte) (err error) {
 	defer func() { err = canceled(ctx, err) }()
-	n, err := e.q.KeySetResponse(ctx, tx, pgsqldb.KeySetResponseParams{
+	n, err := e.q.KeySetResponse(ctx, e.on(tx), pgsqldb.KeySetResponseParams{
 		Response: response, Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	if err != nil {
@@ -204,13 +221,13 @@ func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token
 
 func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, token int64) (err error) {
 	defer func() { err = canceled(ctx, err) }()
-	_, err = e.q.KeyDelete(ctx, tx, pgsqldb.KeyDeleteParams{Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
+	_, err = e.q.KeyDelete(ctx, e.on(tx), pgsqldb.KeyDeleteParams{Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
 	return err
 }
 
 func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (_ bool, err error) {
 	defer func() { err = canceled(ctx, err) }()
-	n, err := e.q.KeyComplete(ctx, tx, pgsqldb.KeyCompleteParams{
+	n, err := e.q.KeyComplete(ctx, e.on(tx), pgsqldb.KeyCompleteParams{
 		Response: driver.NonNil(response), Now: pgNow(now), TtlUs: ttl.Microseconds(),
 		Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
@@ -219,7 +236,7 @@ func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token in
 
 func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, now time.Time) (_ bool, err error) {
 	defer func() { err = canceled(ctx, err) }()
-	n, err := e.q.KeyRelease(ctx, tx, pgsqldb.KeyReleaseParams{
+	n, err := e.q.KeyRelease(ctx, e.on(tx), pgsqldb.KeyReleaseParams{
 		Now: pgNow(now), Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
@@ -227,7 +244,7 @@ func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int
 
 func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, lease time.Duration, now time.Time) (_ bool, err error) {
 	defer func() { err = canceled(ctx, err) }()
-	n, err := e.q.KeyExtend(ctx, tx, pgsqldb.KeyExtendParams{
+	n, err := e.q.KeyExtend(ctx, e.on(tx), pgsqldb.KeyExtendParams{
 		Now: pgNow(now), LeaseUs: lease.Microseconds(), Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
@@ -235,7 +252,7 @@ func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int6
 
 func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (_ int64, err error) {
 	defer func() { err = canceled(ctx, err) }()
-	return e.q.KeyPurge(ctx, tx, pgsqldb.KeyPurgeParams{Now: pgNow(now), MaxRows: int32(limit)})
+	return e.q.KeyPurge(ctx, e.on(tx), pgsqldb.KeyPurgeParams{Now: pgNow(now), MaxRows: int32(limit)})
 }
 
 // readCommitted begins every transaction sqlonce runs itself: sqlonce's

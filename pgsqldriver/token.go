@@ -12,20 +12,20 @@ import (
 
 func (e engine) TokenInsert(ctx context.Context, tx *sql.Tx, hash []byte, scope string, ttl time.Duration, now time.Time) (err error) {
 	defer func() { err = canceled(ctx, err) }()
-	return e.q.TokenInsert(ctx, tx, pgsqldb.TokenInsertParams{
+	return e.q.TokenInsert(ctx, e.on(tx), pgsqldb.TokenInsertParams{
 		TokenHash: hash, Scope: scope, Now: pgNow(now), TtlUs: ttl.Microseconds(),
 	})
 }
 
 func (e engine) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (_ bool, err error) {
 	defer func() { err = canceled(ctx, err) }()
-	n, err := e.q.TokenConsume(ctx, tx, pgsqldb.TokenConsumeParams{Now: pgNow(now), TokenHash: hash, Scope: scope})
+	n, err := e.q.TokenConsume(ctx, e.on(tx), pgsqldb.TokenConsumeParams{Now: pgNow(now), TokenHash: hash, Scope: scope})
 	return n == 1, err
 }
 
 func (e engine) TokenGet(ctx context.Context, tx *sql.Tx, hash []byte, now time.Time) (_ driver.TokenState, _ bool, err error) {
 	defer func() { err = canceled(ctx, err) }()
-	r, err := e.q.TokenGet(ctx, tx, pgsqldb.TokenGetParams{Now: pgNow(now), TokenHash: hash})
+	r, err := e.q.TokenGet(ctx, e.on(tx), pgsqldb.TokenGetParams{Now: pgNow(now), TokenHash: hash})
 	if errors.Is(err, sql.ErrNoRows) {
 		return driver.TokenState{}, false, nil
 	}
@@ -37,5 +37,5 @@ func (e engine) TokenGet(ctx context.Context, tx *sql.Tx, hash []byte, now time.
 
 func (e engine) TokenPurge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (_ int64, err error) {
 	defer func() { err = canceled(ctx, err) }()
-	return e.q.TokenPurge(ctx, tx, pgsqldb.TokenPurgeParams{Now: pgNow(now), MaxRows: int32(limit)})
+	return e.q.TokenPurge(ctx, e.on(tx), pgsqldb.TokenPurgeParams{Now: pgNow(now), MaxRows: int32(limit)})
 }

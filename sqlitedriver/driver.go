@@ -167,6 +167,23 @@ type engine struct {
 	q  *sqlitedb.Queries
 }
 
+// on returns what the generated queries run on for tx: the handle, in
+// autocommit, for driver.AutoTx.
+func (e engine) on(tx *sql.Tx) sqlitedb.DBTX { return driver.On(tx, e.db) }
+
+var _ driver.Autocommitter[*sql.Tx] = engine{}
+
+// Autocommit runs fn's statements on the driver's *sql.DB outside any
+// transaction, each its own (fn gets driver.AutoTx): a lease's Claim,
+// Complete, Release and Extend, and token.Issue, run one statement each,
+// without BEGIN and COMMIT around it.
+func (e engine) Autocommit(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if e.db == nil {
+		return sqlonce.ErrNoDB
+	}
+	return driver.SQLAutocommit(ctx, fn)
+}
+
 var _ driver.DuplicateInTx[*sql.Tx] = engine{}
 
 // Guard runs a single statement as it is: a failed statement rolls back
@@ -302,14 +319,14 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 		ins.TtlUs = max(p.TTL, p.Lease).Microseconds() // keeps locked_until <= expires_at
 	}
 	for range claimAttempts {
-		token, err := e.q.KeyClaim(ctx, tx, ins)
+		token, err := e.q.KeyClaim(ctx, e.on(tx), ins)
 		if err == nil {
 			return driver.Claim{Won: true, Token: token}, nil
 		}
 		if !errors.Is(err, sql.ErrNoRows) {
 			return driver.Claim{}, err
 		}
-		row, err := e.q.KeyGet(ctx, tx, sqlitedb.KeyGetParams{Now: ins.Now, Namespace: int64(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key})
+		row, err := e.q.KeyGet(ctx, e.on(tx), sqlitedb.KeyGetParams{Now: ins.Now, Namespace: int64(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key})
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
@@ -338,7 +355,7 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 }
 
 func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte) error {
-	n, err := e.q.KeySetResponse(ctx, tx, sqlitedb.KeySetResponseParams{
+	n, err := e.q.KeySetResponse(ctx, e.on(tx), sqlitedb.KeySetResponseParams{
 		Response: driver.NonNil(response), Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	if err != nil {
@@ -351,12 +368,12 @@ func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token
 }
 
 func (e engine) Unclaim(ctx context.Context, tx *sql.Tx, k driver.Key, token int64) error {
-	_, err := e.q.KeyDelete(ctx, tx, sqlitedb.KeyDeleteParams{Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
+	_, err := e.q.KeyDelete(ctx, e.on(tx), sqlitedb.KeyDeleteParams{Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
 	return err
 }
 
 func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
-	n, err := e.q.KeyComplete(ctx, tx, sqlitedb.KeyCompleteParams{
+	n, err := e.q.KeyComplete(ctx, e.on(tx), sqlitedb.KeyCompleteParams{
 		Response: driver.NonNil(response), Now: liteNow(now), TtlUs: ttl.Microseconds(),
 		Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
@@ -364,7 +381,7 @@ func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token in
 }
 
 func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, now time.Time) (bool, error) {
-	n, err := e.q.KeyRelease(ctx, tx, sqlitedb.KeyReleaseParams{
+	n, err := e.q.KeyRelease(ctx, e.on(tx), sqlitedb.KeyReleaseParams{
 		Now: liteNow(now), Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
@@ -373,14 +390,14 @@ func (e engine) Release(ctx context.Context, tx *sql.Tx, k driver.Key, token int
 func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, lease time.Duration, now time.Time) (bool, error) {
 	// SQLite counts matched rows: an Extend to the deadline the lease
 	// already has counts as held.
-	n, err := e.q.KeyExtend(ctx, tx, sqlitedb.KeyExtendParams{
+	n, err := e.q.KeyExtend(ctx, e.on(tx), sqlitedb.KeyExtendParams{
 		Now: liteNow(now), LeaseUs: lease.Microseconds(), Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
 }
 
 func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
-	return e.q.KeyPurge(ctx, tx, sqlitedb.KeyPurgeParams{Now: liteNow(now), MaxRows: int64(limit)})
+	return e.q.KeyPurge(ctx, e.on(tx), sqlitedb.KeyPurgeParams{Now: liteNow(now), MaxRows: int64(limit)})
 }
 
 func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {

@@ -11,18 +11,18 @@ import (
 )
 
 func (e engine) TokenInsert(ctx context.Context, tx *sql.Tx, hash []byte, scope string, ttl time.Duration, now time.Time) error {
-	return e.q.TokenInsert(ctx, tx, sqlitedb.TokenInsertParams{
+	return e.q.TokenInsert(ctx, e.on(tx), sqlitedb.TokenInsertParams{
 		TokenHash: hash, Scope: scope, Now: liteNow(now), TtlUs: ttl.Microseconds(),
 	})
 }
 
 func (e engine) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (bool, error) {
-	n, err := e.q.TokenConsume(ctx, tx, sqlitedb.TokenConsumeParams{Now: liteNow(now), TokenHash: hash, Scope: scope})
+	n, err := e.q.TokenConsume(ctx, e.on(tx), sqlitedb.TokenConsumeParams{Now: liteNow(now), TokenHash: hash, Scope: scope})
 	return n == 1, err
 }
 
 func (e engine) TokenGet(ctx context.Context, tx *sql.Tx, hash []byte, now time.Time) (driver.TokenState, bool, error) {
-	r, err := e.q.TokenGet(ctx, tx, sqlitedb.TokenGetParams{Now: liteNow(now), TokenHash: hash})
+	r, err := e.q.TokenGet(ctx, e.on(tx), sqlitedb.TokenGetParams{Now: liteNow(now), TokenHash: hash})
 	if errors.Is(err, sql.ErrNoRows) {
 		return driver.TokenState{}, false, nil
 	}
@@ -33,5 +33,5 @@ func (e engine) TokenGet(ctx context.Context, tx *sql.Tx, hash []byte, now time.
 }
 
 func (e engine) TokenPurge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
-	return e.q.TokenPurge(ctx, tx, sqlitedb.TokenPurgeParams{Now: liteNow(now), MaxRows: int64(limit)})
+	return e.q.TokenPurge(ctx, e.on(tx), sqlitedb.TokenPurgeParams{Now: liteNow(now), MaxRows: int64(limit)})
 }

@@ -21,12 +21,13 @@ type Checked struct {
 
 var (
 	_ Runner[*sql.Tx]        = Checked{}
+	_ Autocommitter[*sql.Tx] = Checked{}
 	_ DuplicateInTx[*sql.Tx] = Checked{}
 	_ BatchClaimer[*sql.Tx]  = Checked{}
 )
 
 func (c Checked) Guard(ctx context.Context, tx *sql.Tx, single bool, fn func(ctx context.Context) error) error {
-	if err := c.Check.Err(ctx, tx); err != nil {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return err
 	}
 	return c.Engine.Guard(ctx, tx, single, fn)
@@ -40,7 +41,7 @@ func (c Checked) IsDuplicateInTx(ctx context.Context, tx *sql.Tx, err error, con
 }
 
 func (c Checked) ClaimBatch(ctx context.Context, tx *sql.Tx, p BatchParams) ([]BatchClaim, error) {
-	if err := c.Check.Err(ctx, tx); err != nil {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return nil, err
 	}
 	if b, ok := c.Engine.(BatchClaimer[*sql.Tx]); ok {
@@ -50,49 +51,49 @@ func (c Checked) ClaimBatch(ctx context.Context, tx *sql.Tx, p BatchParams) ([]B
 }
 
 func (c Checked) Claim(ctx context.Context, tx *sql.Tx, p ClaimParams) (Claim, error) {
-	if err := c.Check.Err(ctx, tx); err != nil {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return Claim{}, err
 	}
 	return c.Engine.Claim(ctx, tx, p)
 }
 
 func (c Checked) SetResponse(ctx context.Context, tx *sql.Tx, k Key, token int64, response []byte) error {
-	if err := c.Check.Err(ctx, tx); err != nil {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return err
 	}
 	return c.Engine.SetResponse(ctx, tx, k, token, response)
 }
 
 func (c Checked) Unclaim(ctx context.Context, tx *sql.Tx, k Key, token int64) error {
-	if err := c.Check.Err(ctx, tx); err != nil {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return err
 	}
 	return c.Engine.Unclaim(ctx, tx, k, token)
 }
 
 func (c Checked) Complete(ctx context.Context, tx *sql.Tx, k Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
-	if err := c.Check.Err(ctx, tx); err != nil {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return false, err
 	}
 	return c.Engine.Complete(ctx, tx, k, token, response, ttl, now)
 }
 
 func (c Checked) Release(ctx context.Context, tx *sql.Tx, k Key, token int64, now time.Time) (bool, error) {
-	if err := c.Check.Err(ctx, tx); err != nil {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return false, err
 	}
 	return c.Engine.Release(ctx, tx, k, token, now)
 }
 
 func (c Checked) Extend(ctx context.Context, tx *sql.Tx, k Key, token int64, lease time.Duration, now time.Time) (bool, error) {
-	if err := c.Check.Err(ctx, tx); err != nil {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return false, err
 	}
 	return c.Engine.Extend(ctx, tx, k, token, lease, now)
 }
 
 func (c Checked) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
-	if err := c.Check.Err(ctx, tx); err != nil {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return 0, err
 	}
 	return c.Engine.Purge(ctx, tx, limit, now)
@@ -119,29 +120,50 @@ func (c Checked) Run(ctx context.Context, p RunParams, fn func(ctx context.Conte
 }
 
 func (c Checked) TokenInsert(ctx context.Context, tx *sql.Tx, hash []byte, scope string, ttl time.Duration, now time.Time) error {
-	if err := c.Check.Err(ctx, tx); err != nil {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return err
 	}
 	return c.Engine.TokenInsert(ctx, tx, hash, scope, ttl, now)
 }
 
 func (c Checked) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (bool, error) {
-	if err := c.Check.Err(ctx, tx); err != nil {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return false, err
 	}
 	return c.Engine.TokenConsume(ctx, tx, hash, scope, now)
 }
 
 func (c Checked) TokenGet(ctx context.Context, tx *sql.Tx, hash []byte, now time.Time) (TokenState, bool, error) {
-	if err := c.Check.Err(ctx, tx); err != nil {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return TokenState{}, false, err
 	}
 	return c.Engine.TokenGet(ctx, tx, hash, now)
 }
 
 func (c Checked) TokenPurge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
-	if err := c.Check.Err(ctx, tx); err != nil {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return 0, err
 	}
 	return c.Engine.TokenPurge(ctx, tx, limit, now)
+}
+
+func (c Checked) Autocommit(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	a, ok := c.Engine.(Autocommitter[*sql.Tx])
+	if !ok || c.DB == nil {
+		return ErrNoRun // a transaction, through the checked calls
+	}
+	// Settled on the handle before fn runs: the calls fn makes, given
+	// AutoTx, probe nothing then.
+	if err := c.Check.Err(ctx, c.DB); err != nil {
+		return err
+	}
+	return a.Autocommit(ctx, fn)
+}
+
+// on is what the check probes for a call given tx: the handle for AutoTx.
+func (c Checked) on(tx *sql.Tx) querier {
+	if tx == AutoTx && c.DB != nil {
+		return c.DB
+	}
+	return tx
 }

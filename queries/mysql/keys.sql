@@ -4,11 +4,13 @@
 -- so a claim is an INSERT, then on a duplicate a locking read and, for an
 -- expired key or a lapsed lease, a takeover UPDATE.
 
--- name: KeyInsert :exec
+-- name: KeyInsert :execresult
 -- token: the caller's nonce for an in-transaction claim (MySQL has no
 -- RETURNING, and Unclaim/SetResponse must name the row they created), or
 -- NULL for a lease, whose token starts at the database clock in
--- microseconds so that it grows across purges. response: NULL for a claim;
+-- microseconds so that it grows across purges. LAST_INSERT_ID(token) hands
+-- the token back in the statement's own answer (the result's
+-- LastInsertId), with no read after it. response: NULL for a claim;
 -- Store.Run records the key with its response in one statement.
 INSERT INTO sqlonce_keys (
     namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
@@ -19,8 +21,8 @@ INSERT INTO sqlonce_keys (
     sqlc.arg(fingerprint),
     sqlc.narg(response),
     sqlc.arg(state),
-    COALESCE(CAST(sqlc.narg(token) AS SIGNED),
-             TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))),
+    LAST_INSERT_ID(COALESCE(CAST(sqlc.narg(token) AS SIGNED),
+             TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)))),
     DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.narg(lease_us) MICROSECOND),
     COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
     DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(ttl_us) MICROSECOND)
@@ -55,14 +57,11 @@ SELECT
 FROM sqlonce_keys
 WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
 
--- name: KeyGetToken :one
-SELECT token
-FROM sqlonce_keys
-WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
-
 -- name: KeyTakeover :execrows
 -- Takes over an expired key or a lapsed lease read by KeyGetLocked; the
--- token check makes a concurrent takeover of the same row lose.
+-- token check makes a concurrent takeover of the same row lose, and the
+-- condition that it is still available a completion of the lease since
+-- (a claim in autocommit holds no lock between the read and this).
 UPDATE sqlonce_keys
 SET fingerprint  = sqlc.arg(fingerprint),
     response     = NULL,
@@ -71,7 +70,9 @@ SET fingerprint  = sqlc.arg(fingerprint),
     locked_until = DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.narg(lease_us) MICROSECOND),
     created_at   = COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
     expires_at   = DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(ttl_us) MICROSECOND)
-WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token);
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token)
+  AND (expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+       OR (state = 2 AND locked_until <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)));
 
 -- name: KeySetResponse :execrows
 UPDATE sqlonce_keys

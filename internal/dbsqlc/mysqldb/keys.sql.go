@@ -199,26 +199,7 @@ func (q *Queries) KeyGetLocked(ctx context.Context, db DBTX, arg KeyGetLockedPar
 	return i, err
 }
 
-const keyGetToken = `-- name: KeyGetToken :one
-SELECT token
-FROM sqlonce_keys
-WHERE namespace = ? AND scope = ? AND idempotency_key = ?
-`
-
-type KeyGetTokenParams struct {
-	Namespace      int16
-	Scope          []byte
-	IdempotencyKey []byte
-}
-
-func (q *Queries) KeyGetToken(ctx context.Context, db DBTX, arg KeyGetTokenParams) (int64, error) {
-	row := db.QueryRowContext(ctx, keyGetToken, arg.Namespace, arg.Scope, arg.IdempotencyKey)
-	var token int64
-	err := row.Scan(&token)
-	return token, err
-}
-
-const keyInsert = `-- name: KeyInsert :exec
+const keyInsert = `-- name: KeyInsert :execresult
 
 INSERT INTO sqlonce_keys (
     namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
@@ -229,8 +210,8 @@ INSERT INTO sqlonce_keys (
     ?,
     ?,
     ?,
-    COALESCE(CAST(? AS SIGNED),
-             TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))),
+    LAST_INSERT_ID(COALESCE(CAST(? AS SIGNED),
+             TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)))),
     DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND),
     COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
     DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND)
@@ -258,10 +239,12 @@ type KeyInsertParams struct {
 // token: the caller's nonce for an in-transaction claim (MySQL has no
 // RETURNING, and Unclaim/SetResponse must name the row they created), or
 // NULL for a lease, whose token starts at the database clock in
-// microseconds so that it grows across purges. response: NULL for a claim;
+// microseconds so that it grows across purges. LAST_INSERT_ID(token) hands
+// the token back in the statement's own answer (the result's
+// LastInsertId), with no read after it. response: NULL for a claim;
 // Store.Run records the key with its response in one statement.
-func (q *Queries) KeyInsert(ctx context.Context, db DBTX, arg KeyInsertParams) error {
-	_, err := db.ExecContext(ctx, keyInsert,
+func (q *Queries) KeyInsert(ctx context.Context, db DBTX, arg KeyInsertParams) (sql.Result, error) {
+	return db.ExecContext(ctx, keyInsert,
 		arg.Namespace,
 		arg.Scope,
 		arg.IdempotencyKey,
@@ -276,7 +259,6 @@ func (q *Queries) KeyInsert(ctx context.Context, db DBTX, arg KeyInsertParams) e
 		arg.Now,
 		arg.TtlUs,
 	)
-	return err
 }
 
 const keyLeaseHeld = `-- name: KeyLeaseHeld :one
@@ -521,6 +503,8 @@ SET fingerprint  = ?,
     created_at   = COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
     expires_at   = DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND)
 WHERE namespace = ? AND scope = ? AND idempotency_key = ? AND token = ?
+  AND (expires_at <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+       OR (state = 2 AND locked_until <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)))
 `
 
 type KeyTakeoverParams struct {
@@ -537,7 +521,9 @@ type KeyTakeoverParams struct {
 }
 
 // Takes over an expired key or a lapsed lease read by KeyGetLocked; the
-// token check makes a concurrent takeover of the same row lose.
+// token check makes a concurrent takeover of the same row lose, and the
+// condition that it is still available a completion of the lease since
+// (a claim in autocommit holds no lock between the read and this).
 func (q *Queries) KeyTakeover(ctx context.Context, db DBTX, arg KeyTakeoverParams) (int64, error) {
 	result, err := db.ExecContext(ctx, keyTakeover,
 		arg.Fingerprint,
@@ -552,6 +538,8 @@ func (q *Queries) KeyTakeover(ctx context.Context, db DBTX, arg KeyTakeoverParam
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
+		arg.Now,
+		arg.Now,
 	)
 	if err != nil {
 		return 0, err
