@@ -97,9 +97,15 @@ type engine struct {
 }
 
 // Transaction control, not a query on sqlonce's tables: sqlc's MySQL engine
-// parses no SET.
+// parses no SET. The claim's timeout is a number of seconds written into
+// the statement, which then has no arguments and takes one round trip
+// whatever the DSN (with arguments, go-sql-driver/mysql prepares it first
+// unless interpolateParams is set); the session's own is kept in a user
+// variable by the same statement and restored from it, never read by the
+// client.
 const (
-	sqlSetLockWait = "SET SESSION innodb_lock_wait_timeout = ?"
+	sqlSaveLockWait    = "SET @sqlonce_lock_wait = @@SESSION.innodb_lock_wait_timeout, SESSION innodb_lock_wait_timeout = %d"
+	sqlRestoreLockWait = "SET SESSION innodb_lock_wait_timeout = @sqlonce_lock_wait"
 )
 
 // Guard runs a single statement as it is: a failed statement rolls back
@@ -155,22 +161,21 @@ func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 // the connection to the pool still set. Cancelled during the claim itself,
 // the driver closes the connection instead.
 func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (c driver.Claim, err error) {
-	prev, err := e.q.LockWaitTimeoutGet(ctx, e.on(tx))
-	if err != nil {
-		return c, err
-	}
-	secs := int64(p.LockWait / time.Second)
-	if _, err := tx.ExecContext(ctx, sqlSetLockWait, secs); err != nil {
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(sqlSaveLockWait, int64(p.LockWait/time.Second))); err != nil {
 		return c, err
 	}
 	defer func() {
-		if _, rErr := tx.ExecContext(context.WithoutCancel(ctx), sqlSetLockWait, prev.Seconds); rErr != nil && err == nil {
+		if _, rErr := tx.ExecContext(context.WithoutCancel(ctx), sqlRestoreLockWait); rErr != nil && err == nil {
 			err = rErr
 		}
 	}()
 	c, err = e.claim(ctx, tx, p)
-	if err != nil && prev.RollbackOnTimeout == 1 && driver.Classify(err).Has(driver.LockNotAvailable) {
-		err = fmt.Errorf("%w (innodb_rollback_on_timeout=ON): %w", driver.ErrTxRolledBack, err)
+	if err != nil && driver.Classify(err).Has(driver.LockNotAvailable) {
+		// Asked only when it matters: whether the timeout rolled back the
+		// whole transaction rather than the statement.
+		if prev, qErr := e.q.LockWaitTimeoutGet(context.WithoutCancel(ctx), e.on(tx)); qErr == nil && prev.RollbackOnTimeout == 1 {
+			err = fmt.Errorf("%w (innodb_rollback_on_timeout=ON): %w", driver.ErrTxRolledBack, err)
+		}
 	}
 	return c, err
 }

@@ -127,23 +127,29 @@ func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (_ 
 // that a claim that gives up waiting leaves tx usable and its lock_timeout
 // as it was.
 func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (driver.Claim, error) {
-	var c driver.Claim
-	// The savepoint stays after ROLLBACK TO, as after pgx's nested
-	// Rollback: one round trip fewer.
-	err := driver.SQLSavepoint(ctx, tx, driver.ReleaseOnSuccess, func(ctx context.Context) error {
-		ms := max(p.LockWait.Milliseconds(), 1)
-		prev, err := e.q.LockTimeoutSet(ctx, e.on(tx), strconv.FormatInt(ms, 10)+"ms")
-		if err != nil {
-			return err
+	// Statements without arguments go in one Query message, as many as
+	// they are (pgx's stdlib and lib/pq alike): the savepoint and the
+	// bounded lock_timeout travel together, the replaced value kept in the
+	// transaction-local setting sqlonce.lock_timeout, and so do its restore
+	// and the RELEASE after the claim: three round trips, not five. The
+	// timeout is a number of milliseconds, written into the statement.
+	name := driver.SavepointName()
+	ms := strconv.FormatInt(max(p.LockWait.Milliseconds(), 1), 10)
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+name+"; SELECT set_config('sqlonce.lock_timeout', current_setting('lock_timeout'), true), set_config('lock_timeout', '"+ms+"ms', true)"); err != nil {
+		return driver.Claim{}, err
+	}
+	c, err := e.claim(ctx, tx, p)
+	if err != nil {
+		// The rollback restores lock_timeout too.
+		if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+name+"; RELEASE SAVEPOINT "+name); rbErr != nil {
+			return driver.Claim{}, errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
 		}
-		c, err = e.claim(ctx, tx, p)
-		if err != nil {
-			return err
-		}
-		_, err = e.q.LockTimeoutSet(ctx, e.on(tx), prev.Previous)
-		return err
-	})
-	return c, err
+		return driver.Claim{}, err
+	}
+	if _, err := tx.ExecContext(ctx, "SELECT set_config('lock_timeout', current_setting('sqlonce.lock_timeout'), true); RELEASE SAVEPOINT "+name); err != nil {
+		return driver.Claim{}, err
+	}
+	return c, nil
 }
 
 // claimAttempts bounds the loop for a key that vanishes (purged) between the
