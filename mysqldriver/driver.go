@@ -29,9 +29,13 @@
 // transactions (a lease at Complete, a token at Consume). The driver asks
 // the server once, at its first call, and on a Galera node whose session
 // reads without that wait it refuses every call with an error matching
-// sqlonce.ErrInvalidArgument that says so. docs/deployments.md has the
-// rest: conflicts between nodes come back as retryable deadlocks at
-// COMMIT, and WithNoWait sees a key held on its own node only.
+// sqlonce.ErrInvalidArgument that says so. Bit 1 makes reads and BEGIN
+// wait, not an UPDATE alone: with wsrep_sync_wait=1 a lease's Claim,
+// Complete, Release and Extend and token.Issue run in a transaction (3
+// round trips); with wsrep_sync_wait=3 in autocommit (1), as on a single
+// server. docs/deployments.md has the rest: conflicts between nodes come
+// back as retryable deadlocks at COMMIT, and WithNoWait sees a key held on
+// its own node only.
 package mysqldriver
 
 import (
@@ -371,13 +375,20 @@ var _ driver.Autocommitter[*sql.Tx] = engine{}
 // lease's Claim, Complete, Release and Extend, and token.Issue, take one
 // round trip each instead of a transaction's three. A Complete whose
 // response takes more than one statement answers driver.ErrNoRun, and
-// runs in a transaction.
+// runs in a transaction; so does every call on a Galera node whose
+// wsrep_sync_wait makes reads wait but not writes (bit 2 unset, as with
+// wsrep_sync_wait=1): a BEGIN waits there, an UPDATE alone does not.
 func (e engine) Autocommit(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if e.db == nil {
 		return sqlonce.ErrNoDB
 	}
 	if err := e.checkTx(ctx, nil); err != nil {
 		return err
+	}
+	if !e.wsrep.done.Load() || e.wsrep.inTx {
+		// Undecided (the probe could not answer), or a Galera node whose
+		// writes do not wait for what other nodes committed.
+		return driver.ErrNoRun
 	}
 	return driver.SQLAutocommit(ctx, fn)
 }

@@ -35,6 +35,12 @@ type wsrepCheck struct {
 	mu   sync.Mutex
 	done atomic.Bool
 	err  error // set before done
+	// inTx (set before done): a Galera node whose UPDATE and DELETE do not
+	// wait either (wsrep_sync_wait without bit 2). BEGIN waits, so
+	// statements that must see what another node committed run in a
+	// transaction there, never in autocommit: a lease's Complete on node
+	// B right after its Claim on node A would miss the row.
+	inTx bool
 }
 
 // sqlWsrepProbe answers on MySQL and on MariaDB built without wsrep too:
@@ -64,6 +70,7 @@ func (c *wsrepCheck) errOn(ctx context.Context, q querier) error {
 			"a read may miss a row another node has just committed, and a lease would look lost or a token unknown; "+
 			"add wsrep_sync_wait=1 to the DSN (go-sql-driver/mysql sets it on every connection)", sqlonce.ErrInvalidArgument, wait)
 	}
+	c.inTx = on && wait&2 == 0
 	c.done.Store(true)
 	return c.err
 }
