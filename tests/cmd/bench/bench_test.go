@@ -103,7 +103,7 @@ func TestFaultAccounting(t *testing.T) {
 					t.Errorf("%s: no expectation for this technique", r.ID)
 				}
 			}
-			ids := []string{"baseline", "bare-update", "bare-order", "dedupe-do", "dedupe-response", "dedupe-run", "dedupe-response-replay", "dedupe-run-replay", "unique-insert", "unique-insert-one", "optimistic", "statemachine", "dedupe-lease", "select-insert", "redis-setnx", "redis-token"}
+			ids := []string{"baseline", "bare-update", "bare-order", "dedupe-do", "dedupe-response", "dedupe-run", "dedupe-run-firstruns", "dedupe-response-replay", "dedupe-run-replay", "dedupe-run-repeats-replay", "unique-insert", "unique-insert-one", "optimistic", "statemachine", "dedupe-lease", "select-insert", "redis-setnx", "redis-token"}
 			if db == "postgres" {
 				ids = append(ids, "unique-inserted")
 			} else if seen["unique-inserted"] {

@@ -78,8 +78,9 @@ type biz interface {
 	ledgerExists(ctx context.Context, ref string) (bool, error)
 	orderInsert(ctx context.Context, code string, amount int64) error
 	// orderInsertIfAbsent is INSERT ... ON CONFLICT (code) DO NOTHING,
-	// returning the rows it inserted (PostgreSQL only).
-	orderInsertIfAbsent(ctx context.Context, code string, amount int64) (int64, error)
+	// returning the rows it inserted (PostgreSQL only). customer is the
+	// order's, apart from its code: see the unique-inserted technique.
+	orderInsertIfAbsent(ctx context.Context, code, customer string, amount int64) (int64, error)
 	orderAddAmount(ctx context.Context, id, version, delta int64) (int64, error)
 	orderGetVersion(ctx context.Context, id int64) (int64, error)
 	orderSetStatus(ctx context.Context, id int64, from, to string) (int64, error)
@@ -306,8 +307,8 @@ func (q pgBiz) orderInsert(ctx context.Context, code string, amount int64) error
 	_, err := q.q.OrderInsert(ctx, pgbiz.OrderInsertParams{Code: code, Customer: code, Amount: amount})
 	return err
 }
-func (q pgBiz) orderInsertIfAbsent(ctx context.Context, code string, amount int64) (int64, error) {
-	return q.q.OrderInsertIfAbsent(ctx, pgbiz.OrderInsertIfAbsentParams{Code: code, Customer: code, Amount: amount})
+func (q pgBiz) orderInsertIfAbsent(ctx context.Context, code, customer string, amount int64) (int64, error) {
+	return q.q.OrderInsertIfAbsent(ctx, pgbiz.OrderInsertIfAbsentParams{Code: code, Customer: customer, Amount: amount})
 }
 func (q pgBiz) orderAddAmount(ctx context.Context, id, version, delta int64) (int64, error) {
 	return q.q.OrderAddAmount(ctx, pgbiz.OrderAddAmountParams{ID: id, Version: version, Delta: delta})
@@ -503,7 +504,7 @@ func (q myBiz) orderInsert(ctx context.Context, code string, amount int64) error
 	_, err := q.q.OrderInsert(ctx, mysqlbiz.OrderInsertParams{Code: code, Customer: code, Amount: amount})
 	return err
 }
-func (q myBiz) orderInsertIfAbsent(context.Context, string, int64) (int64, error) {
+func (q myBiz) orderInsertIfAbsent(context.Context, string, string, int64) (int64, error) {
 	return 0, errors.New("MySQL/MariaDB have no ON CONFLICT (code): unique.Inserted has no statement there")
 }
 func (q myBiz) orderAddAmount(ctx context.Context, id, version, delta int64) (int64, error) {

@@ -39,7 +39,7 @@ func main() {
 	}
 	var (
 		dbs     = flag.String("db", strings.Join(cfg.Databases, ","), "databases to run on, in order: postgres, mysql")
-		only    = flag.String("only", "", "comma-separated technique ids to run besides the baseline (default all): bare-update, bare-order, dedupe-do, dedupe-response, dedupe-run, dedupe-response-replay, dedupe-run-replay, unique-insert, unique-insert-one, unique-inserted (PostgreSQL), optimistic, statemachine, dedupe-lease, select-insert, redis-setnx, redis-token")
+		only    = flag.String("only", "", "comma-separated technique ids to run besides the baseline (default all): bare-update, bare-order, dedupe-do, dedupe-response, dedupe-run, dedupe-run-firstruns, dedupe-response-replay, dedupe-run-replay, dedupe-run-repeats-replay, unique-insert, unique-insert-one, unique-inserted (PostgreSQL), optimistic, statemachine, dedupe-lease, select-insert, redis-setnx, redis-token")
 		csvPath = flag.String("csv", "", "also write the results as CSV to this file")
 		jsPath  = flag.String("json", "", "also write the full report as JSON to this file")
 		quiet   = flag.Bool("q", false, "no progress lines on stderr")

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 
@@ -178,6 +179,14 @@ func variants[TTx any](b backend[TTx], rdb *redis.Client, redisPrefix string, cf
 	if err != nil {
 		return nil, err
 	}
+	firstRuns, err := dedupe.New(b.driver(), dedupe.WithFavor(dedupe.FavorFirstRuns))
+	if err != nil {
+		return nil, err
+	}
+	repeats, err := dedupe.New(b.driver(), dedupe.WithFavor(dedupe.FavorRepeats))
+	if err != nil {
+		return nil, err
+	}
 	inserter, err := unique.New(b.driver())
 	if err != nil {
 		return nil, err
@@ -224,6 +233,36 @@ func variants[TTx any](b backend[TTx], rdb *redis.Client, redisPrefix string, cf
 		return applied, b.biz(tx).ledgerInsert(ctx, r.key, amount)
 	}
 
+	// runAttempt is one attempt of a Run technique on s.
+	runAttempt := func(s *dedupe.Store[TTx]) func(ctx context.Context, r *request, h hook) (outcome, error) {
+		return func(ctx context.Context, r *request, h hook) (outcome, error) {
+			want := response(r.key)
+			// Run begins and commits the transaction itself, and may
+			// call fn more than once (after a lost race or a
+			// deadlock): the hook fires once per request, the crash
+			// kills fn's connection from inside fn, after the business
+			// write and before Run's commit, and Run hands the error
+			// back to the client to retry.
+			res, err := s.Run(ctx, payment(r.key), func(ctx context.Context, tx TTx) ([]byte, error) {
+				if err := b.biz(tx).ledgerInsert(ctx, r.key, amount); err != nil {
+					return nil, err
+				}
+				if h != nil {
+					if err := h(ctx); errors.Is(err, errCrash) {
+						b.kill(ctx, tx)
+						return nil, errCrashed
+					} else if err != nil {
+						return nil, err
+					}
+				}
+				return want, nil
+			})
+			if err == nil {
+				err = replayed(res, want)
+			}
+			return fromResult(res.FirstRun()), err
+		}
+	}
 	vs := []*variant{
 		{
 			ID: "baseline", Name: "bare INSERT (baseline)", Kind: KindBaseline,
@@ -291,34 +330,14 @@ func variants[TTx any](b backend[TTx], rdb *redis.Client, redisPrefix string, cf
 		},
 		{
 			ID: "dedupe-run", Name: "sqlonce dedupe.Run+fingerprint", Kind: KindSqlonce,
-			Write: "dedupe.Run: the Store's own transaction runs the ledger INSERT and records key, fingerprint and ~100-byte response with the commit",
-			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
-				want := response(r.key)
-				// Run begins and commits the transaction itself, and may
-				// call fn more than once (after a lost race or a
-				// deadlock): the hook fires once per request, the crash
-				// kills fn's connection from inside fn, after the business
-				// write and before Run's commit, and Run hands the error
-				// back to the client to retry.
-				res, err := store.Run(ctx, payment(r.key), func(ctx context.Context, tx TTx) ([]byte, error) {
-					if err := b.biz(tx).ledgerInsert(ctx, r.key, amount); err != nil {
-						return nil, err
-					}
-					if h != nil {
-						if err := h(ctx); errors.Is(err, errCrash) {
-							b.kill(ctx, tx)
-							return nil, errCrashed
-						} else if err != nil {
-							return nil, err
-						}
-					}
-					return want, nil
-				})
-				if err == nil {
-					err = replayed(res, want)
-				}
-				return fromResult(res.FirstRun()), err
-			},
+			Write:   "dedupe.Run: the Store's own transaction runs the ledger INSERT and records key, fingerprint and ~100-byte response with the commit",
+			attempt: runAttempt(store),
+			effects: ledger,
+		},
+		{
+			ID: "dedupe-run-firstruns", Name: "sqlonce dedupe.Run+fingerprint, FavorFirstRuns", Kind: KindSqlonce,
+			Write:   "as dedupe.Run, the Store built WithFavor(FavorFirstRuns): no read of the key before the work where the driver can trade one (MariaDB)",
+			attempt: runAttempt(firstRuns),
 			effects: ledger,
 		},
 		{
@@ -377,6 +396,31 @@ func variants[TTx any](b backend[TTx], rdb *redis.Client, redisPrefix string, cf
 			effects: ledger,
 		},
 		{
+			ID: "dedupe-run-repeats-replay", Name: "sqlonce dedupe.Run, replay, FavorRepeats", Kind: KindSqlonce, replays: true,
+			Write: "as dedupe.Run, replay, the Store built WithFavor(FavorRepeats): the key read before anything else (PostgreSQL through pgx: one round trip)",
+			prepare: func(ctx context.Context) error {
+				for i := range replayKeys {
+					k := replayKey("run-repeats", i)
+					if _, err := repeats.Run(ctx, payment(k), func(ctx context.Context, tx TTx) ([]byte, error) { return response(k), nil }); err != nil {
+						return err
+					}
+				}
+				return nil
+			},
+			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				k := replayKey("run-repeats", r.seq)
+				want := response(k)
+				res, err := repeats.Run(ctx, payment(k), func(ctx context.Context, tx TTx) ([]byte, error) {
+					return want, b.biz(tx).ledgerInsert(ctx, r.key, amount)
+				})
+				if err == nil {
+					err = replayed(res, want)
+				}
+				return fromResult(res.FirstRun()), err
+			},
+			effects: ledger,
+		},
+		{
 			ID: "unique-insert", Name: "sqlonce unique.Insert", Kind: KindSqlonce, bare: "bare-order",
 			Write: "INSERT an order with a unique code under a savepoint; duplicate = already done",
 			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
@@ -406,8 +450,15 @@ func variants[TTx any](b backend[TTx], rdb *redis.Client, redisPrefix string, cf
 			ID: "unique-inserted", Name: "sqlonce unique.Inserted", Kind: KindSqlonce, bare: "bare-order", db: "postgres",
 			Write: "INSERT ... ON CONFLICT (code) DO NOTHING, judged by affected rows: no savepoint; 0 rows = already done",
 			attempt: func(ctx context.Context, r *request, h hook) (outcome, error) {
+				// The other techniques' orders have the code as their customer,
+				// so a repeat collides on orders_ref_key (customer, amount)
+				// too; ON CONFLICT (code) does not cover that key, and two
+				// racing repeats can fail on it (unique.Inserted's documented
+				// limit). Here each attempt's customer is its own: a repeat
+				// collides on the code alone.
+				customer := fmt.Sprintf("%s#%d", r.key, attemptSeq.Add(1))
 				return inTx(ctx, b, h, func(tx TTx) (outcome, error) {
-					rows, err := b.biz(tx).orderInsertIfAbsent(ctx, r.key, amount)
+					rows, err := b.biz(tx).orderInsertIfAbsent(ctx, r.key, customer, amount)
 					if err != nil {
 						return 0, err
 					}
@@ -551,6 +602,9 @@ func variants[TTx any](b backend[TTx], rdb *redis.Client, redisPrefix string, cf
 	)
 	return vs, nil
 }
+
+// attemptSeq numbers attempts where a technique needs them apart.
+var attemptSeq atomic.Int64
 
 // replayKeys is how many keys a replay technique records before the
 // rounds; its timed requests repeat them in turn.
