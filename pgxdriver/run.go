@@ -28,7 +28,10 @@ var runTxOptions = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 // the key wait, then read what the first committed; the record is a plain
 // INSERT, so that a key recorded meanwhile by anyone (Do, a lease, a run
 // that lost its lock to a collision) fails it, and the COMMIT behind it
-// with it. With dedupe.FavorRepeats the key is read first, in a round trip
+// with it. When fn fails, the key is read once more after the rollback,
+// and a key recorded meanwhile (by a Do whose transaction was open when
+// Run read it, and whose work fn's collided with) answers instead of fn's
+// error. With dedupe.FavorRepeats the key is read first, in a round trip
 // of its own outside any transaction, and a repeat ends there. It needs a
 // *pgxpool.Pool or a *pgx.Conn to pipeline on; with any other Beginner,
 // and for a Store that must not wait, it returns driver.ErrNoRun.
@@ -45,9 +48,9 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 		// A connection still in a transaction (an error before rollback
 		// could run) is closed by Release, not reused.
 		defer c.Release()
-		return e.runOn(ctx, c.Conn(), p, fn)
+		return e.runAnswered(ctx, c.Conn(), p, fn)
 	case *pgx.Conn:
-		return e.runOn(ctx, db, p, fn)
+		return e.runAnswered(ctx, db, p, fn)
 	default:
 		return driver.RunResult{}, driver.ErrNoRun
 	}
@@ -69,6 +72,37 @@ func (e engine) runOn(ctx context.Context, conn *pgx.Conn, p driver.RunParams, f
 		return e.runHeld(ctx, conn, p, fn)
 	}
 	return e.run(ctx, conn, p, fn)
+}
+
+// runAnswered is run, which holds only the key's advisory lock while fn
+// runs, and so keeps Runs apart but not a Do that holds the key's row in
+// a transaction still open when run reads it. fn may then fail because
+// that Do committed while it ran: its work collides with the Do's (a
+// unique order code, say). When fn fails, runAnswered reads the key again
+// after the rollback, in a round trip of its own, and answers from a key
+// that is now recorded instead of returning fn's error, as
+// driver.SQLRun does: the repeat gets the first run's answer, as it would
+// have had it come later.
+func (e engine) runAnswered(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (driver.RunResult, error) {
+	var fnFailed bool
+	res, err := e.runOn(ctx, conn, p, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		resp, err := fn(ctx, tx)
+		fnFailed = err != nil
+		return resp, err
+	})
+	if err == nil || !fnFailed || ctx.Err() != nil || p.LockWait > 0 || p.NoRecord || conn.IsClosed() || conn.PgConn().TxStatus() != 'I' {
+		return res, err
+	}
+	var (
+		pl    pipeline
+		row   pgdb.KeyGetRow
+		found bool
+	)
+	pl.then(e.lookup(ctx, &pl, pgdb.KeyGetParams{Now: pgNow(p.Now), Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key}, &row, &found))
+	if lErr := pl.send(ctx, conn); lErr != nil || !found || row.Available {
+		return res, err
+	}
+	return driver.RunResult{Existing: driver.Existing{Fingerprint: row.Fingerprint, Response: row.Response, Leased: row.Locked}}, nil
 }
 
 // runHeld is Run that claims the key's row before fn, as Do does, in the

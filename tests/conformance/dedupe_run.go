@@ -618,6 +618,57 @@ func runDedupeRunCases[TTx any](t *testing.T, f harness.Factory[TTx], favor dedu
 		}
 	})
 
+	// A Do holds the key in a transaction still open when Run reads it, and
+	// Run's fn collides with the Do's work: its order insert waits for the
+	// Do's and fails on the code when the Do commits. Run must answer with
+	// the Do's record, as if it had come a moment later, not with the
+	// collision.
+	t.Run("DoHoldsKeyCollidingWork", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 4)
+		s := newStore(t, db.Driver())
+		req := dedupe.Request{Scope: "run-vs-do-order", Key: "order-1"}
+		var (
+			res    sqlonce.Result
+			runErr error
+			done   = make(chan struct{})
+			inFn   = make(chan struct{}, 1)
+		)
+		err := harness.WithTx(ctx, db, harness.ReadCommitted, func(tx TTx) error {
+			doRes, err := s.DoResponse(ctx, tx, req, func(ctx context.Context) ([]byte, error) {
+				_, err := db.Tx(tx).OrderInsert(ctx, req.Key, "do", 1)
+				return []byte("by do"), err
+			})
+			if err != nil || !doRes.FirstRun() {
+				return fmt.Errorf("Do: %v, %v", doRes.Outcome, err)
+			}
+			go func() {
+				defer close(done)
+				res, runErr = s.Run(ctx, req, func(ctx context.Context, tx TTx) ([]byte, error) {
+					inFn <- struct{}{}
+					_, err := db.Tx(tx).OrderInsert(ctx, req.Key, "run", 2)
+					return []byte("by run"), err
+				})
+			}()
+			// Where Run's transaction waits for the Do's at BEGIN (SQLite)
+			// or at its claim of the key, fn is not reached before the Do
+			// commits; elsewhere fn's insert is left a moment to reach
+			// the server and wait for the Do's order.
+			select {
+			case <-inFn:
+				time.Sleep(100 * time.Millisecond)
+			case <-time.After(300 * time.Millisecond):
+			}
+			return nil
+		})
+		must(t, err)
+		<-done
+		wantOutcome(t, "Run after the Do", res, runErr, sqlonce.AlreadyDone, ptr("by do"))
+		if n, err := db.Pool().OrderCountByCode(ctx, req.Key); err != nil || n != 1 {
+			t.Fatalf("%s: %d orders (%v), want 1", req.Key, n, err)
+		}
+	})
+
 	t.Run("RaceWithDo", func(t *testing.T) {
 		for _, iso := range harness.Isolations {
 			t.Run(string(iso), func(t *testing.T) {
