@@ -32,23 +32,10 @@ func (e engine) ClaimBatch(ctx context.Context, tx *sql.Tx, p driver.BatchParams
 	if err != nil {
 		return nil, err
 	}
-	byKey := make(map[string]mysqldb.KeyGetBatchRow, len(rows))
-	for _, r := range rows {
-		byKey[string(r.IdempotencyKey)] = r
+	out := make([]driver.BatchRow, len(rows))
+	for i, r := range rows {
+		out[i] = driver.BatchRow{Key: string(r.IdempotencyKey), Won: r.Token == nonce, Token: nonce, Available: r.Available == 1,
+			Existing: driver.Existing{Fingerprint: r.Fingerprint, Response: r.Response, Leased: r.State == driver.StateLeased}}
 	}
-	out := make([]driver.BatchClaim, len(p.Keys))
-	for i, k := range p.Keys {
-		r, ok := byKey[k]
-		switch {
-		case !ok || r.Available == 1:
-			// Purged since the insert, or to take over: alone.
-		case r.Token == nonce:
-			out[i] = driver.BatchClaim{Claim: driver.Claim{Won: true, Token: nonce}, Decided: true}
-		default:
-			out[i] = driver.BatchClaim{Claim: driver.Claim{Existing: driver.Existing{
-				Fingerprint: r.Fingerprint, Response: r.Response, Leased: r.State == driver.StateLeased,
-			}}, Decided: true}
-		}
-	}
-	return out, nil
+	return driver.BatchClaims(p.Keys, out), nil
 }

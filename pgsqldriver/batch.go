@@ -25,21 +25,10 @@ func (e engine) ClaimBatch(ctx context.Context, tx *sql.Tx, p driver.BatchParams
 	if err != nil {
 		return nil, err
 	}
-	byKey := make(map[string]pgsqldb.KeyClaimBatchRow, len(rows))
-	for _, r := range rows {
-		byKey[r.IdempotencyKey] = r
+	out := make([]driver.BatchRow, len(rows))
+	for i, r := range rows {
+		out[i] = driver.BatchRow{Key: r.IdempotencyKey, Won: r.Inserted, Token: r.Token, Available: r.Available,
+			Existing: driver.Existing{Fingerprint: r.Fingerprint, Response: r.Response, Leased: r.Locked}}
 	}
-	out := make([]driver.BatchClaim, len(p.Keys))
-	for i, k := range p.Keys {
-		r, ok := byKey[k]
-		switch {
-		case !ok || r.Available:
-			// Committed while the insert waited, or to take over: alone.
-		case r.Inserted:
-			out[i] = driver.BatchClaim{Claim: driver.Claim{Won: true, Token: r.Token}, Decided: true}
-		default:
-			out[i] = driver.BatchClaim{Claim: driver.Claim{Existing: driver.Existing{Fingerprint: r.Fingerprint, Response: r.Response, Leased: r.Locked}}, Decided: true}
-		}
-	}
-	return out, nil
+	return driver.BatchClaims(p.Keys, out), nil
 }

@@ -29,20 +29,18 @@ func (e engine) ClaimBatch(ctx context.Context, tx *sql.Tx, p driver.BatchParams
 	if err != nil {
 		return nil, err
 	}
-	tokens := make(map[string]int64, len(won))
+	rows := make([]driver.BatchRow, 0, len(p.Keys))
+	claimed := make(map[string]bool, len(won))
 	for _, r := range won {
-		tokens[r.IdempotencyKey] = r.Token
+		rows = append(rows, driver.BatchRow{Key: r.IdempotencyKey, Won: true, Token: r.Token})
+		claimed[r.IdempotencyKey] = true
 	}
-	out := make([]driver.BatchClaim, len(p.Keys))
 	if len(won) == len(p.Keys) {
-		for i, k := range p.Keys {
-			out[i] = driver.BatchClaim{Claim: driver.Claim{Won: true, Token: tokens[k]}, Decided: true}
-		}
-		return out, nil
+		return driver.BatchClaims(p.Keys, rows), nil
 	}
 	rest := make([]string, 0, len(p.Keys)-len(won))
 	for _, k := range p.Keys {
-		if _, ok := tokens[k]; !ok {
+		if !claimed[k] {
 			rest = append(rest, k)
 		}
 	}
@@ -55,26 +53,13 @@ func (e engine) ClaimBatch(ctx context.Context, tx *sql.Tx, p driver.BatchParams
 	if err != nil {
 		return nil, err
 	}
-	byKey := make(map[string]sqlitedb.KeyGetBatchRow, len(live))
+	// A key gone or lapsed since the claim (see KeyGet) is left undecided.
 	for _, r := range live {
-		byKey[r.IdempotencyKey] = r
-	}
-	for i, k := range p.Keys {
-		if token, ok := tokens[k]; ok {
-			out[i] = driver.BatchClaim{Claim: driver.Claim{Won: true, Token: token}, Decided: true}
-			continue
-		}
-		r, ok := byKey[k]
-		if !ok || r.Available == 1 {
-			// Gone or lapsed since the claim (see KeyGet): alone.
-			continue
-		}
 		if r.HasResponse == 1 && r.Response == nil {
 			r.Response = []byte{}
 		}
-		out[i] = driver.BatchClaim{Claim: driver.Claim{Existing: driver.Existing{
-			Fingerprint: r.Fingerprint, Response: r.Response, Leased: r.Locked == 1,
-		}}, Decided: true}
+		rows = append(rows, driver.BatchRow{Key: r.IdempotencyKey, Available: r.Available == 1,
+			Existing: driver.Existing{Fingerprint: r.Fingerprint, Response: r.Response, Leased: r.Locked == 1}})
 	}
-	return out, nil
+	return driver.BatchClaims(p.Keys, rows), nil
 }

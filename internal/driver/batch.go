@@ -40,3 +40,38 @@ type BatchClaim struct {
 	Claim
 	Decided bool
 }
+
+// BatchRow is one key's row as a batch claim's statements return it.
+type BatchRow struct {
+	Key string
+	// Won: the batch's statement inserted the row, with Token.
+	Won   bool
+	Token int64
+	// Available: expired, or a lapsed lease, to take over alone.
+	Available bool
+	// Existing: the row another transaction recorded, when not Won.
+	Existing Existing
+}
+
+// BatchClaims returns one BatchClaim per key of keys, in order, from the
+// rows a batch claim's statements returned, in any order: a key without a
+// row (committed while the claim waited, or purged since) or with an
+// available one is left undecided.
+func BatchClaims(keys []string, rows []BatchRow) []BatchClaim {
+	byKey := make(map[string]BatchRow, len(rows))
+	for _, r := range rows {
+		byKey[r.Key] = r
+	}
+	out := make([]BatchClaim, len(keys))
+	for i, k := range keys {
+		r, ok := byKey[k]
+		switch {
+		case !ok || r.Available:
+		case r.Won:
+			out[i] = BatchClaim{Claim: Claim{Won: true, Token: r.Token}, Decided: true}
+		default:
+			out[i] = BatchClaim{Claim: Claim{Existing: r.Existing}, Decided: true}
+		}
+	}
+	return out
+}
