@@ -6,7 +6,7 @@ package roundtrips
 // (pgsqldriver) and on MariaDB (go-sql-driver/mysql), and statements on
 // SQLite. docs/benchmarks.md shows the same table with the minimum each
 // path needs and why. A change that moves a count fails TestRoundTrips
-// until this table and the page say so.
+// until this table and the page say so (TestDocsTable holds the page to the table).
 var documented = map[string]struct{ pgRT, pgSt, pgsqlRT, pgsqlSt, myRT, mySt, liteSt int }{
 	"bare tx: INSERT (reference)":                           {3, 3, 3, 3, 3, 3, 3},
 	"bare tx: UPDATE (reference)":                           {3, 3, 3, 3, 3, 3, 3},
