@@ -44,10 +44,10 @@ func (f Favor) String() string {
 // counted; a first run that takes over an expired key or a lapsed lease
 // costs what a first run does, plus one to three statements):
 //
-//	driver                              FavorDefault  FavorFirstRuns  FavorRepeats
-//	pgxdriver (a *pgxpool.Pool, *pgx.Conn)  3 / 2         3 / 2           4 / 1
-//	mysqldriver                         5 / 1         4 / 5           5 / 1
-//	pgsqldriver                         5 / 1         4 / 5           5 / 1
+//	driver                                       FavorDefault  FavorFirstRuns  FavorRepeats
+//	pgxdriver (on a *pgxpool.Pool or *pgx.Conn)  3 / 2         3 / 2           4 / 1
+//	mysqldriver                                  5 / 1         4 / 5           5 / 1
+//	pgsqldriver                                  5 / 1         4 / 5           5 / 1
 //	sqlitedriver, another pgx Beginner  the same whatever the Favor (no round trips to save, or no Runner)
 //
 // FavorRepeats reads the key before anything else, outside any
