@@ -2,6 +2,7 @@ package dedupe
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -9,6 +10,7 @@ import (
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/keys"
 	"github.com/sqlonce/sqlonce/internal/obs"
+	"github.com/sqlonce/sqlonce/internal/owntx"
 	"github.com/sqlonce/sqlonce/internal/testclock"
 )
 
@@ -58,59 +60,154 @@ func (s *Store[TTx]) doBatch(ctx context.Context, tx TTx, scope string, ids []st
 	if err := keys.CheckTx(tx); err != nil {
 		return nil, err
 	}
+	sorted, err := batchKeys(scope, ids)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return []sqlonce.Result{}, nil
+	}
+	p := s.batchParams(ctx, scope, sorted)
+	claims := make([]driver.BatchClaim, len(sorted))
+	if bc, ok := s.engine.(driver.BatchClaimer[TTx]); ok && s.lockWait == 0 {
+		if claims, err = bc.ClaimBatch(ctx, tx, p); err != nil {
+			return nil, fmt.Errorf("sqlonce/dedupe: claim a batch of %d keys in scope %q: %w", len(sorted), scope, err)
+		}
+	}
+	return s.applyBatch(ctx, tx, p, ids, claims, fn, op, true)
+}
+
+// RunBatch is DoBatch in a transaction of the Store's own, on the driver's
+// database handle (sqlonce.ErrNoDB without one), as Run is DoResponse in
+// one: it claims every key of ids, calls fn with the transaction and the
+// keys that are new, in the order of ids (not at all when there is none),
+// and commits fn's writes and the claims together. Results and errors are
+// DoBatch's; when fn returns an error the transaction rolls back and
+// RunBatch returns that error unchanged. After a deadlock or a
+// serialization failure RunBatch runs the transaction, and fn, again
+// itself, a few times; fn may thus run more than once, and only the run
+// that commits leaves anything behind.
+//
+// Through pgx on a *pgxpool.Pool or a *pgx.Conn, BEGIN travels with the
+// claim of the whole batch: a batch whose fn sends one statement takes the
+// bare transaction's three round trips, and a batch of keys all done
+// before two. Elsewhere it takes DoBatch's statements between a BEGIN and
+// a COMMIT of their own.
+func (s *Store[TTx]) RunBatch(ctx context.Context, scope string, ids []string, fn func(ctx context.Context, tx TTx, fresh []string) error) (results []sqlonce.Result, err error) {
+	if outer, ctx := obs.Take(ctx); outer != nil {
+		// A package built on the Store (the inbox) observes the
+		// operation as its own.
+		return s.runBatch(ctx, scope, ids, fn, outer)
+	}
+	op := obs.Start(s.observer, "dedupe", "RunBatch", scope, "")
+	defer func() { op.EndBatch(ctx, results, err) }()
+	return s.runBatch(ctx, scope, ids, fn, &op)
+}
+
+func (s *Store[TTx]) runBatch(ctx context.Context, scope string, ids []string, fn func(ctx context.Context, tx TTx, fresh []string) error, op *obs.Op) ([]sqlonce.Result, error) {
+	if fn == nil {
+		return nil, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
+	}
+	sorted, err := batchKeys(scope, ids)
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) == 0 {
+		return []sqlonce.Result{}, nil
+	}
+	var results []sqlonce.Result
+	if br, ok := s.engine.(driver.BatchRunner[TTx]); ok && s.lockWait == 0 {
+		p := s.batchParams(ctx, scope, sorted)
+		err = owntx.Retry(ctx, func() error {
+			claimed := false
+			err := br.RunBatch(ctx, p, func(ctx context.Context, tx TTx, claims []driver.BatchClaim) (err error) {
+				claimed = true
+				results, err = s.applyBatch(ctx, tx, p, ids, claims, func(ctx context.Context, fresh []string) error { return fn(ctx, tx, fresh) }, op, false)
+				return err
+			})
+			if errors.Is(err, driver.ErrNoRun) {
+				return err
+			}
+			op.Tried(err)
+			if err != nil && !claimed {
+				return fmt.Errorf("sqlonce/dedupe: claim a batch of %d keys in scope %q: %w", len(sorted), scope, err)
+			}
+			return err
+		})
+		if !errors.Is(err, driver.ErrNoRun) {
+			return batchEnded(ctx, results, err)
+		}
+	}
+	err = owntx.RunObserved(ctx, s.engine, op, func(ctx context.Context, tx TTx) (err error) {
+		results, err = s.doBatch(ctx, tx, scope, ids, func(ctx context.Context, fresh []string) error { return fn(ctx, tx, fresh) }, op)
+		return err
+	})
+	return batchEnded(ctx, results, err)
+}
+
+// batchEnded is ended for a batch's results.
+func batchEnded(ctx context.Context, results []sqlonce.Result, err error) ([]sqlonce.Result, error) {
+	if _, err = ended(ctx, sqlonce.Result{}, err); err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+// batchKeys checks a batch's scope and keys, and returns the keys
+// distinct and sorted.
+func batchKeys(scope string, ids []string) ([]string, error) {
 	if len(ids) > MaxBatch {
 		return nil, fmt.Errorf("%w: %d keys in a batch, more than %d", sqlonce.ErrInvalidArgument, len(ids), MaxBatch)
 	}
 	if err := keys.Check("scope", scope); err != nil {
 		return nil, err
 	}
-	ttl := s.ttl
 	for _, k := range ids {
 		if err := keys.Check("key", k); err != nil {
 			return nil, err
 		}
 	}
-	if len(ids) == 0 {
-		return []sqlonce.Result{}, nil
-	}
 	sorted := slices.Clone(ids)
 	slices.Sort(sorted)
-	sorted = slices.Compact(sorted)
+	return slices.Compact(sorted), nil
+}
 
-	now := testclock.Now(ctx)
-	claims := make([]driver.BatchClaim, len(sorted))
-	if bc, ok := s.engine.(driver.BatchClaimer[TTx]); ok && s.lockWait == 0 {
-		var err error
-		claims, err = bc.ClaimBatch(ctx, tx, driver.BatchParams{Namespace: s.ns, Scope: scope, Keys: sorted, TTL: ttl, Now: now})
-		if err != nil {
-			return nil, fmt.Errorf("sqlonce/dedupe: claim a batch of %d keys in scope %q: %w", len(sorted), scope, err)
-		}
-		if len(claims) != len(sorted) {
-			// A driver that answers for other keys than it was given
-			// has a bug; what it claimed stays in tx, which the caller
-			// rolls back on this error.
-			return nil, fmt.Errorf("sqlonce/dedupe: claim a batch of %d keys in scope %q: the driver answered %d claims", len(sorted), scope, len(claims))
-		}
+func (s *Store[TTx]) batchParams(ctx context.Context, scope string, sorted []string) driver.BatchParams {
+	return driver.BatchParams{Namespace: s.ns, Scope: scope, Keys: sorted, TTL: s.ttl, Now: testclock.Now(ctx)}
+}
+
+// applyBatch decides every key of p.Keys from claims (one per key, in
+// order; an undecided one is claimed alone in tx) and calls fn with the
+// keys won, in the order of ids. With unclaim, a failure deletes the
+// claims won from tx, which the caller's transaction goes on with;
+// without, the Store's own transaction rolls back anyway.
+func (s *Store[TTx]) applyBatch(ctx context.Context, tx TTx, p driver.BatchParams, ids []string, claims []driver.BatchClaim, fn func(ctx context.Context, fresh []string) error, op *obs.Op, unclaim bool) ([]sqlonce.Result, error) {
+	scope := p.Scope
+	if len(claims) != len(p.Keys) {
+		// A driver that answers for other keys than it was given has a
+		// bug; what it claimed stays in tx, which the caller rolls back
+		// on this error.
+		return nil, fmt.Errorf("sqlonce/dedupe: claim a batch of %d keys in scope %q: the driver answered %d claims", len(p.Keys), scope, len(claims))
 	}
-	won := make(map[string]int64, len(sorted))
-	done := make(map[string]sqlonce.Result, len(sorted))
-	unclaim := func(cause error) {
-		if driver.Classify(cause).Has(driver.TxRolledBack) {
+	won := make(map[string]int64, len(p.Keys))
+	done := make(map[string]sqlonce.Result, len(p.Keys))
+	undo := func(cause error) {
+		if !unclaim || driver.Classify(cause).Has(driver.TxRolledBack) {
 			return
 		}
 		for k, token := range won {
 			_ = s.engine.Unclaim(ctx, tx, s.key(scope, k), token)
 		}
 	}
-	for i, k := range sorted {
+	for i, k := range p.Keys {
 		c := claims[i]
 		if !c.Decided {
 			var err error
 			c.Claim, err = s.engine.Claim(ctx, tx, driver.ClaimParams{
-				Key: s.key(scope, k), TTL: ttl, LockWait: s.lockWait, Now: now,
+				Key: s.key(scope, k), TTL: p.TTL, LockWait: s.lockWait, Now: p.Now,
 			})
 			if err != nil {
-				unclaim(err)
+				undo(err)
 				return nil, s.claimError(Request{Scope: scope, Key: k}, err)
 			}
 		}
@@ -120,7 +217,7 @@ func (s *Store[TTx]) doBatch(ctx context.Context, tx TTx, scope string, ids []st
 		}
 		r, err := existing(Request{Scope: scope, Key: k}, c.Existing)
 		if err != nil {
-			unclaim(nil)
+			undo(nil)
 			return nil, err
 		}
 		done[k] = r
@@ -150,7 +247,7 @@ func (s *Store[TTx]) doBatch(ctx context.Context, tx TTx, scope string, ids []st
 	err := fn(ctx, fresh)
 	op.WorkEnd()
 	if err != nil {
-		unclaim(err)
+		undo(err)
 		return nil, err
 	}
 	return results, nil

@@ -72,8 +72,11 @@
 // [Store.DoBatch] claims many keys of one scope in the caller's
 // transaction in a constant number of statements and runs fn once with
 // the new ones: a consumer applying a batch of messages pays the round
-// trips of one claim, not one per message. Package
-// [github.com/sqlonce/sqlonce/inbox] wraps it for message consumers.
+// trips of one claim, not one per message. [Store.RunBatch] is the same in
+// a transaction of the Store's own, as Run is DoResponse in one: through
+// pgx BEGIN travels with the claim, so a batch whose fn sends one
+// statement takes the bare transaction's three round trips. Package
+// [github.com/sqlonce/sqlonce/inbox] wraps them for message consumers.
 //
 // # Fingerprints
 //

@@ -121,3 +121,51 @@ func ExampleWithFavor() {
 	// already done applied
 	// ledger rows: 1
 }
+
+// RunBatch applies a batch of keys in a transaction of the Store's own,
+// each key once: here a payment import run again after a crash that came
+// after imp-1 had committed. fn gets only the keys not applied before and
+// writes them in one statement; through pgx BEGIN travels with the claim
+// of the whole batch, so the batch takes the round trips of a bare
+// transaction.
+func ExampleStore_RunBatch() {
+	ctx := context.Background()
+	pool := postgres("dedupe_run_batch")
+	defer pool.Close()
+
+	store, err := dedupe.New(pgxdriver.New(pool))
+	if err != nil {
+		panic(err)
+	}
+	amounts := map[string]int64{"imp-1": 100, "imp-2": 250, "imp-3": 50}
+	apply := func(ctx context.Context, tx pgx.Tx, fresh []string) error {
+		refs, amts := make([]string, len(fresh)), make([]int64, len(fresh))
+		for i, id := range fresh {
+			refs[i], amts[i] = id, amounts[id]
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO ledger (ref, amount) SELECT * FROM unnest($1::text[], $2::bigint[])", refs, amts)
+		return err
+	}
+	if _, err := store.RunBatch(ctx, "import", []string{"imp-1"}, apply); err != nil {
+		panic(err)
+	}
+	batch := []string{"imp-1", "imp-2", "imp-3"}
+	res, err := store.RunBatch(ctx, "import", batch, apply)
+	if err != nil {
+		panic(err) // nothing of the batch was applied: run it again
+	}
+	for i, r := range res {
+		fmt.Println(batch[i], r)
+	}
+
+	var n, sum int64
+	if err := pool.QueryRow(ctx, "SELECT count(*), sum(amount) FROM ledger").Scan(&n, &sum); err != nil {
+		panic(err)
+	}
+	fmt.Println("ledger rows:", n, "total:", sum)
+	// Output:
+	// imp-1 already done
+	// imp-2 first run
+	// imp-3 first run
+	// ledger rows: 3 total: 400
+}

@@ -2,12 +2,10 @@ package inbox
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/obs"
-	"github.com/sqlonce/sqlonce/internal/owntx"
 )
 
 // MaxBatch is the most message ids HandleBatch takes in one call.
@@ -15,12 +13,13 @@ const MaxBatch = dedupe.MaxBatch
 
 // HandleBatch applies a batch of messages, each once, in one transaction of
 // its own on the driver's database handle (sqlonce.ErrNoDB without one):
-// it claims every id of msgIDs in a constant number of statements (see
-// dedupe.Store.DoBatch), then runs fn once with the transaction and the ids
-// not applied before, in the order of msgIDs; fn is not called when every
-// id was. fn applies exactly those messages; its writes and the claims
-// commit together. A consumer that pulls 100 messages at a time thus pays
-// the round trips of one transaction, not of 100.
+// it claims every id of msgIDs in a constant number of statements, then
+// runs fn once with the transaction and the ids not applied before, in the
+// order of msgIDs; fn is not called when every id was. fn applies exactly
+// those messages; its writes and the claims commit together. It is
+// dedupe.Store.RunBatch in the inbox's own keys. A consumer that pulls 100 messages at a time thus pays
+// the round trips of one transaction, not of 100: through pgx the bare
+// transaction's three when fn sends one statement.
 //
 // It returns one Result per id, in order: FirstRun for the ids fn was
 // given, AlreadyDone for the others (and for every repeat of an id within
@@ -33,18 +32,7 @@ const MaxBatch = dedupe.MaxBatch
 func (i *Inbox[TTx]) HandleBatch(ctx context.Context, msgIDs []string, fn func(ctx context.Context, tx TTx, fresh []string) error) (res []sqlonce.Result, err error) {
 	op := obs.Start(i.observer, "inbox", "HandleBatch", i.consumer, "")
 	defer func() { op.EndBatch(ctx, res, err) }()
-	if fn == nil {
-		return nil, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
-	}
-	err = owntx.RunObserved(ctx, i.engine, &op, func(ctx context.Context, tx TTx) error {
-		var err error
-		res, err = i.store.DoBatch(ctx, tx, i.consumer, msgIDs, func(ctx context.Context, fresh []string) error { return fn(ctx, tx, fresh) })
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
+	return i.store.RunBatch(obs.With(ctx, &op), i.consumer, msgIDs, fn)
 }
 
 // HandleBatchTx is HandleBatch in the caller's transaction, for consumers

@@ -35,30 +35,42 @@ var runTxOptions = pgx.TxOptions{IsoLevel: pgx.ReadCommitted}
 // of its own outside any transaction, and a repeat ends there. It needs a
 // *pgxpool.Pool or a *pgx.Conn to pipeline on; with any other Beginner,
 // and for a Store that must not wait, it returns driver.ErrNoRun.
-func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (driver.RunResult, error) {
+func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (res driver.RunResult, err error) {
+	err = e.onConn(ctx, func(conn *pgx.Conn) (err error) {
+		res, err = e.runAnswered(ctx, conn, p, fn)
+		return err
+	})
+	return res, err
+}
+
+// onConn calls fn with a connection of the engine's handle: one acquired
+// from a *pgxpool.Pool, or the *pgx.Conn itself; with any other Beginner
+// it returns driver.ErrNoRun. fn's transaction is rolled back when fn
+// fails or panics: fn leaves none open on the connection.
+func (e engine) onConn(ctx context.Context, fn func(conn *pgx.Conn) error) error {
 	if e.db == nil || isNilPointer(e.db) {
-		return driver.RunResult{}, sqlonce.ErrNoDB
+		return sqlonce.ErrNoDB
 	}
 	switch db := e.db.(type) {
 	case *pgxpool.Pool:
 		c, err := db.Acquire(ctx)
 		if err != nil {
-			return driver.RunResult{}, err
+			return err
 		}
 		// A connection still in a transaction (an error before rollback
 		// could run) is closed by Release, not reused.
 		defer c.Release()
-		return e.runAnswered(ctx, c.Conn(), p, fn)
+		return endOnError(ctx, c.Conn(), fn)
 	case *pgx.Conn:
-		return e.runAnswered(ctx, db, p, fn)
+		return endOnError(ctx, db, fn)
 	default:
-		return driver.RunResult{}, driver.ErrNoRun
+		return driver.ErrNoRun
 	}
 }
 
-// runOn runs on conn, and leaves no transaction open on it: fn's error,
-// any other, and a panic roll back.
-func (e engine) runOn(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (res driver.RunResult, err error) {
+// endOnError calls fn with conn, and rolls back what fn left open on it
+// when fn fails or panics.
+func endOnError(ctx context.Context, conn *pgx.Conn, fn func(conn *pgx.Conn) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			rollback(ctx, conn)
@@ -68,6 +80,12 @@ func (e engine) runOn(ctx context.Context, conn *pgx.Conn, p driver.RunParams, f
 			rollback(ctx, conn)
 		}
 	}()
+	return fn(conn)
+}
+
+// runOn runs on conn: runHeld for a Store that must not wait and for the
+// inbox, run otherwise.
+func (e engine) runOn(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (driver.RunResult, error) {
 	if p.LockWait > 0 || p.NoRecord {
 		return e.runHeld(ctx, conn, p, fn)
 	}
@@ -85,10 +103,14 @@ func (e engine) runOn(ctx context.Context, conn *pgx.Conn, p driver.RunParams, f
 // have had it come later.
 func (e engine) runAnswered(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (driver.RunResult, error) {
 	var fnFailed bool
-	res, err := e.runOn(ctx, conn, p, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-		resp, err := fn(ctx, tx)
-		fnFailed = err != nil
-		return resp, err
+	var res driver.RunResult
+	err := endOnError(ctx, conn, func(conn *pgx.Conn) (err error) {
+		res, err = e.runOn(ctx, conn, p, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+			resp, err := fn(ctx, tx)
+			fnFailed = err != nil
+			return resp, err
+		})
+		return err
 	})
 	if err == nil || !fnFailed || ctx.Err() != nil || p.LockWait > 0 || p.NoRecord || conn.IsClosed() || conn.PgConn().TxStatus() != 'I' {
 		return res, err

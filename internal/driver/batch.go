@@ -75,3 +75,16 @@ func BatchClaims(keys []string, rows []BatchRow) []BatchClaim {
 	}
 	return out
 }
+
+// BatchRunner is implemented by engines that claim a batch in the round
+// trip that begins a transaction of their own (pgx pipelines BEGIN with
+// the claim).
+type BatchRunner[TTx any] interface {
+	// RunBatch begins a transaction on the engine's handle, claims p.Keys
+	// in it as ClaimBatch does, and calls fn with the transaction and the
+	// claims; it commits when fn returns nil, and rolls back otherwise.
+	// ErrNoRun when the engine's handle cannot (the caller runs
+	// ClaimBatch in InTx instead); ErrTxEnded when fn ended the
+	// transaction.
+	RunBatch(ctx context.Context, p BatchParams, fn func(ctx context.Context, tx TTx, claims []BatchClaim) error) error
+}

@@ -206,6 +206,91 @@ func runInboxBatch[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		ddKeys(t, db, 0)
 	})
 
+	// dedupe.Store.RunBatch, which HandleBatch is in the inbox's keys:
+	// what a key recorded by DoResponse carries, a refused batch, fn's
+	// error and fn ending the transaction, through the driver's own
+	// transaction (through pgx with BEGIN riding with the claim).
+	t.Run("RunBatch", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s, err := dedupe.New(db.Driver())
+		must(t, err)
+		res1, err := doRecord(ctx, db, s, dedupe.Request{Scope: "sc", Key: "recorded"}, "its response")
+		wantOutcome(t, "DoResponse", res1, err, sqlonce.FirstRun, nil)
+		var given []string
+		res, err := s.RunBatch(ctx, "sc", []string{"n2", "recorded", "n1", "n2"}, func(ctx context.Context, tx TTx, fresh []string) error {
+			given = fresh
+			for _, id := range fresh {
+				if err := db.Tx(tx).LedgerInsert(ctx, id, 1); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		must(t, err)
+		wantOutcomes(t, "RunBatch", res, "FDFD")
+		if !slices.Equal(given, []string{"n2", "n1"}) {
+			t.Fatalf("fresh %v, want [n2 n1]", given)
+		}
+		if string(res[1].Response) != "its response" {
+			t.Fatalf("recorded key: response %q, want DoResponse's", res[1].Response)
+		}
+		ddLedger(t, db, "n1", 1)
+		ddLedger(t, db, "n2", 1)
+		res, err = s.RunBatch(ctx, "sc", []string{"n1", "n2"}, func(context.Context, TTx, []string) error { return errors.New("ran") })
+		must(t, err)
+		wantOutcomes(t, "repeat", res, "DD")
+
+		// fn's error: the claims and fn's writes roll back.
+		failed := errors.New("fn failed")
+		_, err = s.RunBatch(ctx, "sc", []string{"f1", "n1"}, func(ctx context.Context, tx TTx, _ []string) error {
+			must(t, db.Tx(tx).LedgerInsert(ctx, "f1", 1))
+			return failed
+		})
+		if !errors.Is(err, failed) {
+			t.Fatalf("fn's error: got %v", err)
+		}
+		ddLedger(t, db, "f1", 0)
+		if _, ok, err := db.Key(ctx, "sc", "f1"); err != nil || ok {
+			t.Fatalf("key f1 left behind by a failed batch: %v %v", ok, err)
+		}
+
+		// A leased key refuses the batch; nothing of it stays.
+		_, _, err = s.Claim(ctx, dedupe.Request{Scope: "sc", Key: "leased"}, time.Minute)
+		must(t, err)
+		_, err = s.RunBatch(ctx, "sc", []string{"a", "leased"}, func(context.Context, TTx, []string) error { return errors.New("ran") })
+		if !errors.Is(err, sqlonce.ErrInProgress) {
+			t.Fatalf("leased key: %v, want ErrInProgress", err)
+		}
+		if _, ok, err := db.Key(ctx, "sc", "a"); err != nil || ok {
+			t.Fatalf("key a left behind by a refused batch: %v %v", ok, err)
+		}
+
+		// fn that ends the transaction it was given is a caller's bug.
+		for _, end := range []string{"commit", "rollback"} {
+			_, err = s.RunBatch(ctx, "sc", []string{"ended-" + end}, func(ctx context.Context, tx TTx, _ []string) error {
+				if end == "commit" {
+					return db.Commit(ctx, tx)
+				}
+				return db.Rollback(ctx, tx)
+			})
+			if !errors.Is(err, sqlonce.ErrInvalidArgument) {
+				t.Fatalf("fn's %s: %v, want ErrInvalidArgument", end, err)
+			}
+		}
+		// The connection went back usable.
+		res, err = s.RunBatch(ctx, "sc", []string{"after"}, func(context.Context, TTx, []string) error { return nil })
+		must(t, err)
+		wantOutcomes(t, "after", res, "F")
+
+		if _, err := s.RunBatch(ctx, "sc", []string{"a"}, nil); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+			t.Fatalf("nil fn: %v", err)
+		}
+		if _, err := s.RunBatch(ctx, "", []string{"a"}, func(context.Context, TTx, []string) error { return nil }); !errors.Is(err, sqlonce.ErrInvalidKey) {
+			t.Fatalf("empty scope: %v", err)
+		}
+	})
+
 	// Racers consumers apply overlapping batches of the same ids, in
 	// shuffled orders, together with single Handle calls: every id is
 	// applied exactly once, and exactly one delivery reports it FirstRun.

@@ -138,6 +138,133 @@ func (b *KeyClaimBatchResults) Close() error {
 	return b.br.Close()
 }
 
+const keyClaimBatch = `-- name: KeyClaimBatch :batchmany
+WITH input AS (
+    SELECT u.k, u.n
+    FROM unnest($1::text[]) WITH ORDINALITY AS u (k, n)
+), ins AS (
+    INSERT INTO sqlonce_keys (
+        namespace, scope, idempotency_key, fingerprint, state, token, locked_until, created_at, expires_at
+    )
+    SELECT
+        $2,
+        $3,
+        input.k,
+        '\x'::bytea,
+        1,
+        (extract(epoch FROM coalesce($4::timestamptz, clock_timestamp())) * 1000000)::bigint,
+        NULL,
+        coalesce($4::timestamptz, now()),
+        coalesce($4::timestamptz, now()) + $5::bigint * interval '1 microsecond'
+    FROM input
+    ORDER BY input.n
+    ON CONFLICT (namespace, scope, idempotency_key) DO NOTHING
+    RETURNING idempotency_key, token
+)
+SELECT ins.idempotency_key::text AS idempotency_key, true AS inserted, ins.token, '\x'::bytea AS fingerprint,
+       NULL::bytea AS response, false AS locked, false AS available
+FROM ins
+UNION ALL
+SELECT k.idempotency_key::text, false, k.token, k.fingerprint, k.response,
+       (k.state = 2 AND k.locked_until > coalesce($4::timestamptz, now()))::boolean,
+       (k.expires_at <= coalesce($4::timestamptz, now())
+        OR (k.state = 2 AND k.locked_until <= coalesce($4::timestamptz, now())))::boolean
+FROM sqlonce_keys AS k
+WHERE k.namespace = $2 AND k.scope = $3 AND k.idempotency_key = ANY ($1::text[])
+  AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.idempotency_key = k.idempotency_key)
+`
+
+type KeyClaimBatchBatchResults struct {
+	br     pgx.BatchResults
+	tot    int
+	closed bool
+}
+
+type KeyClaimBatchParams struct {
+	Keys      []string
+	Namespace int16
+	Scope     string
+	Now       pgtype.Timestamptz
+	TtlUs     int64
+}
+
+type KeyClaimBatchRow struct {
+	IdempotencyKey string
+	Inserted       bool
+	Token          int64
+	Fingerprint    []byte
+	Response       []byte
+	Locked         bool
+	Available      bool
+}
+
+// Claims the keys of a batch in one statement, as KeyClaim claims one:
+// the new keys are inserted (inserted = true), the existing ones read
+// (inserted = false). Keys are inserted in the array's order (batches sort
+// them, so that two batches lock shared keys in one order). A key that
+// another transaction committed while this one waited for it is not in the
+// statement's snapshot and comes back in no row: the caller claims it
+// alone, as it does an expired key or a lapsed lease (available).
+func (q *Queries) KeyClaimBatch(ctx context.Context, db DBTX, arg []KeyClaimBatchParams) *KeyClaimBatchBatchResults {
+	batch := &pgx.Batch{}
+	for _, a := range arg {
+		vals := []interface{}{
+			a.Keys,
+			a.Namespace,
+			a.Scope,
+			a.Now,
+			a.TtlUs,
+		}
+		batch.Queue(keyClaimBatch, vals...)
+	}
+	br := db.SendBatch(ctx, batch)
+	return &KeyClaimBatchBatchResults{br, len(arg), false}
+}
+
+func (b *KeyClaimBatchBatchResults) Query(f func(int, []KeyClaimBatchRow, error)) {
+	defer b.br.Close()
+	for t := 0; t < b.tot; t++ {
+		var items []KeyClaimBatchRow
+		if b.closed {
+			if f != nil {
+				f(t, items, ErrBatchAlreadyClosed)
+			}
+			continue
+		}
+		err := func() error {
+			rows, err := b.br.Query()
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var i KeyClaimBatchRow
+				if err := rows.Scan(
+					&i.IdempotencyKey,
+					&i.Inserted,
+					&i.Token,
+					&i.Fingerprint,
+					&i.Response,
+					&i.Locked,
+					&i.Available,
+				); err != nil {
+					return err
+				}
+				items = append(items, i)
+			}
+			return rows.Err()
+		}()
+		if f != nil {
+			f(t, items, err)
+		}
+	}
+}
+
+func (b *KeyClaimBatchBatchResults) Close() error {
+	b.closed = true
+	return b.br.Close()
+}
+
 const keyGet = `-- name: KeyGet :batchone
 SELECT
     fingerprint,

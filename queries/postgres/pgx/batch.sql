@@ -1,4 +1,4 @@
--- name: KeyClaimBatch :many
+-- name: KeyClaimBatch :batchmany
 -- Claims the keys of a batch in one statement, as KeyClaim claims one:
 -- the new keys are inserted (inserted = true), the existing ones read
 -- (inserted = false). Keys are inserted in the array's order (batches sort
