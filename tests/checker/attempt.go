@@ -110,9 +110,9 @@ type Attempt struct {
 	Err    error
 	// InTx is true for attempts that ran a transaction of the worker's own.
 	InTx bool
-	// Run is true for attempts of dedupe.Store.Run (a transaction of the
-	// Store's own); Calls counts the calls of its fn, which Run repeats
-	// when it starts over.
+	// Run is true for attempts of dedupe.Store.Run and Store.RunBatch (a
+	// transaction of the Store's own); Calls counts the calls of its fn,
+	// which they repeat when they start over.
 	Run   bool
 	Calls int
 	// NoWait is true for attempts on a Store that must not wait: a key
