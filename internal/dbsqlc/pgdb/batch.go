@@ -169,9 +169,14 @@ SELECT k.idempotency_key::text, false, k.token, k.fingerprint, k.response,
        (k.state = 2 AND k.locked_until > coalesce($4::timestamptz, now()))::boolean,
        (k.expires_at <= coalesce($4::timestamptz, now())
         OR (k.state = 2 AND k.locked_until <= coalesce($4::timestamptz, now())))::boolean
-FROM sqlonce_keys AS k
-WHERE k.namespace = $2 AND k.scope = $3 AND k.idempotency_key = ANY ($1::text[])
-  AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.idempotency_key = k.idempotency_key)
+FROM input
+CROSS JOIN LATERAL (
+    SELECT s.idempotency_key, s.token, s.fingerprint, s.response, s.state, s.locked_until, s.expires_at
+    FROM sqlonce_keys AS s
+    WHERE s.namespace = $2 AND s.scope = $3 AND s.idempotency_key = input.k
+    LIMIT 1
+) AS k
+WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.idempotency_key = k.idempotency_key)
 `
 
 type KeyClaimBatchBatchResults struct {
@@ -205,6 +210,11 @@ type KeyClaimBatchRow struct {
 // another transaction committed while this one waited for it is not in the
 // statement's snapshot and comes back in no row: the caller claims it
 // alone, as it does an expired key or a lapsed lease (available).
+// The existing keys are read with one primary-key lookup each (the
+// LATERAL subquery, kept a subquery by its LIMIT), whatever the planner
+// believes of the scope's size: as a join or "= ANY" the read filtered all
+// of the scope's rows when the table's statistics were stale (a young
+// table), a cost growing with every key of the scope.
 func (q *Queries) KeyClaimBatch(ctx context.Context, db DBTX, arg []KeyClaimBatchParams) *KeyClaimBatchBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {

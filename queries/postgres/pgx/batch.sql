@@ -6,6 +6,11 @@
 -- another transaction committed while this one waited for it is not in the
 -- statement's snapshot and comes back in no row: the caller claims it
 -- alone, as it does an expired key or a lapsed lease (available).
+-- The existing keys are read with one primary-key lookup each (the
+-- LATERAL subquery, kept a subquery by its LIMIT), whatever the planner
+-- believes of the scope's size: as a join or "= ANY" the read filtered all
+-- of the scope's rows when the table's statistics were stale (a young
+-- table), a cost growing with every key of the scope.
 WITH input AS (
     SELECT u.k, u.n
     FROM unnest(sqlc.arg('keys')::text[]) WITH ORDINALITY AS u (k, n)
@@ -36,6 +41,11 @@ SELECT k.idempotency_key::text, false, k.token, k.fingerprint, k.response,
        (k.state = 2 AND k.locked_until > coalesce(sqlc.narg('now')::timestamptz, now()))::boolean,
        (k.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
         OR (k.state = 2 AND k.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))::boolean
-FROM sqlonce_keys AS k
-WHERE k.namespace = sqlc.arg('namespace') AND k.scope = sqlc.arg('scope') AND k.idempotency_key = ANY (sqlc.arg('keys')::text[])
-  AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.idempotency_key = k.idempotency_key);
+FROM input
+CROSS JOIN LATERAL (
+    SELECT s.idempotency_key, s.token, s.fingerprint, s.response, s.state, s.locked_until, s.expires_at
+    FROM sqlonce_keys AS s
+    WHERE s.namespace = sqlc.arg('namespace') AND s.scope = sqlc.arg('scope') AND s.idempotency_key = input.k
+    LIMIT 1
+) AS k
+WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.idempotency_key = k.idempotency_key);

@@ -8,6 +8,11 @@
 -- array's order. A key committed while this statement waited comes back
 -- in no row, and an expired key or a lapsed lease as available: the
 -- caller claims those alone.
+-- The existing keys are read with one primary-key lookup each (the
+-- LATERAL subquery, kept a subquery by its LIMIT), whatever the planner
+-- believes of the scope's size: as a join or "= ANY" the read filtered all
+-- of the scope's rows when the table's statistics were stale (a young
+-- table), a cost growing with every key of the scope.
 WITH input AS (
     SELECT u.k, u.n
     FROM jsonb_array_elements_text(CAST(sqlc.arg('key_list') AS text)::jsonb) WITH ORDINALITY AS u (k, n)
@@ -38,6 +43,11 @@ SELECT k.idempotency_key::text, false, k.token, k.fingerprint, k.response,
        (k.state = 2 AND k.locked_until > coalesce(sqlc.narg('now')::timestamptz, now()))::boolean,
        (k.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
         OR (k.state = 2 AND k.locked_until <= coalesce(sqlc.narg('now')::timestamptz, now())))::boolean
-FROM sqlonce_keys AS k
-WHERE k.namespace = sqlc.arg('namespace') AND k.scope = sqlc.arg('scope') AND k.idempotency_key IN (SELECT input.k FROM input)
-  AND NOT EXISTS (SELECT 1 FROM ins WHERE ins.idempotency_key = k.idempotency_key);
+FROM input
+CROSS JOIN LATERAL (
+    SELECT s.idempotency_key, s.token, s.fingerprint, s.response, s.state, s.locked_until, s.expires_at
+    FROM sqlonce_keys AS s
+    WHERE s.namespace = sqlc.arg('namespace') AND s.scope = sqlc.arg('scope') AND s.idempotency_key = input.k
+    LIMIT 1
+) AS k
+WHERE NOT EXISTS (SELECT 1 FROM ins WHERE ins.idempotency_key = k.idempotency_key);
