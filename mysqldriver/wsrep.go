@@ -29,8 +29,12 @@ import (
 // The probe runs on the first call's transaction (or on the driver's
 // handle, for calls that run their own): the session's setting is the one
 // that matters, and every connection of a pool gets the DSN's. A probe
-// that cannot answer (a broken connection) lets the call go on and is
-// tried again by the next call.
+// that fails in a transaction fails the call, and is tried again by the
+// next call: the failure may be the transaction's own, a deadlock or a
+// Galera abort for another node's conflicting write, after which MySQL
+// has rolled the transaction back and runs the call's statements in
+// autocommit, each committing alone. On the handle a failed probe lets
+// the call go on.
 type wsrepCheck struct {
 	mu   sync.Mutex
 	done atomic.Bool
@@ -61,8 +65,11 @@ func (c *wsrepCheck) errOn(ctx context.Context, q querier) error {
 	if c.done.Load() {
 		return c.err
 	}
-	on, wait, ok := probeWsrep(ctx, q)
-	if !ok {
+	on, wait, err := probeWsrep(ctx, q)
+	if err != nil {
+		if _, inTx := q.(*sql.Tx); inTx {
+			return fmt.Errorf("mysqldriver: read the session's wsrep_sync_wait: %w", err)
+		}
 		return nil
 	}
 	if on && wait&1 == 0 {
@@ -75,20 +82,19 @@ func (c *wsrepCheck) errOn(ctx context.Context, q querier) error {
 	return c.err
 }
 
-// probeWsrep reads the session's wsrep_on and wsrep_sync_wait; ok is false
-// when the server did not answer.
-func probeWsrep(ctx context.Context, q querier) (on bool, wait int, ok bool) {
+// probeWsrep reads the session's wsrep_on and wsrep_sync_wait.
+func probeWsrep(ctx context.Context, q querier) (on bool, wait int, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	rows, err := q.QueryContext(ctx, sqlWsrepProbe)
 	if err != nil {
-		return false, 0, false
+		return false, 0, err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		var name, value string
 		if err := rows.Scan(&name, &value); err != nil {
-			return false, 0, false
+			return false, 0, err
 		}
 		switch strings.ToLower(name) {
 		case "wsrep_on":
@@ -97,7 +103,7 @@ func probeWsrep(ctx context.Context, q querier) (on bool, wait int, ok bool) {
 			wait, _ = strconv.Atoi(value)
 		}
 	}
-	return on, wait, rows.Err() == nil
+	return on, wait, rows.Err()
 }
 
 // checkTx is the check on tx's session, or on the driver's handle when tx
