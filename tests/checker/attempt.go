@@ -102,6 +102,7 @@ func (s *Step) set(res sqlonce.Result, err error, at int64) {
 type Attempt struct {
 	ID     int64
 	Worker int
+	Node   int // index of the node the attempt ran on (Config.Nodes after the first)
 	Op     string
 	Try    int // 0 for the first attempt of an operation
 	Iso    harness.Isolation
@@ -151,7 +152,7 @@ func (w *worker[TTx]) newAttempt(op string, try int) *Attempt {
 // newAttemptOf starts an attempt whose fault, if any, is one of faults.
 func (w *worker[TTx]) newAttemptOf(op string, try int, faults []Fault) *Attempt {
 	w.pick()
-	a := &Attempt{ID: w.r.ids.Add(1), Worker: w.id, Op: op, Try: try}
+	a := &Attempt{ID: w.r.ids.Add(1), Worker: w.id, Node: (w.next - 1) % len(w.r.nodes), Op: op, Try: try}
 	isos := w.r.cfg.Isolations
 	a.Iso = isos[w.rng.IntN(len(isos))]
 	if w.faulty() {
@@ -325,7 +326,9 @@ func (w *worker[TTx]) arm(ctx context.Context, cancel context.CancelFunc, tx TTx
 	case FaultCancelAsync:
 		f.timer = time.AfterFunc(w.jitter(), cancel)
 	case FaultKillAsync:
-		f.killLater(ctx, tx)
+		// Right after BEGIN, before any write: an error here fails the
+		// attempt's first statement too.
+		_ = f.killLater(ctx, tx)
 	default:
 		f.armNet(ctx, tx)
 	}
@@ -344,11 +347,17 @@ func (w *worker[TTx]) newFaultCtl(cancel context.CancelFunc, a *Attempt) *faultC
 }
 
 // killLater kills tx's connection from another session after a random
-// delay, unless the attempt ends first.
-func (f *faultCtl[TTx]) killLater(ctx context.Context, tx TTx) {
+// delay, unless the attempt ends first. It reads the connection's id in
+// tx: an error there is the transaction's, and the work must return it as
+// any other. On MySQL/MariaDB a deadlock, or a Galera node aborting the
+// transaction for a conflicting write of another node, rolls the whole
+// transaction back, and the connection runs what follows outside any
+// transaction, each statement committing on its own: work that went on
+// after swallowing the error would commit without its claim.
+func (f *faultCtl[TTx]) killLater(ctx context.Context, tx TTx) error {
 	id, err := f.w.n.db.ConnID(ctx, tx)
 	if err != nil {
-		return // the attempt fails on its own
+		return err
 	}
 	delay := f.w.jitter()
 	f.wg.Add(1)
@@ -364,6 +373,7 @@ func (f *faultCtl[TTx]) killLater(ctx context.Context, tx TTx) {
 			f.w.kill(id)
 		}
 	}()
+	return nil
 }
 
 func (f *faultCtl[TTx]) disarm() {

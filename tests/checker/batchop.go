@@ -76,7 +76,9 @@ func (w *worker[TTx]) runBatchAttempt(a *Attempt, keys []string) {
 		a.Calls++
 		fnOK = false
 		if a.Calls == 1 && a.Fault == FaultKillAsync {
-			f.killLater(ctx, tx)
+			if err := f.killLater(ctx, tx); err != nil {
+				return err
+			}
 		}
 		if a.Calls == 1 {
 			f.armNet(ctx, tx)

@@ -110,7 +110,26 @@ func (r *Report) Log(logf func(format string, args ...any), max int) {
 			break
 		}
 		logf("VIOLATION %s", v)
+		for _, line := range r.touching(v.Key) {
+			logf("    %s", line)
+		}
 	}
+}
+
+// touching describes the attempts that had a step on key, in the order
+// they were recorded: what each reported for the key, and how it ended.
+func (r *Report) touching(key string) []string {
+	var lines []string
+	for _, a := range r.Attempts {
+		for _, st := range a.Steps {
+			if st.Key != key {
+				continue
+			}
+			lines = append(lines, fmt.Sprintf("attempt %d (%s, try %d, worker %d on node %d, %s, fault %q): %s %v at t=%d (err %v); commit %v at t=%d..%d (err %v), fn called %d times",
+				a.ID, a.Op, a.Try, a.Worker, a.Node, a.Iso, a.Fault, st.Kind, st.Outcome, st.At, st.Err, a.Commit, a.CommitStart, a.CommitEnd, a.Err, a.Calls))
+		}
+	}
+	return lines
 }
 
 type outcomeCounts struct {

@@ -90,7 +90,9 @@ func (w *worker[TTx]) runAttempt(a *Attempt, c DedupeCall, pinned bool) {
 		a.Calls++
 		fnOK = false
 		if a.Calls == 1 && a.Fault == FaultKillAsync {
-			f.killLater(ctx, tx)
+			if err := f.killLater(ctx, tx); err != nil {
+				return nil, err
+			}
 		}
 		if a.Calls == 1 {
 			f.armNet(ctx, tx)
