@@ -36,6 +36,14 @@
 // server. docs/deployments.md has the rest: conflicts between nodes come
 // back as retryable deadlocks at COMMIT, and WithNoWait sees a key held on
 // its own node only.
+//
+// Return every error of the work's statements. A deadlock (1213), and on
+// Galera another node's conflicting write, rolls the whole transaction
+// back at once, and MySQL runs the statements that follow on that
+// connection outside any transaction, each committing on its own: work
+// that swallows such an error and goes on commits without its key's claim,
+// and the claim's COMMIT succeeds on nothing. sqlonce returns the error of
+// every statement it runs in the transaction.
 package mysqldriver
 
 import (
