@@ -10,19 +10,19 @@ import (
 
 // batchOp claims a few keys of the Do workload's window in one transaction,
 // writing a ledger row for each key it is given: with dedupe.Store.DoBatch
-// in a transaction of the worker's, or with Store.RunBatch in one of the
-// Store's own. Batches race each other, single Do calls, pairs and
+// in a transaction of the worker's, or (own) with Store.RunBatch in one of
+// the Store's own. Batches race each other, single Do calls, pairs and
 // Store.Run on the same keys, and each key's effect must still be there
 // once.
-func (w *worker[TTx]) batchOp() {
+func (w *worker[TTx]) batchOp(own bool) {
 	var keys []string
 	for range 2 + w.rng.IntN(4) {
 		if k := w.key(DoBatch); !slices.Contains(keys, k) {
 			keys = append(keys, k)
 		}
 	}
-	if w.rng.IntN(2) == 0 {
-		w.operationOf(DoBatch+" (RunBatch)", w.r.runFaults, func(a *Attempt) { w.runBatchAttempt(a, keys) })
+	if own {
+		w.operationOf(RunBatch, w.r.runFaults, func(a *Attempt) { w.runBatchAttempt(a, keys) })
 		return
 	}
 	w.operation(DoBatch, func(a *Attempt) {

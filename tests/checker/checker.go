@@ -44,10 +44,13 @@ const (
 	// DoBatch is dedupe.Store.DoBatch: a few keys of the Do workload's
 	// window claimed in one transaction.
 	DoBatch = "dedupe.DoBatch"
+	// RunBatch is dedupe.Store.RunBatch (inbox.HandleBatch): DoBatch's
+	// keys in a transaction of the Store's own.
+	RunBatch = "dedupe.Store.RunBatch"
 )
 
 // AllOps lists every workload.
-var AllOps = []string{Do, DoResponse, DoPair, DoNested, DoNestedText, Unique, UniqueOne, UniqueRows, Optimistic, StateMachine, Lease, StoreRun, DoBatch, LeaseDeadline}
+var AllOps = []string{Do, DoResponse, DoPair, DoNested, DoNestedText, Unique, UniqueOne, UniqueRows, Optimistic, StateMachine, Lease, StoreRun, DoBatch, RunBatch, LeaseDeadline}
 
 // DurationEnv overrides the run length of every checker run (a Go
 // duration: "5m").

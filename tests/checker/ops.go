@@ -46,7 +46,9 @@ func (w *worker[TTx]) loop() {
 		case LeaseDeadline:
 			w.leaseDeadlineOp()
 		case DoBatch:
-			w.batchOp()
+			w.batchOp(false)
+		case RunBatch:
+			w.batchOp(true)
 		default:
 			panic("checker: unknown workload " + op)
 		}
@@ -57,7 +59,7 @@ func (w *worker[TTx]) loop() {
 // nested workloads share the Do workload's keys, and the unique forms the
 // Unique workload's, so that all their calls collide.
 func (r *run[TTx]) windowOf(op string) string {
-	for _, group := range [][]string{{Do, DoPair, DoNested, DoNestedText, DoBatch}, {Unique, UniqueOne, UniqueRows}} {
+	for _, group := range [][]string{{Do, DoPair, DoNested, DoNestedText, DoBatch, RunBatch}, {Unique, UniqueOne, UniqueRows}} {
 		if !slices.Contains(group, op) {
 			continue
 		}
