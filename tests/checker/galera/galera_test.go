@@ -80,7 +80,7 @@ func TestGalera(t *testing.T) {
 
 // withoutRunBatch leaves out the RunBatch workload, an open finding on
 // Galera: run alone with Do (20 s, 48 workers, node 3 killed), it left, in
-// 2 of 4 runs, keys claimed with no effect, their claims committed by a
+// 2 of 15 runs, keys claimed with no effect, their claims committed by a
 // RunBatch whose context was cancelled before its fn ran, at the start of
 // the run (checker violations "marker" and "lost" on node 0; "early" in
 // another run). The same workload holds on a single MariaDB, PostgreSQL
