@@ -68,13 +68,30 @@ func (s *Store[TTx]) doBatch(ctx context.Context, tx TTx, scope string, ids []st
 		return []sqlonce.Result{}, nil
 	}
 	p := s.batchParams(ctx, scope, sorted)
-	claims := make([]driver.BatchClaim, len(sorted))
-	if bc, ok := s.engine.(driver.BatchClaimer[TTx]); ok && s.lockWait == 0 {
-		if claims, err = bc.ClaimBatch(ctx, tx, p); err != nil {
-			return nil, fmt.Errorf("sqlonce/dedupe: claim a batch of %d keys in scope %q: %w", len(sorted), scope, err)
-		}
+	claims, err := s.claimBatch(ctx, tx, p)
+	if err != nil {
+		return nil, err
 	}
 	return s.applyBatch(ctx, tx, p, ids, claims, fn, op, true)
+}
+
+// claimBatch claims p.Keys in tx in the driver's statements for a batch;
+// without them (or with a bounded lock wait) every claim is undecided,
+// and applyBatch claims each key alone.
+func (s *Store[TTx]) claimBatch(ctx context.Context, tx TTx, p driver.BatchParams) ([]driver.BatchClaim, error) {
+	bc, ok := s.engine.(driver.BatchClaimer[TTx])
+	if !ok || s.lockWait > 0 {
+		return make([]driver.BatchClaim, len(p.Keys)), nil
+	}
+	claims, err := bc.ClaimBatch(ctx, tx, p)
+	if err != nil {
+		return nil, batchClaimError(p, err)
+	}
+	return claims, nil
+}
+
+func batchClaimError(p driver.BatchParams, err error) error {
+	return fmt.Errorf("sqlonce/dedupe: claim a batch of %d keys in scope %q: %w", len(p.Keys), p.Scope, err)
 }
 
 // RunBatch is DoBatch in a transaction of the Store's own, on the driver's
@@ -116,8 +133,8 @@ func (s *Store[TTx]) runBatch(ctx context.Context, scope string, ids []string, f
 		return []sqlonce.Result{}, nil
 	}
 	var results []sqlonce.Result
+	p := s.batchParams(ctx, scope, sorted)
 	if br, ok := s.engine.(driver.BatchRunner[TTx]); ok && s.lockWait == 0 {
-		p := s.batchParams(ctx, scope, sorted)
 		err = owntx.Retry(ctx, func() error {
 			claimed := false
 			err := br.RunBatch(ctx, p, func(ctx context.Context, tx TTx, claims []driver.BatchClaim) (err error) {
@@ -130,7 +147,7 @@ func (s *Store[TTx]) runBatch(ctx context.Context, scope string, ids []string, f
 			}
 			op.Tried(err)
 			if err != nil && !claimed {
-				return fmt.Errorf("sqlonce/dedupe: claim a batch of %d keys in scope %q: %w", len(sorted), scope, err)
+				return batchClaimError(p, err)
 			}
 			return err
 		})
@@ -138,8 +155,14 @@ func (s *Store[TTx]) runBatch(ctx context.Context, scope string, ids []string, f
 			return batchEnded(ctx, results, err)
 		}
 	}
-	err = owntx.RunObserved(ctx, s.engine, op, func(ctx context.Context, tx TTx) (err error) {
-		results, err = s.doBatch(ctx, tx, scope, ids, func(ctx context.Context, fresh []string) error { return fn(ctx, tx, fresh) }, op)
+	// The driver's InTx: the claims in the Store's own transaction, which
+	// a failure rolls back whole (no claims to undo).
+	err = owntx.RunObserved(ctx, s.engine, op, func(ctx context.Context, tx TTx) error {
+		claims, err := s.claimBatch(ctx, tx, p)
+		if err != nil {
+			return err
+		}
+		results, err = s.applyBatch(ctx, tx, p, ids, claims, func(ctx context.Context, fresh []string) error { return fn(ctx, tx, fresh) }, op, false)
 		return err
 	})
 	return batchEnded(ctx, results, err)
