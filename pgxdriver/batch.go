@@ -34,29 +34,34 @@ func (e engine) ClaimBatch(ctx context.Context, tx pgx.Tx, p driver.BatchParams)
 // Beginner it returns driver.ErrNoRun.
 func (e engine) RunBatch(ctx context.Context, p driver.BatchParams, fn func(ctx context.Context, tx pgx.Tx, claims []driver.BatchClaim) error) error {
 	return e.onConn(ctx, func(conn *pgx.Conn) error {
-		var (
-			pl     pipeline
-			claims []driver.BatchClaim
-		)
-		pl.begin(runTxOptions)
-		pl.then(e.claimBatch(ctx, &pl, p, &claims))
-		if err := pl.send(ctx, conn); err != nil {
-			return err
-		}
-		if err := fn(ctx, pl.tx, claims); err != nil {
-			return err
-		}
-		if conn.PgConn().TxStatus() == 'I' {
-			return driver.ErrTxEnded
-		}
-		pl = pipeline{}
-		pl.commit()
-		live := ctx.Err() == nil
-		if err := pl.send(ctx, conn); err != nil {
-			return commitError(err, live)
-		}
-		return nil
+		return endOnError(ctx, conn, func(conn *pgx.Conn) error { return e.runBatchOn(ctx, conn, p, fn) })
 	})
+}
+
+// runBatchOn is RunBatch on conn, in one transaction.
+func (e engine) runBatchOn(ctx context.Context, conn *pgx.Conn, p driver.BatchParams, fn func(ctx context.Context, tx pgx.Tx, claims []driver.BatchClaim) error) error {
+	var (
+		pl     pipeline
+		claims []driver.BatchClaim
+	)
+	pl.begin(runTxOptions)
+	pl.then(e.claimBatch(ctx, &pl, p, &claims))
+	if err := pl.send(ctx, conn); err != nil {
+		return err
+	}
+	if err := fn(ctx, pl.tx, claims); err != nil {
+		return err
+	}
+	if conn.PgConn().TxStatus() == 'I' {
+		return driver.ErrTxEnded
+	}
+	pl = pipeline{}
+	pl.commit()
+	live := ctx.Err() == nil
+	if err := pl.send(ctx, conn); err != nil {
+		return commitError(err, live)
+	}
+	return nil
 }
 
 // claimBatch queues the batch claim of p on pl and returns its reader,

@@ -45,8 +45,7 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 
 // onConn calls fn with a connection of the engine's handle: one acquired
 // from a *pgxpool.Pool, or the *pgx.Conn itself; with any other Beginner
-// it returns driver.ErrNoRun. fn's transaction is rolled back when fn
-// fails or panics: fn leaves none open on the connection.
+// it returns driver.ErrNoRun. fn ends what it begins (see endOnError).
 func (e engine) onConn(ctx context.Context, fn func(conn *pgx.Conn) error) error {
 	if e.db == nil || isNilPointer(e.db) {
 		return sqlonce.ErrNoDB
@@ -60,9 +59,9 @@ func (e engine) onConn(ctx context.Context, fn func(conn *pgx.Conn) error) error
 		// A connection still in a transaction (an error before rollback
 		// could run) is closed by Release, not reused.
 		defer c.Release()
-		return endOnError(ctx, c.Conn(), fn)
+		return fn(c.Conn())
 	case *pgx.Conn:
-		return endOnError(ctx, db, fn)
+		return fn(db)
 	default:
 		return driver.ErrNoRun
 	}
