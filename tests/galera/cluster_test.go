@@ -10,11 +10,25 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/sqlonce/sqlonce/tests/internal/galera"
+	"github.com/sqlonce/sqlonce/tests/internal/harness"
 )
 
 func isDeadlock(err error) bool {
 	var me *mysql.MySQLError
 	return errors.As(err, &me) && me.Number == 1213
+}
+
+// abortHolder has node b add to order x and commit. Applied on node a,
+// that write set aborts the transaction on a that holds x (Galera's
+// brute-force abort): its next statement fails with 1213, and MariaDB
+// has rolled it back. abortHolder returns once a has applied it: a read
+// on a with wsrep_sync_wait waits for that.
+func abortHolder(ctx context.Context, a, b harness.DB[*sql.Tx], x int64) error {
+	if _, err := b.Pool().OrderAddAmount(ctx, x, 1, 5); err != nil {
+		return err
+	}
+	_, err := a.Pool().OrderGetByID(ctx, x)
+	return err
 }
 
 // TestCluster shows the harness does what the other tests rely on: a row

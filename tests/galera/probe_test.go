@@ -52,13 +52,7 @@ func TestFirstCallInAbortedTransaction(t *testing.T) {
 	if _, err := a.Tx(tx).OrderAddAmount(ctx, x, 1, 1); err != nil { // A's transaction writes order x
 		t.Fatal(err)
 	}
-	// Node B writes order x and commits first; applied on node A, its
-	// write set aborts A's transaction, which holds x. A read on node A
-	// with wsrep_sync_wait waits until A applied it.
-	if _, err := b.Pool().OrderAddAmount(ctx, x, 1, 5); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Pool().OrderGetByID(ctx, x); err != nil {
+	if err := abortHolder(ctx, a, b, x); err != nil {
 		t.Fatal(err)
 	}
 

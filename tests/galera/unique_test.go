@@ -56,13 +56,8 @@ func TestUniqueDuplicateThenBFAbort(t *testing.T) {
 		if dupErr == nil {
 			return errors.New("no duplicate")
 		}
-		// Node B writes order x and commits first; applied on node A, its
-		// write set aborts A's transaction, which holds x.
-		if _, err := b.Pool().OrderAddAmount(ctx, x, 1, 5); err != nil {
-			return errors.Join(dupErr, err)
-		}
-		// A read on node A with wsrep_sync_wait waits until A applied it.
-		if _, err := a.Pool().OrderGetByID(ctx, x); err != nil {
+		// Node B's write aborts A's transaction, which holds x.
+		if err := abortHolder(ctx, a, b, x); err != nil {
 			return errors.Join(dupErr, err)
 		}
 		return dupErr
@@ -136,12 +131,8 @@ func TestUniqueInsertOneDuplicateThenBFAbort(t *testing.T) {
 	if err != nil || !res.AlreadyDone() {
 		t.Fatalf("got %v, %v; want AlreadyDone", res, err)
 	}
-	// Node B writes order x and commits first; applied on node A, its
-	// write set aborts A's transaction, which holds x.
-	if _, err := b.Pool().OrderAddAmount(ctx, x, 1, 5); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Pool().OrderGetByID(ctx, x); err != nil { // waits until A applied it
+	// Node B's write aborts A's transaction, which holds x.
+	if err := abortHolder(ctx, a, b, x); err != nil {
 		t.Fatal(err)
 	}
 	err = a.Commit(ctx, tx)
