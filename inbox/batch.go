@@ -17,9 +17,10 @@ const MaxBatch = dedupe.MaxBatch
 // runs fn once with the transaction and the ids not applied before, in the
 // order of msgIDs; fn is not called when every id was. fn applies exactly
 // those messages; its writes and the claims commit together. It is
-// dedupe.Store.RunBatch in the inbox's own keys. A consumer that pulls 100 messages at a time thus pays
-// the round trips of one transaction, not of 100: through pgx the bare
-// transaction's three when fn sends one statement.
+// dedupe.Store.RunBatch in the inbox's own keys. A consumer that pulls 100
+// messages at a time thus pays the round trips of one transaction, not of
+// 100: through pgx the bare transaction's three when fn sends one
+// statement.
 //
 // It returns one Result per id, in order: FirstRun for the ids fn was
 // given, AlreadyDone for the others (and for every repeat of an id within

@@ -23,7 +23,6 @@ const DefaultTTL = 7 * 24 * time.Hour
 type Inbox[TTx any] struct {
 	consumer string
 	store    *dedupe.Store[TTx]
-	engine   driver.Engine[TTx]
 	observer sqlonce.Observer
 }
 
@@ -83,7 +82,7 @@ func New[TTx any](d sqlonce.Driver[TTx], consumer string, opts ...Option) (*Inbo
 	if err != nil {
 		return nil, err
 	}
-	return &Inbox[TTx]{consumer: consumer, store: store, engine: d.Engine(), observer: obs.Of(d)}, nil
+	return &Inbox[TTx]{consumer: consumer, store: store, observer: obs.Of(d)}, nil
 }
 
 // Handle applies the message with id msgID: in a transaction of its own on
