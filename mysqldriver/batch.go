@@ -16,6 +16,9 @@ var _ driver.BatchClaimer[*sql.Tx] = engine{}
 // them all, each new row named by one nonce, and a locking read that tells
 // the new rows (the nonce) from the existing ones.
 func (e engine) ClaimBatch(ctx context.Context, tx *sql.Tx, p driver.BatchParams) ([]driver.BatchClaim, error) {
+	if err := e.checkTx(ctx, tx); err != nil {
+		return nil, err
+	}
 	list, err := json.Marshal(p.Keys)
 	if err != nil {
 		return nil, err

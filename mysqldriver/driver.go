@@ -12,7 +12,8 @@
 // connection: one round trip per statement, where go-sql-driver/mysql
 // otherwise spends two (prepare and execute) unless the DSN sets
 // interpolateParams=true. A transaction from another handle, or a driver
-// built with nil, runs the same statements unprepared.
+// built with nil, runs the same statements unprepared, and so does every
+// call on a Galera node (below).
 //
 // Every driver built on one *sql.DB shares those statements: build one
 // driver and share it, or build one per request, the server holds each
@@ -36,6 +37,15 @@
 // server. docs/deployments.md has the rest: conflicts between nodes come
 // back as retryable deadlocks at COMMIT, and WithNoWait sees a key held on
 // its own node only.
+//
+// On Galera the DSN must also set interpolateParams=true, and the
+// program must not prepare statements inside its transactions: a node
+// that aborts a transaction for another node's write while the session
+// prepares a statement loses the abort, and the statements after the
+// prepare then commit one by one, outside the transaction. The driver
+// checks that go-sql-driver/mysql sends statements as text at its first
+// call and refuses every call otherwise, and on a Galera node it prepares
+// none of its own.
 //
 // Return every error of the work's statements. A deadlock (1213), and on
 // Galera another node's conflicting write, rolls the whole transaction

@@ -17,7 +17,10 @@ import (
 // two round trips. sqlonce's statements are few and fixed, so a driver with
 // a database handle prepares each once on it; a transaction then runs them
 // through Tx.StmtContext, which database/sql prepares once per connection
-// and reuses: one round trip per statement.
+// and reuses: one round trip per statement. Not on a Galera node, where a
+// prepare inside a transaction may lose the transaction's abort (see
+// wsrepCheck): there the DSN must set interpolateParams=true, and the
+// statements run as text, one round trip each as well.
 //
 // Every driver built on one *sql.DB shares one cache (cacheFor): the server
 // holds each statement once per connection of the pool, however many
@@ -130,22 +133,33 @@ func (c *stmtCache) get(ctx context.Context, query string) *sql.Stmt {
 // on returns what the generated queries run on for tx.
 func (e engine) on(tx *sql.Tx) mysqldb.DBTX {
 	if tx == driver.AutoTx { // Autocommit's: the handle
-		if e.stmts == nil {
-			return e.db
-		}
 		return e.onDB()
 	}
 	// A nil tx must never fall through to the handle's statements, which
 	// would commit at once; the strategies refuse one before calling.
-	if e.stmts == nil || tx == nil {
+	if e.stmts == nil || tx == nil || !e.prepares() {
 		return tx
 	}
 	return prepared{on: tx, tx: tx, c: e.stmts}
 }
 
+// prepares reports whether sqlonce's statements run prepared: once the
+// server is known not to be a Galera node, which loses the deadlock error
+// of a transaction aborted while it prepares one (see wsrepCheck). Until
+// the first probe has answered, and on Galera, they run as the DSN sends
+// them (as text, with interpolateParams=true).
+func (e engine) prepares() bool {
+	return e.wsrep.done.Load() && !e.wsrep.galera
+}
+
 // onDB returns what the generated queries run on outside a transaction:
 // the driver's handle, with its prepared statements. e.db must not be nil.
-func (e engine) onDB() mysqldb.DBTX { return prepared{on: e.db, c: e.stmts} }
+func (e engine) onDB() mysqldb.DBTX {
+	if e.stmts == nil || !e.prepares() {
+		return e.db
+	}
+	return prepared{on: e.db, c: e.stmts}
+}
 
 // prepared runs the generated queries as statements prepared on the
 // driver's handle: in tx, or on the handle itself when tx is nil. A

@@ -38,7 +38,7 @@ func TestCluster(t *testing.T) {
 	c := galera.Shared(t)
 	ctx := context.Background()
 	open := func(i int) *sql.DB {
-		db, err := sql.Open("mysql", c.DSN(i, "", "wsrep_sync_wait=1"))
+		db, err := sql.Open("mysql", c.DSN(i, "", galera.Params...))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -77,7 +77,7 @@ func TestConformance(t *testing.T) {
 		if !all && !contains(ciGroups, group) {
 			t.Skipf("left out of the default run for time; %s=all runs it", AllEnv)
 		}
-		return harness.Spread(harness.MySQLNodes(t, maxConns, c.DSNs("", "wsrep_sync_wait=1")...))
+		return harness.Spread(harness.MySQLNodes(t, maxConns, c.DSNs("", galera.Params...)...))
 	})
 }
 

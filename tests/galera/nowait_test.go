@@ -30,7 +30,7 @@ const noWaitKeys = 30
 func TestNoWaitAcrossNodes(t *testing.T) {
 	c := galera.Shared(t)
 	ctx := context.Background()
-	dbs := harness.MySQLNodes(t, 4, c.DSNs("", "wsrep_sync_wait=1")...)[:2]
+	dbs := harness.MySQLNodes(t, 4, c.DSNs("", galera.Params...)...)[:2]
 	var stores []*dedupe.Store[*sql.Tx]
 	for _, db := range dbs {
 		s, err := dedupe.New(db.Driver(), dedupe.WithNoWait())

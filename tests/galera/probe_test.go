@@ -27,7 +27,7 @@ func TestFirstCallInAbortedTransaction(t *testing.T) {
 	c := galera.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dbs := harness.MySQLNodes(t, 4, c.DSNs("", "wsrep_sync_wait=1")...)
+	dbs := harness.MySQLNodes(t, 4, c.DSNs("", galera.Params...)...)
 	a, b := dbs[0], dbs[1]
 	x, err := a.Pool().OrderInsert(ctx, "g-probe", "g-probe", 1)
 	if err != nil {

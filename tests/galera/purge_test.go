@@ -28,7 +28,7 @@ const (
 func TestPurgeFromEveryNode(t *testing.T) {
 	c := galera.Shared(t)
 	ctx := context.Background()
-	dbs := harness.MySQLNodes(t, 4, c.DSNs("", "wsrep_sync_wait=1")...)
+	dbs := harness.MySQLNodes(t, 4, c.DSNs("", galera.Params...)...)
 	// Expired keys, oldest first by key number.
 	if err := dbs[0].Exec(ctx, `
 		INSERT INTO sqlonce_keys (scope, idempotency_key, state, token, created_at, expires_at)

@@ -55,7 +55,7 @@ func TestSyncWaitRefused(t *testing.T) {
 		}
 	}
 	// The same server with the DSN fixed answers.
-	own, err := sql.Open("mysql", dbs[0].DSN()+"&wsrep_sync_wait=1")
+	own, err := sql.Open("mysql", dbs[0].DSN()+"&wsrep_sync_wait=1&interpolateParams=true")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestSyncWaitAcrossNodes(t *testing.T) {
 func syncWaitAcrossNodes(t *testing.T, wait string) {
 	c := galera.Shared(t)
 	ctx := context.Background()
-	dbs := harness.MySQLNodes(t, 4, c.DSNs("", "wsrep_sync_wait="+wait)...)
+	dbs := harness.MySQLNodes(t, 4, c.DSNs("", "wsrep_sync_wait="+wait, "interpolateParams=true")...)
 	var tokens []*token.Store[*sql.Tx]
 	var stores []*dedupe.Store[*sql.Tx]
 	for _, db := range dbs {

@@ -27,7 +27,7 @@ func TestUniqueDuplicateThenBFAbort(t *testing.T) {
 	c := galera.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dbs := harness.MySQLNodes(t, 4, c.DSNs("", "wsrep_sync_wait=1")...)
+	dbs := harness.MySQLNodes(t, 4, c.DSNs("", galera.Params...)...)
 	a, b := dbs[0], dbs[1]
 	const code = "g-dup"
 	_, err := a.Pool().OrderInsert(ctx, code, code, 1)
@@ -100,7 +100,7 @@ func TestUniqueInsertOneDuplicateThenBFAbort(t *testing.T) {
 	c := galera.Shared(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dbs := harness.MySQLNodes(t, 4, c.DSNs("", "wsrep_sync_wait=1")...)
+	dbs := harness.MySQLNodes(t, 4, c.DSNs("", galera.Params...)...)
 	a, b := dbs[0], dbs[1]
 	const code = "g-dup-one"
 	if _, err := a.Pool().OrderInsert(ctx, code, code, 1); err != nil {

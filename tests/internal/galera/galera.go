@@ -147,6 +147,20 @@ func (c *Cluster) DSN(i int, db string, params ...string) string {
 	return fmt.Sprintf("root@tcp(127.0.0.1:%d)/%s?%s", c.Nodes[i-1].Port, db, strings.Join(q, "&"))
 }
 
+// GeneralLogEnv names a directory, writable by the mysql user, where each
+// node writes its general query log (node1.log, ...) when it is set: every
+// statement each session sent, in the order the node received them, to
+// trace a checker violation to the statements behind it.
+const GeneralLogEnv = "SQLONCE_GALERA_LOG"
+
+// Params are the DSN parameters docs/deployments.md tells a Galera user to
+// set, without which mysqldriver refuses every call on a node:
+// wsrep_sync_wait=1, so that a read sees what other nodes committed, and
+// interpolateParams=true, so that go-sql-driver/mysql sends statements as
+// text rather than preparing them inside a transaction (a node loses the
+// abort of a transaction while it prepares).
+var Params = []string{"wsrep_sync_wait=1", "interpolateParams=true"}
+
 // DSNs is DSN for every node, in order.
 func (c *Cluster) DSNs(db string, params ...string) []string {
 	var out []string
@@ -210,6 +224,9 @@ func (nd *Node) args(bootstrap bool, extra ...string) []string {
 		fmt.Sprintf("--wsrep-node-address=127.0.0.1:%d", nd.gcomm),
 		fmt.Sprintf("--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:%d;ist.recv_addr=127.0.0.1:%d;gcache.size=64M", nd.gcomm, nd.ist),
 		fmt.Sprintf("--wsrep-sst-receive-address=127.0.0.1:%d", nd.sst), "--wsrep-sst-method=rsync",
+	}
+	if dir := os.Getenv(GeneralLogEnv); dir != "" {
+		a = append(a, "--general-log=1", fmt.Sprintf("--general-log-file=%s/node%d.log", dir, nd.N))
 	}
 	if bootstrap {
 		a = append(a, "--wsrep-new-cluster")

@@ -28,6 +28,9 @@ func (m *myDB) Dialect() string                 { return "mysql" }
 func (m *myDB) Driver() sqlonce.Driver[*sql.Tx] { return m.driver }
 func (m *myDB) DSN() string                     { return m.db.DSN }
 
+// SQLDB returns the handle the driver was built with.
+func (m *myDB) SQLDB() *sql.DB { return m.db.DB }
+
 func (m *myDB) Begin(ctx context.Context, iso Isolation) (*sql.Tx, error) {
 	opts := &sql.TxOptions{}
 	switch iso {
