@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,10 +96,18 @@ func Ops(tb testing.TB, dialect string) []string {
 			tb.Logf("workload %q left out on %s, known bug (set %s=1 to run it): %s", op, dialect, KnownBugsEnv, bug)
 			continue
 		}
+		if only := os.Getenv(OpsEnv); only != "" && !slices.Contains(strings.Split(only, ","), op) {
+			continue
+		}
 		ops = append(ops, op)
 	}
 	return ops
 }
+
+// OpsEnv, set to workloads separated by commas ("dedupe.Do,dedupe.Store.RunBatch"),
+// makes Ops return only those of its workloads: a finding reproduces faster
+// with fewer workloads in its way.
+const OpsEnv = "SQLONCE_CHECKER_OPS"
 
 // DedupeCall describes one call of a Deduper.
 type DedupeCall struct {

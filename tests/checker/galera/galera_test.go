@@ -10,7 +10,6 @@ import (
 	"io"
 	"log"
 	"os"
-	"slices"
 	"testing"
 	"time"
 
@@ -40,14 +39,15 @@ const killed = 3
 // TestGalera runs every workload over the three nodes, with the checker's
 // faults, and kills node 3 a quarter into the run and starts it again at
 // once: it rejoins by IST while the workers go on. Sessions read with
-// wsrep_sync_wait=1, as docs/deployments.md tells Galera users to set.
+// wsrep_sync_wait=1 and send statements as text (interpolateParams=true),
+// as docs/deployments.md tells Galera users to set.
 func TestGalera(t *testing.T) {
 	c := galera.Shared(t)
-	dbs := harness.MySQLNodes(t, 40, c.DSNs("", "wsrep_sync_wait=1")...)
+	dbs := harness.MySQLNodes(t, 40, c.DSNs("", galera.Params...)...)
 	d := checker.Duration(t, *durationFlag, 20*time.Second)
 	restarted := false
 	rep := checker.Run(t, dbs[0], checker.Config[*sql.Tx]{
-		Ops:          withoutRunBatch(checker.Ops(t, dbs[0].Dialect())),
+		Ops:          checker.Ops(t, dbs[0].Dialect()),
 		Workers:      48,
 		Duration:     d,
 		Nodes:        dbs[1:],
@@ -76,19 +76,4 @@ func TestGalera(t *testing.T) {
 	if len(rep.Violations) > 0 {
 		t.Errorf("%d violations of exactly-once on Galera", len(rep.Violations))
 	}
-}
-
-// withoutRunBatch leaves out the RunBatch workload, an open finding on
-// Galera: run alone with Do (20 s, 48 workers, node 3 killed), it left, in
-// 2 of 15 runs, keys claimed with no effect, their claims committed by a
-// RunBatch whose context was cancelled before its fn ran, at the start of
-// the run (checker violations "marker" and "lost" on node 0; "early" in
-// another run). The same workload holds on a single MariaDB, PostgreSQL
-// and SQLite, and DoBatch in the caller's transaction holds here. Run it
-// with SQLONCE_GALERA_RUNBATCH=1.
-func withoutRunBatch(ops []string) []string {
-	if os.Getenv("SQLONCE_GALERA_RUNBATCH") == "1" {
-		return ops
-	}
-	return slices.DeleteFunc(ops, func(op string) bool { return op == checker.RunBatch })
 }
