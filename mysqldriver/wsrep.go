@@ -28,16 +28,17 @@ import (
 // another node's write aborts (a brute-force abort) while the session is
 // preparing a statement (COM_STMT_PREPARE): the prepare answers success,
 // MariaDB has rolled the transaction back, and every statement the client
-// sends after it runs outside any transaction, each committing on its
-// own, up to a COMMIT that commits nothing and succeeds. A claim then
-// commits without its work, or the work without its claim. Measured on
-// MariaDB 10.11 with Galera 4 (tests/galera TestPrepareLosesAbort): of
-// the transactions aborted while preparing, 6 to 17% in three runs went
-// on this way; of those aborted during a statement sent as text, none. So on a
-// Galera node nothing may be prepared on the server inside a transaction:
-// sqlonce's statements run unprepared there, and go-sql-driver/mysql sends
-// a statement with arguments as text only with interpolateParams=true
-// (without it, it prepares, executes and closes each one).
+// sends after it runs outside any transaction, each committing on its own,
+// up to a COMMIT that commits nothing and succeeds. A claim then commits
+// without its work, or the work without its claim. Measured on MariaDB
+// 10.11 with Galera 4 (tests/galera TestPrepareLosesAbort): of the
+// transactions aborted while preparing, 6 to 17% in three runs went on
+// this way; of those aborted during a statement sent as text, none. So on
+// a Galera node nothing may be prepared on the server inside a
+// transaction: sqlonce's statements run unprepared there, and
+// go-sql-driver/mysql sends a statement with arguments as text only with
+// interpolateParams=true (without it, it prepares, executes and closes
+// each one).
 //
 // wsrepCheck asks the server, once per driver, whether it is a Galera node
 // whose sessions read without that wait or prepare statements with
