@@ -12,7 +12,6 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/galera"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 	"github.com/sqlonce/sqlonce/token"
@@ -150,27 +149,14 @@ func TestPreparesRefused(t *testing.T) {
 		if !errors.Is(err, sqlonce.ErrInvalidArgument) || !strings.Contains(err.Error(), "interpolateParams=true") {
 			t.Fatalf("node %d: DoBatch without interpolateParams: %v, want ErrInvalidArgument naming interpolateParams=true", i+1, err)
 		}
-		tokens, err := token.New(mysqldriver.New(sqlDB(db)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tokens.Issue(ctx, "s"); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+		if err := issueOn(t, db.DSN()); !errors.Is(err, sqlonce.ErrInvalidArgument) {
 			t.Fatalf("node %d: Issue without interpolateParams: %v, want ErrInvalidArgument", i+1, err)
 		}
 	}
 	if n, err := dbs[0].KeyCount(ctx); err != nil || n != 0 {
 		t.Fatalf("%d keys (%v) after refused calls, want 0", n, err)
 	}
-	own, err := sql.Open("mysql", dbs[0].DSN()+"&interpolateParams=true")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer own.Close()
-	tokens, err := token.New(mysqldriver.New(own))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tokens.Issue(ctx, "s"); err != nil {
+	if err := issueOn(t, dbs[0].DSN()+"&interpolateParams=true"); err != nil {
 		t.Fatalf("Issue with interpolateParams=true: %v", err)
 	}
 }
