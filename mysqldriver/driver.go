@@ -24,28 +24,30 @@
 // when the garbage collector notices, and closing the *sql.DB frees them
 // on the server at once.
 //
-// On a Galera cluster (MariaDB Galera, Percona XtraDB Cluster) the DSN
-// must set wsrep_sync_wait=1: a node applies what another node committed
-// a little after that commit, and sqlonce reads rows written by earlier
+// On a Galera cluster (MariaDB Galera, Percona XtraDB Cluster) the DSN must
+// set wsrep_sync_wait=1: a node applies what another node committed a
+// little after that commit, and sqlonce reads rows written by earlier
 // transactions (a lease at Complete, a token at Consume). The driver asks
-// the server once, at its first call, and on a Galera node whose session
-// reads without that wait it refuses every call with an error matching
-// sqlonce.ErrInvalidArgument that says so. Bit 1 makes reads and BEGIN
-// wait, not an UPDATE alone: with wsrep_sync_wait=1 a lease's Claim,
+// the server once per *sql.DB, at the first call, and on a Galera node
+// whose session reads without that wait it refuses every call with an error
+// matching sqlonce.ErrInvalidArgument that says so. Bit 1 makes reads and
+// BEGIN wait, not an UPDATE alone: with wsrep_sync_wait=1 a lease's Claim,
 // Complete, Release and Extend and token.Issue run in a transaction (3
 // round trips); with wsrep_sync_wait=3 in autocommit (1), as on a single
 // server. docs/deployments.md has the rest: conflicts between nodes come
 // back as retryable deadlocks at COMMIT, and WithNoWait sees a key held on
 // its own node only.
 //
-// On Galera the DSN must also set interpolateParams=true, and the
-// program must not prepare statements inside its transactions: a node
-// that aborts a transaction for another node's write while the session
-// prepares a statement loses the abort, and the statements after the
-// prepare then commit one by one, outside the transaction. The driver
-// checks that go-sql-driver/mysql sends statements as text at its first
-// call and refuses every call otherwise, and on a Galera node it prepares
-// none of its own.
+// On Galera the DSN must also set interpolateParams=true, and the program
+// must not prepare statements inside its transactions: a node that aborts a
+// transaction for another node's write while the session prepares a
+// statement loses the abort, and the statements after the prepare then
+// commit one by one, outside the transaction. The driver checks that
+// go-sql-driver/mysql sends statements as text at the first call and
+// refuses every call otherwise, and on a Galera node it prepares none of
+// its own. (go-sql-driver/mysql still prepares a statement longer than the
+// DSN's maxAllowedPacket: keep it at its default, 64 MiB, above sqlonce's
+// longest, a 1 MiB piece of a response escaped.)
 //
 // Return every error of the work's statements. A deadlock (1213), and on
 // Galera another node's conflicting write, rolls the whole transaction
@@ -86,6 +88,7 @@ func New(db *sql.DB) *Driver {
 	e := engine{db: db, q: mysqldb.New(), wsrep: &wsrepCheck{}}
 	if db != nil {
 		e.stmts = cacheFor(db)
+		e.wsrep = e.stmts.wsrep
 	}
 	return &Driver{e: e, check: checkDialect(db)}
 }
@@ -383,6 +386,9 @@ func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int6
 }
 
 func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
+	if err := e.checkTx(ctx, tx); err != nil {
+		return 0, err
+	}
 	return e.q.KeyPurge(ctx, e.on(tx), mysqldb.KeyPurgeParams{Now: myNow(now), Limit: int32(limit)})
 }
 

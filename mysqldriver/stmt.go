@@ -29,6 +29,10 @@ import (
 type stmtCache struct {
 	db *sql.DB
 	*stmts
+	// wsrep is the Galera check of db's sessions, asked once for every
+	// driver on db: a service that builds a driver per request pays for
+	// the probe once.
+	wsrep *wsrepCheck
 }
 
 // stmts is the part of a stmtCache that its cleanup closes: it must not
@@ -75,7 +79,7 @@ func cacheFor(db *sql.DB) *stmtCache {
 	if c := caches.m[k].Value(); c != nil {
 		return c
 	}
-	c := &stmtCache{db: db, stmts: &stmts{}}
+	c := &stmtCache{db: db, stmts: &stmts{}, wsrep: &wsrepCheck{}}
 	self := weak.Make(c)
 	caches.m[k] = self
 	runtime.AddCleanup(c, func(s *stmts) {

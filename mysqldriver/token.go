@@ -42,5 +42,8 @@ func (e engine) TokenGet(ctx context.Context, tx *sql.Tx, hash []byte, now time.
 }
 
 func (e engine) TokenPurge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
+	if err := e.checkTx(ctx, tx); err != nil {
+		return 0, err
+	}
 	return e.q.TokenPurge(ctx, e.on(tx), mysqldb.TokenPurgeParams{Now: myNow(now), Limit: int32(limit)})
 }

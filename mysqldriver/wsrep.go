@@ -40,18 +40,18 @@ import (
 // interpolateParams=true (without it, it prepares, executes and closes
 // each one).
 //
-// wsrepCheck asks the server, once per driver, whether it is a Galera node
-// whose sessions read without that wait or prepare statements with
-// arguments, and then refuses every call.
-// The probe runs on the first call's transaction (or on the driver's
-// handle, for calls that run their own): the session's setting is the one
-// that matters, and every connection of a pool gets the DSN's. A probe
-// that fails in a transaction fails the call, and is tried again by the
-// next call: the failure may be the transaction's own, a deadlock or a
-// Galera abort for another node's conflicting write, after which MySQL
-// has rolled the transaction back and runs the call's statements in
-// autocommit, each committing alone. On the handle a failed probe lets
-// the call go on.
+// wsrepCheck asks the server, once per *sql.DB (once per driver built with
+// nil), whether it is a Galera node whose sessions read without that wait
+// or prepare statements with arguments (or report no count of prepares, so
+// that it cannot tell), and then refuses every call. The probe runs on the
+// first call's transaction (or on the driver's handle, for calls that run
+// their own): the session's setting is the one that matters, and every
+// connection of a pool gets the DSN's. A probe that fails in a transaction
+// fails the call, and is tried again by the next call: the failure may be
+// the transaction's own, a deadlock or a Galera abort for another node's
+// conflicting write, after which MySQL has rolled the transaction back and
+// runs the call's statements in autocommit, each committing alone. On the
+// handle a failed probe lets the call go on.
 type wsrepCheck struct {
 	mu   sync.Mutex
 	done atomic.Bool
@@ -87,67 +87,83 @@ func (c *wsrepCheck) errOn(ctx context.Context, q querier) error {
 		return c.err
 	}
 	_, inTx := q.(*sql.Tx)
-	on, wait, prepares, err := probeWsrep(ctx, q)
-	if err != nil {
+	if err := c.probe(ctx, q); err != nil {
 		if inTx {
-			return fmt.Errorf("mysqldriver: read the session's wsrep_sync_wait: %w", err)
+			return fmt.Errorf("mysqldriver: probe the session for Galera: %w", err)
 		}
 		return nil
 	}
-	switch {
-	case on && wait&1 == 0:
-		c.err = fmt.Errorf("%w: mysqldriver: the server is a Galera node (wsrep_on=ON) and the session has wsrep_sync_wait=%d: "+
-			"a read may miss a row another node has just committed, and a lease would look lost or a token unknown; "+
-			"add wsrep_sync_wait=1 to the DSN (go-sql-driver/mysql sets it on every connection)", sqlonce.ErrInvalidArgument, wait)
-	case on && prepares:
-		c.err = fmt.Errorf("%w: mysqldriver: the server is a Galera node (wsrep_on=ON) and go-sql-driver/mysql prepares every statement "+
-			"with arguments on the server: a transaction that another node's write aborts while it prepares one loses its deadlock error, "+
-			"and the statements after it commit one by one, outside the transaction; add interpolateParams=true to the DSN", sqlonce.ErrInvalidArgument)
-	}
-	c.inTx = on && wait&2 == 0
-	c.galera = on
 	c.done.Store(true)
 	return c.err
 }
 
-// probeWsrep reads the session's wsrep_on and wsrep_sync_wait and, on a
-// Galera node, whether the client prepares a statement with arguments on
-// the server: the session's count of prepares before and after one.
-// q is a transaction, or the driver's handle, on one connection of which
-// the probe then runs.
-func probeWsrep(ctx context.Context, q querier) (on bool, wait int, prepares bool, err error) {
+// probe sets c's fields (all but done) from q's session: wsrep_on and
+// wsrep_sync_wait and, on a Galera node that reads with the wait, whether
+// the client prepares a statement with arguments on the server. q is a
+// transaction, or the driver's handle, on one connection of which the
+// probe then runs.
+func (c *wsrepCheck) probe(ctx context.Context, q querier) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if db, ok := q.(*sql.DB); ok {
 		conn, err := db.Conn(ctx)
 		if err != nil {
-			return false, 0, false, err
+			return err
 		}
 		defer conn.Close()
 		q = conn
 	}
 	vars, err := showVariables(ctx, q, sqlWsrepProbe)
 	if err != nil {
-		return false, 0, false, err
+		return err
 	}
-	on = strings.EqualFold(vars["wsrep_on"], "ON") || vars["wsrep_on"] == "1"
-	wait, _ = strconv.Atoi(vars["wsrep_sync_wait"])
-	if !on {
-		return on, wait, false, nil
+	on := strings.EqualFold(vars["wsrep_on"], "ON") || vars["wsrep_on"] == "1"
+	wait, _ := strconv.Atoi(vars["wsrep_sync_wait"])
+	c.inTx, c.galera, c.err = on && wait&2 == 0, on, nil
+	switch {
+	case !on:
+		return nil
+	case wait&1 == 0:
+		c.err = fmt.Errorf("%w: mysqldriver: the server is a Galera node (wsrep_on=ON) and the session has wsrep_sync_wait=%d: "+
+			"a read may miss a row another node has just committed, and a lease would look lost or a token unknown; "+
+			"add wsrep_sync_wait=1 to the DSN (go-sql-driver/mysql sets it on every connection)", sqlonce.ErrInvalidArgument, wait)
+		return nil
 	}
+	prepares, known, err := preparesArgs(ctx, q)
+	switch {
+	case err != nil:
+		return err
+	case !known:
+		c.err = fmt.Errorf("%w: mysqldriver: the server is a Galera node (wsrep_on=ON) and the session reports no Com_stmt_prepare, "+
+			"so the driver cannot tell that go-sql-driver/mysql sends statements as text (interpolateParams=true): "+
+			"a transaction that another node's write aborts while it prepares a statement loses its deadlock error", sqlonce.ErrInvalidArgument)
+	case prepares:
+		c.err = fmt.Errorf("%w: mysqldriver: the server is a Galera node (wsrep_on=ON) and go-sql-driver/mysql prepares every statement "+
+			"with arguments on the server: a transaction that another node's write aborts while it prepares one loses its deadlock error, "+
+			"and the statements after it commit one by one, outside the transaction; add interpolateParams=true to the DSN", sqlonce.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// preparesArgs reports whether the client prepares a statement with
+// arguments on the server: the session's count of prepares before and
+// after one. known is false when the session reports no count.
+func preparesArgs(ctx context.Context, q querier) (prepares, known bool, err error) {
 	before, err := showVariables(ctx, q, sqlPrepareCount)
 	if err != nil {
-		return false, 0, false, err
+		return false, false, err
 	}
 	var one int
 	if err := q.QueryRowContext(ctx, "SELECT ?", 1).Scan(&one); err != nil {
-		return false, 0, false, err
+		return false, false, err
 	}
 	after, err := showVariables(ctx, q, sqlPrepareCount)
 	if err != nil {
-		return false, 0, false, err
+		return false, false, err
 	}
-	return on, wait, after["com_stmt_prepare"] != before["com_stmt_prepare"], nil
+	b, okB := before["com_stmt_prepare"]
+	a, okA := after["com_stmt_prepare"]
+	return a != b, okA && okB, nil
 }
 
 // sqlPrepareCount reads the session's count of COM_STMT_PREPARE.
