@@ -237,7 +237,7 @@ func (a *Attempt) beginFailed() bool {
 // the fault says to roll back. It fills in a's error and commit state.
 func (w *worker[TTx]) inTx(a *Attempt, body func(ctx context.Context, tx TTx, f *faultCtl[TTx]) error) {
 	a.InTx = true
-	ctx, cancel := context.WithTimeout(w.r.ctx, attemptTimeout)
+	ctx, cancel := context.WithTimeout(w.r.ctx, w.r.cfg.AttemptTimeout)
 	defer cancel()
 	tx, err := w.n.db.Begin(ctx, a.Iso)
 	if err != nil {

@@ -59,7 +59,7 @@ func (w *worker[TTx]) batchOp(own bool) {
 // commit is unknown.
 func (w *worker[TTx]) runBatchAttempt(a *Attempt, keys []string) {
 	a.Run, a.Iso = true, harness.Default
-	ctx, cancel := context.WithTimeout(w.r.ctx, attemptTimeout)
+	ctx, cancel := context.WithTimeout(w.r.ctx, w.r.cfg.AttemptTimeout)
 	defer cancel()
 	f := w.newFaultCtl(cancel, a)
 	defer f.disarm()

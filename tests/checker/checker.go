@@ -173,6 +173,11 @@ type Config[TTx any] struct {
 	// ConnectRetry is how long a worker keeps retrying to begin a
 	// transaction before giving up an operation (2s).
 	ConnectRetry time.Duration
+	// AttemptTimeout bounds one attempt (30s): a worker that waits longer
+	// on a lock is stuck, which the run reports as an error. It must
+	// exceed the server's own bounds on a wait, so that the server's error
+	// ends a wait that lasts, not the checker's.
+	AttemptTimeout time.Duration
 	// Nodes are more views of db's database, each on another node of a
 	// cluster whose nodes all take writes (Galera). Each worker sends each
 	// attempt to the next node in turn, db included, as clients behind a
@@ -220,11 +225,10 @@ func (c *Config[TTx]) defaults() {
 	if c.ConnectRetry <= 0 {
 		c.ConnectRetry = 2 * time.Second
 	}
+	if c.AttemptTimeout <= 0 {
+		c.AttemptTimeout = 30 * time.Second
+	}
 }
-
-// attemptTimeout bounds one attempt: a worker that waits longer than this
-// on a lock is stuck, which the run reports as an error.
-const attemptTimeout = 30 * time.Second
 
 // keyTTL is the dedupe TTL of every key: far beyond any run, including the
 // pinned clock of the lease workload, so that no key expires and every

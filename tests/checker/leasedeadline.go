@@ -47,7 +47,7 @@ func (w *worker[TTx]) leaseDeadlineOp() {
 	req := dedupe.Request{Scope: "ld", Key: key, TTL: keyTTL}
 
 	a := &Attempt{ID: w.r.ids.Add(1), Worker: w.id, Op: LeaseDeadline + " holder", Fault: FaultAbandon}
-	ctx, cancel := context.WithTimeout(w.r.ctx, attemptTimeout)
+	ctx, cancel := context.WithTimeout(w.r.ctx, w.r.cfg.AttemptTimeout)
 	before := time.Now()
 	st := a.step(ref, "claim")
 	l, res, err := w.n.store.Claim(ctx, req, ldLease)
@@ -97,7 +97,7 @@ func (w *worker[TTx]) ldRace(kind int, req dedupe.Request, ref string) {
 		w.r.record(a)
 	case ldClaim:
 		a := &Attempt{ID: w.r.ids.Add(1), Worker: w.id, Op: LeaseDeadline + " claim"}
-		ctx, cancel := context.WithTimeout(w.r.ctx, attemptTimeout)
+		ctx, cancel := context.WithTimeout(w.r.ctx, w.r.cfg.AttemptTimeout)
 		st := a.step(ref, "claim")
 		l, res, err := w.n.store.Claim(ctx, req, time.Minute)
 		cancel()

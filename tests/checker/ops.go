@@ -220,7 +220,7 @@ func (w *worker[TTx]) uniqueRowsOp() {
 func (w *worker[TTx]) optimisticOp() {
 	i := w.rng.IntN(len(w.r.optIDs))
 	id := w.r.optIDs[i]
-	ctx, cancel := context.WithTimeout(w.r.ctx, attemptTimeout)
+	ctx, cancel := context.WithTimeout(w.r.ctx, w.r.cfg.AttemptTimeout)
 	v, err := w.n.db.Pool().OrderGetVersion(ctx, id)
 	cancel()
 	if err != nil {
@@ -254,7 +254,7 @@ func (w *worker[TTx]) optimisticOp() {
 // stateMachineOp pays an order (created -> paid).
 func (w *worker[TTx]) stateMachineOp() {
 	key := w.key(StateMachine)
-	ctx, cancel := context.WithTimeout(w.r.ctx, attemptTimeout)
+	ctx, cancel := context.WithTimeout(w.r.ctx, w.r.cfg.AttemptTimeout)
 	id, err := w.r.smOrder(ctx, key)
 	cancel()
 	if err != nil {
@@ -295,7 +295,7 @@ func (w *worker[TTx]) leaseOp(key string) (settled, inProgress bool) {
 	for try := range 20 {
 		w.pick()
 		a := &Attempt{ID: w.r.ids.Add(1), Worker: w.id, Op: Lease + " claim", Try: try}
-		ctx, cancel := context.WithTimeout(w.r.ctx, attemptTimeout)
+		ctx, cancel := context.WithTimeout(w.r.ctx, w.r.cfg.AttemptTimeout)
 		st := a.step(ref, "claim")
 		l, res, err := w.n.store.Claim(testclock.With(ctx, w.r.vclock.Now()), req, w.r.cfg.Lease)
 		cancel()
@@ -398,7 +398,7 @@ func (w *worker[TTx]) holdLease(ref string, l *dedupe.Lease, fault Fault) bool {
 
 func (w *worker[TTx]) release(ref string, l *dedupe.Lease) {
 	a := &Attempt{ID: w.r.ids.Add(1), Worker: w.id, Op: Lease + " release"}
-	ctx, cancel := context.WithTimeout(w.r.ctx, attemptTimeout)
+	ctx, cancel := context.WithTimeout(w.r.ctx, w.r.cfg.AttemptTimeout)
 	defer cancel()
 	st := a.step(ref, "release")
 	st.Token = l.Token

@@ -73,7 +73,7 @@ func (w *worker[TTx]) runOp() {
 // the effects are counted in the database, never by calls of fn.
 func (w *worker[TTx]) runAttempt(a *Attempt, c DedupeCall, pinned bool) {
 	a.Run, a.Iso = true, harness.Default
-	ctx, cancel := context.WithTimeout(w.r.ctx, attemptTimeout)
+	ctx, cancel := context.WithTimeout(w.r.ctx, w.r.cfg.AttemptTimeout)
 	defer cancel()
 	if pinned {
 		ctx = testclock.With(ctx, w.r.vclock.Now())

@@ -46,10 +46,11 @@ type truth struct {
 type verifier struct {
 	rep      *Report
 	attempts map[int64]*Attempt
+	timeout  time.Duration // Config.AttemptTimeout
 }
 
 func (r *run[TTx]) verify(rep *Report, s *dbState, vEnd time.Time) {
-	v := &verifier{rep: rep, attempts: map[int64]*Attempt{}}
+	v := &verifier{rep: rep, attempts: map[int64]*Attempt{}, timeout: r.cfg.AttemptTimeout}
 	byKey := map[string][]*Step{}
 	for _, a := range rep.Attempts {
 		v.attempts[a.ID] = a
@@ -360,7 +361,7 @@ func (v *verifier) checkError(a *Attempt) {
 	case serverSaysRetry(err) && !sqlonce.IsRetryable(err):
 		v.rep.violate(VError, key, "attempt %d (%s): the server asks for a retry, sqlonce.IsRetryable says no: %v", a.ID, a.Op, err)
 	case errors.Is(err, context.DeadlineExceeded):
-		v.rep.violate(VError, key, "attempt %d (%s) ran out of time (%v): %v", a.ID, a.Op, attemptTimeout, err)
+		v.rep.violate(VError, key, "attempt %d (%s) ran out of time (%v): %v", a.ID, a.Op, v.timeout, err)
 	}
 }
 

@@ -52,6 +52,13 @@ func TestGalera(t *testing.T) {
 		Duration:     d,
 		Nodes:        dbs[1:],
 		ConnectRetry: 5 * time.Second,
+		// A read waits for its node to apply what the cluster committed
+		// (wsrep_sync_wait) for up to Galera's repl.causal_read_timeout,
+		// 30 s, and the cluster can stall for many seconds while the
+		// killed node rejoins: one Do and RunBatch run of 15 had an
+		// attempt run past 30 s, retrying through such a stall. The server's timeout, not the
+		// checker's, must end such a wait.
+		AttemptTimeout: time.Minute,
 		During: func(ctx context.Context, logf func(string, ...any)) {
 			time.Sleep(d / 4)
 			pid := c.Pid(killed)
