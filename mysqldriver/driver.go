@@ -85,10 +85,12 @@ var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 // runs inside a transaction of yours (the statements then run unprepared).
 // A driver holds nothing that needs closing.
 func New(db *sql.DB) *Driver {
-	e := engine{db: db, q: mysqldb.New(), wsrep: &wsrepCheck{}}
+	e := engine{db: db, q: mysqldb.New()}
 	if db != nil {
 		e.stmts = cacheFor(db)
-		e.wsrep = e.stmts.wsrep
+		e.wsrep = e.stmts.wsrep // shared by the drivers on db
+	} else {
+		e.wsrep = &wsrepCheck{}
 	}
 	return &Driver{e: e, check: checkDialect(db)}
 }

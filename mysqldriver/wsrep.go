@@ -113,7 +113,7 @@ func (c *wsrepCheck) probe(ctx context.Context, q querier) error {
 		defer conn.Close()
 		q = conn
 	}
-	vars, err := showVariables(ctx, q, sqlWsrepProbe)
+	vars, err := showRows(ctx, q, sqlWsrepProbe)
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func (c *wsrepCheck) probe(ctx context.Context, q querier) error {
 // arguments on the server: the session's count of prepares before and
 // after one. known is false when the session reports no count.
 func preparesArgs(ctx context.Context, q querier) (prepares, known bool, err error) {
-	before, err := showVariables(ctx, q, sqlPrepareCount)
+	before, err := showRows(ctx, q, sqlPrepareCount)
 	if err != nil {
 		return false, false, err
 	}
@@ -157,7 +157,7 @@ func preparesArgs(ctx context.Context, q querier) (prepares, known bool, err err
 	if err := q.QueryRowContext(ctx, "SELECT ?", 1).Scan(&one); err != nil {
 		return false, false, err
 	}
-	after, err := showVariables(ctx, q, sqlPrepareCount)
+	after, err := showRows(ctx, q, sqlPrepareCount)
 	if err != nil {
 		return false, false, err
 	}
@@ -169,9 +169,9 @@ func preparesArgs(ctx context.Context, q querier) (prepares, known bool, err err
 // sqlPrepareCount reads the session's count of COM_STMT_PREPARE.
 const sqlPrepareCount = "SHOW SESSION STATUS LIKE 'Com_stmt_prepare'"
 
-// showVariables runs a SHOW of name and value rows, and returns them by
-// lower-case name.
-func showVariables(ctx context.Context, q querier, query string) (map[string]string, error) {
+// showRows runs a SHOW of name and value rows (variables, status), and
+// returns the values by lower-case name.
+func showRows(ctx context.Context, q querier, query string) (map[string]string, error) {
 	rows, err := q.QueryContext(ctx, query)
 	if err != nil {
 		return nil, err

@@ -140,37 +140,25 @@ func TestPreparesRefused(t *testing.T) {
 	c := galera.Shared(t)
 	ctx := context.Background()
 	dbs := harness.MySQLNodes(t, 4, c.DSNs("", "wsrep_sync_wait=1")...)
-	calls := map[string]func(ctx context.Context, d *mysqldriver.Driver, tx *sql.Tx) error{
-		"DoBatch": func(ctx context.Context, d *mysqldriver.Driver, tx *sql.Tx) error {
-			store, err := dedupe.New(d)
-			if err != nil {
-				return err
-			}
-			_, err = store.DoBatch(ctx, tx, "s", []string{"a", "b"}, func(context.Context, []string) error { return nil })
+	type stores struct {
+		dedupe *dedupe.Store[*sql.Tx]
+		tokens *token.Store[*sql.Tx]
+	}
+	calls := map[string]func(ctx context.Context, s stores, tx *sql.Tx) error{
+		"DoBatch": func(ctx context.Context, s stores, tx *sql.Tx) error {
+			_, err := s.dedupe.DoBatch(ctx, tx, "s", []string{"a", "b"}, func(context.Context, []string) error { return nil })
 			return err
 		},
-		"Do": func(ctx context.Context, d *mysqldriver.Driver, tx *sql.Tx) error {
-			store, err := dedupe.New(d)
-			if err != nil {
-				return err
-			}
-			_, err = store.Do(ctx, tx, dedupe.Request{Scope: "s", Key: "k"}, func(context.Context) error { return nil })
+		"Do": func(ctx context.Context, s stores, tx *sql.Tx) error {
+			_, err := s.dedupe.Do(ctx, tx, dedupe.Request{Scope: "s", Key: "k"}, func(context.Context) error { return nil })
 			return err
 		},
-		"PurgeTx": func(ctx context.Context, d *mysqldriver.Driver, tx *sql.Tx) error {
-			store, err := dedupe.New(d)
-			if err != nil {
-				return err
-			}
-			_, err = store.PurgeTx(ctx, tx, 10)
+		"PurgeTx": func(ctx context.Context, s stores, tx *sql.Tx) error {
+			_, err := s.dedupe.PurgeTx(ctx, tx, 10)
 			return err
 		},
-		"token.PurgeTx": func(ctx context.Context, d *mysqldriver.Driver, tx *sql.Tx) error {
-			tokens, err := token.New(d)
-			if err != nil {
-				return err
-			}
-			_, err = tokens.PurgeTx(ctx, tx, 10)
+		"token.PurgeTx": func(ctx context.Context, s stores, tx *sql.Tx) error {
+			_, err := s.tokens.PurgeTx(ctx, tx, 10)
 			return err
 		},
 	}
@@ -180,11 +168,20 @@ func TestPreparesRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			d := mysqldriver.New(h)
+			store, err := dedupe.New(d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tokens, err := token.New(d)
+			if err != nil {
+				t.Fatal(err)
+			}
 			tx, err := h.BeginTx(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = call(ctx, mysqldriver.New(h), tx)
+			err = call(ctx, stores{store, tokens}, tx)
 			_ = tx.Rollback()
 			h.Close()
 			if !errors.Is(err, sqlonce.ErrInvalidArgument) || !strings.Contains(err.Error(), "interpolateParams=true") {
