@@ -2,21 +2,20 @@
 # requirements never reach the library's go.mod.
 SQLC := go tool -modfile=tools/go.mod sqlc
 
-.PHONY: test lint generate check-generate ci bench
+.PHONY: test test-short lint generate check-generate ci bench
 
-# The one test command: the library's unit tests and examples, then the
-# conformance suite, checker and migration tests against PostgreSQL and
-# MySQL/MariaDB, the OpenTelemetry module (sqlonceotel, its own go.mod)
-# against all three databases, the gRPC interceptor module (grpcidem, its
-# own go.mod; its tests against the databases are in tests/conformance), and the inbox against NATS JetStream (tests/broker), all
-# with the race detector. The tests module runs one
-# package at a time (-p 1): the checker alone opens ~70 connections, and
-# PostgreSQL's default max_connections is 100.
+# The one test command (tests/run): the library's unit tests and examples,
+# the OpenTelemetry module (sqlonceotel) and the gRPC interceptor module
+# (grpcidem), each with its own go.mod, and the tests module: the
+# conformance suite, checker, migration, broker and round-trip tests
+# against PostgreSQL, MariaDB and SQLite, all with the race detector, the
+# four modules at once, with a timing report at the end. test-short is the
+# inner loop (-short: SQLite and one configuration of each server kind).
 test:
-	go test -race -count=1 ./...
-	cd sqlonceotel && go test -race -count=1 ./...
-	cd grpcidem && go test -race -count=1 ./...
-	cd tests && go test -race -count=1 -p 1 -timeout 30m ./...
+	bash tests/run
+
+test-short:
+	bash tests/run -short
 
 lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -77,6 +77,24 @@ var (
 	// also recognises a lost connection in the error of a COMMIT of yours.
 	ErrCommitUnknown = driver.ErrCommitUnknown
 
+	// ErrReadOnly is returned when the server refused a write because it
+	// takes none: a PostgreSQL hot standby (SQLSTATE 25006,
+	// read_only_sql_transaction), a MariaDB/MySQL server or replica
+	// running with read_only (1290, 1836), or a transaction begun read-only
+	// (25006, 1792). sqlonce is pointed at the wrong server: route it, and
+	// the business transaction it joins, to the primary. Nothing was
+	// committed; a resend with the same key to the primary is safe. The
+	// driver's error stays in the chain. IsRetryable is false for it:
+	// the same server refuses again.
+	//
+	// A read that ran before the refused write (Store.Run reads the key
+	// first) answered from the replica's copy; when the copy had the key
+	// the answer is a correct AlreadyDone of work the primary committed,
+	// when it lacked it the work ran and its writes were refused with
+	// this error. A replica that takes writes (MariaDB without read_only)
+	// cannot be told from a primary: see docs/deployments.md.
+	ErrReadOnly = driver.ErrReadOnly
+
 	// ErrNoDB is returned by operations that run their own transactions
 	// (dedupe.Store.Run, dedupe leases, purges, token.Store.Issue,
 	// inbox.Inbox.Handle) on a driver built without a database handle, and

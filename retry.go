@@ -28,6 +28,14 @@ import (
 // is retryable. After such an error the transaction must not be
 // committed: on PostgreSQL it is aborted, on MySQL a deadlock has already
 // rolled it back.
+//
+// It is false for an error matching ErrCommitUnknown, whatever else the
+// tree holds: that transaction may have committed, and running it again
+// could do its work twice; send the request again with the same key
+// instead.
 func IsRetryable(err error) bool {
+	if errors.Is(err, ErrCommitUnknown) {
+		return false
+	}
 	return errors.Is(err, ErrStaleRead) || driver.Classify(err).Has(driver.Retryable)
 }

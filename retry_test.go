@@ -53,6 +53,12 @@ func TestIsRetryable(t *testing.T) {
 		{"no rows", sql.ErrNoRows, false},
 		{"canceled", context.Canceled, false},
 		{"deadline", context.DeadlineExceeded, false},
+		// A COMMIT that may have committed is never run again, even when
+		// the tree also holds a retry request.
+		{"commit unknown", sqlonce.ErrCommitUnknown, false},
+		{"commit unknown over a serialization failure", fmt.Errorf("%w: %w", sqlonce.ErrCommitUnknown, pg(pgerrcode.SerializationFailure)), false},
+		{"commit unknown joined to a deadlock", errors.Join(my(1213), fmt.Errorf("commit: %w", sqlonce.ErrCommitUnknown)), false},
+		{"commit unknown joined to a stale read", errors.Join(sqlonce.ErrStaleRead, sqlonce.ErrCommitUnknown), false},
 	} {
 		if got := sqlonce.IsRetryable(tc.err); got != tc.want {
 			t.Errorf("%s: sqlonce.IsRetryable(%v) = %v, want %v", tc.name, tc.err, got, tc.want)

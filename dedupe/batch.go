@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
@@ -49,7 +50,7 @@ const MaxBatch = driver.MaxBatch
 // FirstRun when fn ran, and Rows the number of keys fn was given.
 func (s *Store[TTx]) DoBatch(ctx context.Context, tx TTx, scope string, ids []string, fn func(ctx context.Context, fresh []string) error) (results []sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "dedupe", "DoBatch", scope, "")
-	defer func() { op.EndBatch(ctx, results, err) }()
+	defer func() { err = driver.ReadOnlyError(err); op.EndBatch(ctx, results, err) }()
 	return s.doBatch(ctx, tx, scope, ids, fn, &op)
 }
 
@@ -117,7 +118,7 @@ func (s *Store[TTx]) RunBatch(ctx context.Context, scope string, ids []string, f
 		return s.runBatch(ctx, scope, ids, fn, outer)
 	}
 	op := obs.Start(s.observer, "dedupe", "RunBatch", scope, "")
-	defer func() { op.EndBatch(ctx, results, err) }()
+	defer func() { err = driver.ReadOnlyError(err); op.EndBatch(ctx, results, err) }()
 	return s.runBatch(ctx, scope, ids, fn, &op)
 }
 
@@ -134,6 +135,20 @@ func (s *Store[TTx]) runBatch(ctx context.Context, scope string, ids []string, f
 	}
 	var results []sqlonce.Result
 	p := s.batchParams(ctx, scope, sorted)
+	var fnErr error // the last error fn returned
+	inner := fn
+	fn = func(ctx context.Context, tx TTx, fresh []string) error {
+		fnErr = inner(ctx, tx, fresh)
+		return fnErr
+	}
+	// wrapped names the batch in an error of sqlonce's own statements
+	// (BEGIN, COMMIT); fn's and those already naming it stay as they are.
+	wrapped := func(err error) error {
+		if err == nil || (fnErr != nil && errors.Is(err, fnErr)) || strings.HasPrefix(err.Error(), "sqlonce/dedupe: ") {
+			return err
+		}
+		return fmt.Errorf("sqlonce/dedupe: run a batch of %d keys in scope %q: %w", len(p.Keys), p.Scope, err)
+	}
 	if br, ok := s.engine.(driver.BatchRunner[TTx]); ok && s.lockWait == 0 {
 		err = owntx.Retry(ctx, func() error {
 			claimed := false
@@ -152,7 +167,7 @@ func (s *Store[TTx]) runBatch(ctx context.Context, scope string, ids []string, f
 			return err
 		})
 		if !errors.Is(err, driver.ErrNoRun) {
-			return batchEnded(ctx, results, err)
+			return batchEnded(ctx, results, wrapped(err))
 		}
 	}
 	// The driver's InTx: the claims in the Store's own transaction, which
@@ -165,7 +180,7 @@ func (s *Store[TTx]) runBatch(ctx context.Context, scope string, ids []string, f
 		results, err = s.applyBatch(ctx, tx, p, ids, claims, func(ctx context.Context, fresh []string) error { return fn(ctx, tx, fresh) }, op, false)
 		return err
 	})
-	return batchEnded(ctx, results, err)
+	return batchEnded(ctx, results, wrapped(err))
 }
 
 // batchEnded is ended for a batch's results.

@@ -3,7 +3,6 @@ package dedupe
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -46,6 +45,7 @@ type Store[TTx any] struct {
 	favor       driver.Favor
 	noRecord    bool
 	observer    sqlonce.Observer
+	codec       Codec
 }
 
 // Option configures a Store.
@@ -58,6 +58,7 @@ type options struct {
 	lockWait    time.Duration
 	favor       driver.Favor
 	noRecord    bool
+	codec       Codec
 }
 
 // WithTTL sets how long keys live after they are recorded (DefaultTTL
@@ -147,7 +148,7 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 	if d == nil || d.Engine() == nil {
 		return nil, fmt.Errorf("%w: nil driver", sqlonce.ErrInvalidArgument)
 	}
-	o := options{ttl: DefaultTTL, maxResponse: DefaultMaxResponseSize}
+	o := options{ttl: DefaultTTL, maxResponse: DefaultMaxResponseSize, codec: jsonCodec{}}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: option %d is nil", sqlonce.ErrInvalidArgument, i)
@@ -156,7 +157,7 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 			return nil, err
 		}
 	}
-	return &Store[TTx]{engine: d.Engine(), ns: o.ns, ttl: o.ttl, maxResponse: o.maxResponse, lockWait: o.lockWait, favor: o.favor, noRecord: o.noRecord, observer: obs.Of(d)}, nil
+	return &Store[TTx]{engine: d.Engine(), ns: o.ns, ttl: o.ttl, maxResponse: o.maxResponse, lockWait: o.lockWait, favor: o.favor, noRecord: o.noRecord, observer: obs.Of(d), codec: o.codec}, nil
 }
 
 // Request names the operation to run once.
@@ -229,7 +230,7 @@ func (s *Store[TTx]) check(req Request) (time.Duration, error) {
 // The library never commits or rolls back tx.
 func (s *Store[TTx]) Do(ctx context.Context, tx TTx, req Request, fn func(ctx context.Context) error) (res sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "dedupe", "Do", req.Scope, req.Key)
-	defer func() { op.End(ctx, res, err) }()
+	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
 	if fn == nil {
 		return sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
 	}
@@ -248,7 +249,7 @@ func (s *Store[TTx]) Do(ctx context.Context, tx TTx, req Request, fn func(ctx co
 // after undoing the claim; roll tx back.
 func (s *Store[TTx]) DoResponse(ctx context.Context, tx TTx, req Request, fn func(ctx context.Context) ([]byte, error)) (res sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "dedupe", "DoResponse", req.Scope, req.Key)
-	defer func() { op.End(ctx, res, err) }()
+	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
 	if fn == nil {
 		return sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
 	}
@@ -256,9 +257,16 @@ func (s *Store[TTx]) DoResponse(ctx context.Context, tx TTx, req Request, fn fun
 }
 
 // DoJSON is DoResponse for a Go value: the first run's value is recorded as
-// JSON, and a repeat gets it back decoded into a T. On FirstRun it returns
-// fn's value as fn returned it; a repeat sees exactly what encoding/json
-// round-trips (exported fields, times as RFC 3339).
+// JSON (with the Store's Codec, see WithCodec), and a repeat gets it back
+// decoded into a T. On FirstRun it returns fn's value as fn returned it; a
+// repeat sees exactly what the codec round-trips. With encoding/json, the
+// default: exported fields only; a time.Time keeps its instant to the
+// nanosecond and its offset from UTC but not its Location's name (a zone
+// comes back as a fixed offset, UTC as UTC) nor its monotonic reading; a
+// [16]byte UUID comes back as it went, as do a *big.Int of any size and a
+// json.RawMessage without insignificant white space (with it, compacted);
+// numbers decoded into an interface{} become float64, so give them a type
+// (int64, *big.Int, json.Number).
 func DoJSON[T, TTx any](ctx context.Context, s *Store[TTx], tx TTx, req Request, fn func(ctx context.Context) (T, error)) (T, sqlonce.Result, error) {
 	var zero T
 	op := obs.Start(s.observer, "dedupe", "DoJSON", req.Scope, req.Key)
@@ -274,16 +282,17 @@ func DoJSON[T, TTx any](ctx context.Context, s *Store[TTx], tx TTx, req Request,
 			return nil, err
 		}
 		first = v
-		return json.Marshal(v)
+		return s.codec.Marshal(v)
 	}, true, &op)
-	v, res, err := decoded(req, res, err, first)
+	v, res, err := decoded(s.codec, req, res, err, first)
+	err = driver.ReadOnlyError(err)
 	op.End(ctx, res, err)
 	return v, res, err
 }
 
 // decoded finishes DoJSON and RunJSON: first on FirstRun, the recorded
 // response decoded on AlreadyDone.
-func decoded[T any](req Request, res sqlonce.Result, err error, first T) (T, sqlonce.Result, error) {
+func decoded[T any](c Codec, req Request, res sqlonce.Result, err error, first T) (T, sqlonce.Result, error) {
 	var zero T
 	if err != nil {
 		return zero, res, err
@@ -292,7 +301,7 @@ func decoded[T any](req Request, res sqlonce.Result, err error, first T) (T, sql
 		return first, res, nil
 	}
 	var v T
-	if err := json.Unmarshal(res.Response, &v); err != nil {
+	if err := c.Unmarshal(res.Response, &v); err != nil {
 		return zero, sqlonce.Result{}, fmt.Errorf("sqlonce/dedupe: decode recorded response for %q: %w", req.Key, err)
 	}
 	return v, res, nil
@@ -394,7 +403,7 @@ func existing(req Request, e driver.Existing) (sqlonce.Result, error) {
 // before any SQL runs).
 func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (n int64, err error) {
 	op := obs.Start(s.observer, "dedupe", "PurgeTx", "", "")
-	defer func() { op.Rows(n); op.Done(ctx, err) }()
+	defer func() { err = driver.ReadOnlyError(err); op.Rows(n); op.Done(ctx, err) }()
 	return s.purgeTx(ctx, tx, limit)
 }
 
@@ -427,7 +436,7 @@ func (s *Store[TTx]) purgeTx(ctx context.Context, tx TTx, limit int) (int64, err
 // driver built with a database handle (sqlonce.ErrNoDB otherwise).
 func (s *Store[TTx]) Purge(ctx context.Context, batch int) (total int64, err error) {
 	op := obs.Start(s.observer, "dedupe", "Purge", "", "")
-	defer func() { op.Rows(total); op.Done(ctx, err) }()
+	defer func() { err = driver.ReadOnlyError(err); op.Rows(total); op.Done(ctx, err) }()
 	if batch == 0 {
 		batch = DefaultPurgeBatch
 	}

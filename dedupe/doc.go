@@ -67,6 +67,12 @@
 // (at most [MaxResponseSize]); a larger one is an error matching
 // [github.com/sqlonce/sqlonce.ErrResponseTooLarge].
 //
+// [DoJSON] and [RunJSON] record Go values with encoding/json: times keep
+// their instant to the nanosecond and their offset, UUIDs ([16]byte),
+// *big.Int of any size and compact json.RawMessage come back as they
+// went (DoJSON says what does not). [WithCodec] gives a Store another
+// [Codec] (gob, CBOR, MessagePack, protobuf, a faster JSON).
+//
 // # Batches
 //
 // [Store.DoBatch] claims many keys of one scope in the caller's
@@ -99,6 +105,13 @@
 // say otherwise. An expired key counts as absent: the next claim takes it
 // over atomically. [Store.Purge] deletes expired keys in bounded batches,
 // each in a short transaction, and can run from several instances at once.
+// [Store.PurgeEvery] runs it in the background, every interval until its
+// context ends, started with one call in every instance of a program:
+// the instances elect one that purges (a lease on a reserved row of
+// sqlonce_keys, fenced by its token, so it needs no advisory lock and works
+// through PgBouncer's transaction pooling, on Galera and on SQLite) and
+// the others skip; each round is reported to the Observer. A cron job
+// running the sqlonce command's purge does the same from outside.
 // Every time comparison uses the database's clock, never the
 // application's.
 //
@@ -113,12 +126,30 @@
 // # Work outside the database: leases
 //
 // When the work cannot sit inside a database transaction (a payment
-// provider's API, an email), use a lease: [Store.Claim] claims the key in a
-// short transaction of its own with a deadline and a fencing token, the
+// provider's API, an email), use a lease: [Store.Claim] claims the key and
+// commits at once (in autocommit where the driver can, else in a short
+// transaction of its own) with a deadline and a fencing token, the
 // work runs, then [Store.Complete] records the response or [Store.Release]
 // lets a retry run it. A crashed holder's lease lapses and the next claimer
 // takes over with a larger token; a late Complete with the old token gets
-// [github.com/sqlonce/sqlonce.ErrLeaseLost] and changes nothing.
+// [github.com/sqlonce/sqlonce.ErrLeaseLost] and changes nothing. A holder
+// that works to its caller's deadline claims with [WithinDeadline]: the
+// lease then ends at most a margin after ctx's deadline, so that a retry
+// after the caller timed out is not kept out for the whole lease.
+//
+// # Inspecting and forgetting a key
+//
+// [Store.Inspect] reads one key of the Store's (its [KeyState]: done,
+// leased, lapsed or expired; when it was claimed and expires; a lease's
+// deadline; whether a fingerprint and a response are recorded and their
+// sizes), to answer "why did my retry get the old answer?".
+// [Store.Forget] deletes it, so that the next request with the key runs
+// the work again; a lease that still holds is refused
+// (sqlonce.ErrInProgress) unless [ForgetLeased] says so. Neither reaches
+// a key of another scope, nor the keys httpidem and inbox keep in
+// namespaces of their own. The sqlonce command does the same from a
+// shell: sqlonce keys get, forget and list (--state leased for stuck
+// leases, --json for scripts).
 //
 // # Choosing a mode
 //
@@ -143,7 +174,8 @@
 //
 // A Store built on a driver from sqlonce.Observe reports one
 // sqlonce.Event per call (Do, DoResponse, DoJSON, Run, RunJSON, Claim,
-// Complete, Release, Extend, their Tx forms, Purge): the outcome
+// Complete, Release, Extend, their Tx forms, Purge, Inspect, Forget; a
+// key Inspect or Forget did not find is reported done): the outcome
 // (first_run, replayed, already_done, in_progress, key_reuse, lease_lost,
 // error), the attempts of a transaction of its own and the cause of the
 // last retry, the time spent deciding the key (Event.Wait) and in fn

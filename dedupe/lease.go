@@ -70,9 +70,10 @@ type Lease struct {
 
 // Claim claims req's key in lease mode for d on the driver's database
 // handle (sqlonce.ErrNoDB without one) and commits it, so that other
-// callers see the lease at once: on PostgreSQL in one round trip, its
-// statements in autocommit (each decides alone); elsewhere, and with
-// WithLockWait, in a short transaction of its own. It returns:
+// callers see the lease at once: its statements in autocommit (each
+// decides alone) where the driver can, as Complete says; with
+// WithLockWait, and where the driver cannot, in a short transaction of its
+// own. It returns:
 //   - FirstRun and the Lease: do the work, then Complete or Release;
 //   - AlreadyDone with the recorded response and a nil Lease: the work was
 //     completed earlier (by a lease, or by Do in a transaction);
@@ -88,10 +89,13 @@ type Lease struct {
 // lease's deadline.
 //
 // Claim retries its transaction itself after a deadlock or a serialization
-// failure.
-func (s *Store[TTx]) Claim(ctx context.Context, req Request, d time.Duration) (l *Lease, res sqlonce.Result, err error) {
+// failure. [WithinDeadline] bounds the lease by ctx's deadline.
+func (s *Store[TTx]) Claim(ctx context.Context, req Request, d time.Duration, opts ...ClaimOption) (l *Lease, res sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "dedupe", "Claim", req.Scope, req.Key)
-	defer func() { op.End(ctx, res, err) }()
+	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	if d, err = leaseFor(ctx, d, opts); err != nil {
+		return nil, sqlonce.Result{}, err
+	}
 	if _, err := s.checkClaim(req, d); err != nil {
 		return nil, sqlonce.Result{}, err
 	}
@@ -118,10 +122,78 @@ func (s *Store[TTx]) Claim(ctx context.Context, req Request, d time.Duration) (l
 // ClaimTx is Claim in the caller's transaction. The lease is visible to
 // other callers only once tx commits: commit it before doing the work. It
 // needs no database handle on the driver.
-func (s *Store[TTx]) ClaimTx(ctx context.Context, tx TTx, req Request, d time.Duration) (l *Lease, res sqlonce.Result, err error) {
+func (s *Store[TTx]) ClaimTx(ctx context.Context, tx TTx, req Request, d time.Duration, opts ...ClaimOption) (l *Lease, res sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "dedupe", "ClaimTx", req.Scope, req.Key)
-	defer func() { op.End(ctx, res, err) }()
+	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	if d, err = leaseFor(ctx, d, opts); err != nil {
+		return nil, sqlonce.Result{}, err
+	}
 	return s.claimTx(ctx, tx, req, d, &op)
+}
+
+// ClaimOption adjusts one Claim or ClaimTx.
+type ClaimOption func(*claimOptions) error
+
+type claimOptions struct {
+	deadline bool
+	margin   time.Duration
+}
+
+// WithinDeadline bounds the lease by the caller's deadline: when ctx has
+// one (ctx.Deadline()), the lease lasts at most until that deadline plus
+// margin, and for the duration asked for when that is shorter. A caller
+// that gives up at its deadline (a client's timeout, a serverless
+// function's time limit) then leaves a lease that lapses soon after, not
+// one that keeps its retries out for the whole duration: Powertools'
+// register_lambda_context. The margin covers the time the holder may
+// still spend after its deadline (its own cleanup, an outside call in
+// flight); 0 ends the lease with the deadline. Without a deadline on ctx
+// the option changes nothing. A negative margin is an error
+// (sqlonce.ErrInvalidArgument).
+//
+// The time left is measured on the program's clock (time.Until), and
+// the lease's deadline is set, as always, on the database's: now there
+// plus the time left plus margin. Extend takes a duration of its own.
+func WithinDeadline(margin time.Duration) ClaimOption {
+	return func(o *claimOptions) error {
+		if margin < 0 {
+			return fmt.Errorf("%w: deadline margin %v is negative", sqlonce.ErrInvalidArgument, margin)
+		}
+		o.deadline, o.margin = true, margin
+		return nil
+	}
+}
+
+// leaseFor returns the lease a claim takes: d, bounded as opts say.
+func leaseFor(ctx context.Context, d time.Duration, opts []ClaimOption) (time.Duration, error) {
+	var o claimOptions
+	for i, opt := range opts {
+		if opt == nil {
+			return 0, fmt.Errorf("%w: claim option %d is nil", sqlonce.ErrInvalidArgument, i)
+		}
+		if err := opt(&o); err != nil {
+			return 0, err
+		}
+	}
+	if err := checkDuration(d); err != nil || !o.deadline {
+		return d, err
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return d, nil
+	}
+	if left := time.Until(dl) + o.margin; left < d {
+		if left < time.Microsecond {
+			// The deadline and its margin are past: the claim would
+			// lapse as it starts.
+			if err := ctx.Err(); err != nil {
+				return 0, err
+			}
+			return 0, fmt.Errorf("%w: the deadline plus the margin (%v) has passed", context.DeadlineExceeded, o.margin)
+		}
+		d = left
+	}
+	return d, nil
 }
 
 func (s *Store[TTx]) claimTx(ctx context.Context, tx TTx, req Request, d time.Duration, op *obs.Op) (*Lease, sqlonce.Result, error) {
@@ -198,10 +270,13 @@ func (s *Store[TTx]) checkComplete(l *Lease, response []byte) error {
 	return nil
 }
 
-// Complete records response for the leased key and ends the lease, in a
+// Complete records response for the leased key and ends the lease, in one
 // statement committed on its own (sqlonce.ErrNoDB without a database
-// handle; one round trip on PostgreSQL, a transaction of its own
-// elsewhere). From
+// handle): in autocommit, one round trip, where the driver can (pgxdriver,
+// pgsqldriver, mysqldriver on MySQL/MariaDB and on Galera at
+// wsrep_sync_wait=3, sqlitedriver), in a transaction of its own where it
+// cannot (pgsqldriver through lib/pq, a Galera node at wsrep_sync_wait=1).
+// From
 // then on repeats get AlreadyDone with response (a nil response is
 // recorded as empty) until the key expires, the Request's TTL from now.
 //
@@ -213,7 +288,7 @@ func (s *Store[TTx]) checkComplete(l *Lease, response []byte) error {
 // sqlonce.ErrResponseTooLarge before any SQL runs.
 func (s *Store[TTx]) Complete(ctx context.Context, l *Lease, response []byte) (err error) {
 	op := obs.Start(s.observer, "dedupe", "Complete", leaseScope(l), leaseKey(l))
-	defer func() { op.Done(ctx, err) }()
+	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, err) }()
 	if err := s.checkComplete(l, response); err != nil {
 		return err
 	}
@@ -228,7 +303,7 @@ func (s *Store[TTx]) Complete(ctx context.Context, l *Lease, response []byte) (e
 // or rolls back with it, leaving the lease held.
 func (s *Store[TTx]) CompleteTx(ctx context.Context, tx TTx, l *Lease, response []byte) (err error) {
 	op := obs.Start(s.observer, "dedupe", "CompleteTx", leaseScope(l), leaseKey(l))
-	defer func() { op.Done(ctx, err) }()
+	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, err) }()
 	return s.completeTx(ctx, tx, l, response)
 }
 
@@ -252,7 +327,7 @@ func (s *Store[TTx]) completeTx(ctx context.Context, tx TTx, l *Lease, response 
 // current.
 func (s *Store[TTx]) Release(ctx context.Context, l *Lease) (err error) {
 	op := obs.Start(s.observer, "dedupe", "Release", leaseScope(l), leaseKey(l))
-	defer func() { op.Done(ctx, err) }()
+	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, err) }()
 	if err := checkLease(l); err != nil {
 		return err
 	}
@@ -264,7 +339,7 @@ func (s *Store[TTx]) Release(ctx context.Context, l *Lease) (err error) {
 // ReleaseTx is Release in the caller's transaction.
 func (s *Store[TTx]) ReleaseTx(ctx context.Context, tx TTx, l *Lease) (err error) {
 	op := obs.Start(s.observer, "dedupe", "ReleaseTx", leaseScope(l), leaseKey(l))
-	defer func() { op.Done(ctx, err) }()
+	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, err) }()
 	return s.releaseTx(ctx, tx, l)
 }
 
@@ -288,7 +363,7 @@ func (s *Store[TTx]) releaseTx(ctx context.Context, tx TTx, l *Lease) error {
 // be at least a microsecond.
 func (s *Store[TTx]) Extend(ctx context.Context, l *Lease, d time.Duration) (err error) {
 	op := obs.Start(s.observer, "dedupe", "Extend", leaseScope(l), leaseKey(l))
-	defer func() { op.Done(ctx, err) }()
+	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, err) }()
 	if err := checkLease(l); err != nil {
 		return err
 	}
@@ -303,7 +378,7 @@ func (s *Store[TTx]) Extend(ctx context.Context, l *Lease, d time.Duration) (err
 // ExtendTx is Extend in the caller's transaction.
 func (s *Store[TTx]) ExtendTx(ctx context.Context, tx TTx, l *Lease, d time.Duration) (err error) {
 	op := obs.Start(s.observer, "dedupe", "ExtendTx", leaseScope(l), leaseKey(l))
-	defer func() { op.Done(ctx, err) }()
+	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, err) }()
 	return s.extendTx(ctx, tx, l, d)
 }
 

@@ -2,9 +2,10 @@ package dedupe
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
@@ -61,7 +62,7 @@ func (s *Store[TTx]) Run(ctx context.Context, req Request, fn func(ctx context.C
 		return s.runOwn(ctx, req, fn, outer)
 	}
 	op := obs.Start(s.observer, "dedupe", "Run", req.Scope, req.Key)
-	defer func() { op.End(ctx, res, err) }()
+	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
 	return s.runOwn(ctx, req, fn, &op)
 }
 
@@ -73,9 +74,25 @@ func (s *Store[TTx]) runOwn(ctx context.Context, req Request, fn func(ctx contex
 	if err != nil {
 		return sqlonce.Result{}, err
 	}
+	var fnErr error // the last error fn returned
+	inner := fn
+	fn = func(ctx context.Context, tx TTx) ([]byte, error) {
+		resp, err := inner(ctx, tx)
+		fnErr = err
+		return resp, err
+	}
+	// named names the key in an error of sqlonce's own statements (BEGIN,
+	// the read, the record, COMMIT) that does not name it already; fn's
+	// error stays as fn returned it.
+	named := func(res sqlonce.Result, err error) (sqlonce.Result, error) {
+		if err == nil || (fnErr != nil && errors.Is(err, fnErr)) || strings.Contains(err.Error(), strconv.Quote(req.Key)) {
+			return res, err
+		}
+		return res, fmt.Errorf("sqlonce/dedupe: run key %q: %w", req.Key, err)
+	}
 	runner, ok := s.engine.(driver.Runner[TTx])
 	if !ok {
-		return s.runInTx(ctx, req, fn, op)
+		return named(s.runInTx(ctx, req, fn, op))
 	}
 	limited := func(ctx context.Context, tx TTx) ([]byte, error) {
 		op.WorkStart()
@@ -106,9 +123,9 @@ func (s *Store[TTx]) runOwn(ctx context.Context, req Request, fn func(ctx contex
 	op.Decided()
 	switch {
 	case errors.Is(err, driver.ErrNoRun):
-		return s.runInTx(ctx, req, fn, op)
+		return named(s.runInTx(ctx, req, fn, op))
 	case err != nil:
-		return ended(ctx, sqlonce.Result{}, err)
+		return named(ended(ctx, sqlonce.Result{}, err))
 	case !out.Won:
 		return existing(req, out.Existing)
 	}
@@ -151,8 +168,8 @@ func (s *Store[TTx]) runInTx(ctx context.Context, req Request, fn func(ctx conte
 }
 
 // RunJSON is Run for a Go value, as DoJSON is DoResponse's: the first
-// run's value is recorded as JSON, and a repeat gets it back decoded into
-// a T.
+// run's value is recorded as JSON (with the Store's Codec, see
+// WithCodec), and a repeat gets it back decoded into a T, as DoJSON says.
 func RunJSON[T, TTx any](ctx context.Context, s *Store[TTx], req Request, fn func(ctx context.Context, tx TTx) (T, error)) (T, sqlonce.Result, error) {
 	var zero T
 	op := obs.Start(s.observer, "dedupe", "RunJSON", req.Scope, req.Key)
@@ -168,9 +185,10 @@ func RunJSON[T, TTx any](ctx context.Context, s *Store[TTx], req Request, fn fun
 			return nil, err
 		}
 		first = v
-		return json.Marshal(v)
+		return s.codec.Marshal(v)
 	}, &op)
-	v, res, err := decoded(req, res, err, first)
+	v, res, err := decoded(s.codec, req, res, err, first)
+	err = driver.ReadOnlyError(err)
 	op.End(ctx, res, err)
 	return v, res, err
 }

@@ -30,7 +30,27 @@
 //	first request still running: 409     Aborted
 //	replay, Idempotent-Replayed: true    recorded message, header "idempotent-replayed: true"
 //	outcome unknown after COMMIT: 500    Unavailable (retry with the same key)
-//	answer too large to record: 500      ResourceExhausted
+//	answer too large to record: 500      ResourceExhausted (over WithMaxResponseSize)
+//	any other error, rolled back: 500    Internal
+//
+// "Outcome unknown" is answered only when the driver's COMMIT lost its
+// connection on the way (sqlonce.ErrCommitUnknown): an error the database
+// answered, such as PostgreSQL's 25P02 for a transaction a failed
+// statement left aborted, rolled back, and is Internal.
+//
+// A recorded response is the response message as a google.protobuf.Any,
+// at most [WithMaxResponseSize] bytes (dedupe.MaxResponseSize, 16 MiB - 1,
+// by default); a larger one cannot be recorded, and the call fails
+// ResourceExhausted with its work rolled back and its key free.
+//
+// On SQLite, which runs one writing transaction at a time, a repeat that
+// arrives while the first call runs waits at BEGIN for the first call's
+// transaction and then gets its recorded response (or runs, if it rolled
+// back), rather than Aborted.
+//
+// [WithMetadataKey] reads the key from another metadata key (say
+// "x-idempotency-key"), as httpidem's WithKeyHeader does from another
+// header field.
 //
 // Only successful responses are recorded: a handler error rolls the
 // transaction back, is returned as is, and leaves the key free, so that a

@@ -3,6 +3,7 @@ package grpcidem
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -23,7 +24,8 @@ import (
 
 const (
 	// MetadataKey is the request metadata key that carries the
-	// idempotency key (gRPC metadata keys are lower case).
+	// idempotency key (gRPC metadata keys are lower case), unless
+	// WithMetadataKey names another.
 	MetadataKey = "idempotency-key"
 
 	// ReplayedKey is set to "true" in the response header metadata of a
@@ -35,8 +37,10 @@ const (
 type Option func(*config) error
 
 type config struct {
-	methods map[string]bool
-	ttl     time.Duration
+	methods     map[string]bool
+	ttl         time.Duration
+	maxResponse int
+	key         string // MetadataKey unless WithMetadataKey
 }
 
 // WithMethods sets the full method names ("/pkg.Service/Method") the
@@ -55,6 +59,29 @@ func WithMethods(fullMethods ...string) Option {
 	}
 }
 
+// WithMetadataKey sets the request metadata key that carries the
+// idempotency key, in place of MetadataKey ("idempotency-key"), for
+// clients that already send another (say "x-idempotency-key"). gRPC
+// metadata keys are case-insensitive: name is lower-cased. It must be 1
+// or more of a-z, 0-9, '-', '_' and '.', must not begin with "grpc-"
+// (reserved) nor end in "-bin" (binary values); anything else is an
+// error. Only that key is read, and the error messages name it.
+func WithMetadataKey(name string) Option {
+	return func(c *config) error {
+		name = strings.ToLower(name)
+		ok := name != "" && !strings.HasPrefix(name, "grpc-") && !strings.HasSuffix(name, "-bin")
+		for i := 0; ok && i < len(name); i++ {
+			b := name[i]
+			ok = 'a' <= b && b <= 'z' || '0' <= b && b <= '9' || b == '-' || b == '_' || b == '.'
+		}
+		if !ok {
+			return fmt.Errorf("%w: grpcidem: %q is not a metadata key for a text value", sqlonce.ErrInvalidArgument, name)
+		}
+		c.key = name
+		return nil
+	}
+}
+
 // WithTTL sets how long a key and its recorded response live
 // (dedupe.DefaultTTL, 24 hours, for 0).
 func WithTTL(ttl time.Duration) Option {
@@ -65,6 +92,26 @@ func WithTTL(ttl time.Duration) Option {
 		if ttl > 0 {
 			c.ttl = ttl
 		}
+		return nil
+	}
+}
+
+// WithMaxResponseSize sets the largest response recorded, in bytes: the
+// response message marshaled as a google.protobuf.Any (its type URL and
+// its bytes), dedupe.MaxResponseSize (16 MiB - 1) otherwise and for 0, at
+// most dedupe.MaxResponseSize (sqlonce.ErrInvalidArgument above it or
+// below 0). A call whose response is larger fails ResourceExhausted: its
+// transaction rolls back, the key stays free, and the handler's writes
+// are undone. Size it above the handler's largest response.
+func WithMaxResponseSize(n int) Option {
+	return func(c *config) error {
+		switch {
+		case n < 0 || n > dedupe.MaxResponseSize:
+			return fmt.Errorf("%w: grpcidem: max response size %d is outside 0..%d", sqlonce.ErrInvalidArgument, n, dedupe.MaxResponseSize)
+		case n == 0:
+			n = dedupe.MaxResponseSize
+		}
+		c.maxResponse = n
 		return nil
 	}
 }
@@ -92,7 +139,7 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(ctx context.Context) str
 	if principal == nil {
 		return nil, fmt.Errorf("%w: grpcidem: nil principal func", sqlonce.ErrInvalidArgument)
 	}
-	c := config{ttl: dedupe.DefaultTTL}
+	c := config{ttl: dedupe.DefaultTTL, maxResponse: dedupe.MaxResponseSize, key: MetadataKey}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: grpcidem: option %d is nil", sqlonce.ErrInvalidArgument, i)
@@ -107,7 +154,7 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(ctx context.Context) str
 	}
 	// HTTP and gRPC keys share httpidem's namespace; their scopes differ
 	// by kind ('g'), so neither can answer for the other.
-	store, err := dedupe.New(obs.Bare(d), dedupe.WithNoWait(), dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(dedupe.MaxResponseSize),
+	store, err := dedupe.New(obs.Bare(d), dedupe.WithNoWait(), dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(c.maxResponse),
 		storeopt.Namespace(driver.NamespaceHTTP).(dedupe.Option))
 	if err != nil {
 		return nil, err
@@ -129,33 +176,37 @@ func TxFrom[TTx any](ctx context.Context) (tx TTx, ok bool) {
 
 // Unary returns the unary server interceptor.
 //
-// A handled call must carry exactly one MetadataKey value of 1 to 255
-// bytes of UTF-8 (InvalidArgument otherwise) and an authenticated caller
+// A handled call must carry exactly one MetadataKey value (or one of the
+// key WithMetadataKey names) of 1 to 255 bytes of UTF-8 (InvalidArgument otherwise) and an authenticated caller
 // (Unauthenticated). Its fingerprint is the full method and the request
 // message, marshaled deterministically. The handler runs in a
 // transaction that also claims the key and records the response message:
 // a repeat with the same fingerprint gets the recorded message, with
 // ReplayedKey in its header metadata; another fingerprint is
 // FailedPrecondition (the key was used for another call); a repeat while
-// the first call runs is Aborted (retry later, unchanged); when the
-// connection to the database is lost at COMMIT the outcome is unknown
-// and the call fails Unavailable, to be retried with the same key. A
-// handler error rolls the transaction back and is returned as is: only
-// successful responses are recorded, so a retry runs the handler again.
+// the first call runs is Aborted (retry later, unchanged; on SQLite the
+// repeat waits at BEGIN instead and gets the replay, see the package
+// documentation); when the connection to the database is lost at COMMIT
+// (sqlonce.ErrCommitUnknown) the outcome is unknown and the call fails
+// Unavailable, to be retried with the same key; a response over
+// WithMaxResponseSize is ResourceExhausted, rolled back. A handler error
+// rolls the transaction back and is returned as is: only successful
+// responses are recorded, so a retry runs the handler again. Any other
+// error, the database's included (it rolled back), is Internal.
 func (i *Interceptor[TTx]) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if i.methods != nil && !i.methods[info.FullMethod] {
 			return handler(ctx, req)
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
-		vals := md.Get(MetadataKey)
+		vals := md.Get(i.key)
 		switch {
 		case len(vals) == 0:
-			return nil, status.Errorf(codes.InvalidArgument, "this method requires an %s metadata value with a unique key per call, sent again unchanged on every retry", MetadataKey)
+			return nil, status.Errorf(codes.InvalidArgument, "this method requires an %s metadata value with a unique key per call, sent again unchanged on every retry", i.key)
 		case len(vals) > 1:
-			return nil, status.Errorf(codes.InvalidArgument, "one %s metadata value, not %d", MetadataKey, len(vals))
+			return nil, status.Errorf(codes.InvalidArgument, "one %s metadata value, not %d", i.key, len(vals))
 		case vals[0] == "" || len(vals[0]) > sqlonce.MaxKeyLen || !utf8.ValidString(vals[0]):
-			return nil, status.Errorf(codes.InvalidArgument, "the %s value must be 1 to %d bytes of UTF-8", MetadataKey, sqlonce.MaxKeyLen)
+			return nil, status.Errorf(codes.InvalidArgument, "the %s value must be 1 to %d bytes of UTF-8", i.key, sqlonce.MaxKeyLen)
 		}
 		principal := i.principal(ctx)
 		if principal == "" {

@@ -75,6 +75,12 @@
 //     ([CodeInProgress], section 2.7) at once, with Retry-After; with [WithWait] it is
 //     held, for a bounded time, until the first request ends and then
 //     gets its answer (409 only past the bound).
+//   - For an API whose clients already follow another convention,
+//     [WithKeyHeader] reads the key from another field (the legacy
+//     X-Idempotency-Key, say; problems then name that field), and
+//     [WithKeyReuseStatus] answers a reused key 409 or 400 instead of
+//     422, still with [CodeKeyReused] (a 409 for a reuse carries no
+//     Retry-After; that of [CodeInProgress] does).
 //   - Keys expire after [WithTTL] (24 hours by default; section 2.3 asks
 //     that the policy be published); [Middleware.Purge] deletes expired ones.
 //   - Errors are RFC 9457 problem details, application/problem+json, with
@@ -84,7 +90,10 @@
 //   - Beyond the draft: when the connection to the database is lost
 //     while the request's transaction commits, the work may or may not
 //     be done; the answer is 500 with [CodeOutcomeUnknown], and a retry
-//     with the same key replays or runs it. An answer too large to record
+//     with the same key replays or runs it. An error the database
+//     answers for the transaction (it rolled back) is 500 with
+//     [CodeInternal], nothing recorded ([WithTxFunc] says what its
+//     transactions are answered). An answer too large to record
 //     is 500 with [CodeResponseTooLarge] (see Limits).
 //
 // # Transactional mode

@@ -83,6 +83,11 @@ func (m *Middleware[TTx]) serveLease(w http.ResponseWriter, r *http.Request, nex
 		// record failed. A lost lease means another request took the
 		// key over after this one overran the lease.
 		m.onError(r, fmt.Errorf("httpidem: complete lease on key %q: %w", req.Key, err))
+	} else {
+		// The Event reports the response recorded, as a replay of it
+		// will (and as transactional mode does).
+		res.Response = record
+		op.Set(res, nil)
 	}
 	rec.writeTo(w)
 }

@@ -16,7 +16,8 @@ import (
 )
 
 const (
-	// Header is the request field that carries the key.
+	// Header is the request field that carries the key, unless
+	// WithKeyHeader names another.
 	Header = "Idempotency-Key"
 
 	// ReplayHeader marks a response replayed from the record of an
@@ -76,6 +77,8 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 		ttl:         dedupe.DefaultTTL,
 		maxResponse: dedupe.DefaultMaxResponseSize,
 		onError:     logError,
+		keyHeader:   Header,
+		reuseStatus: http.StatusUnprocessableEntity,
 	}
 	for i, opt := range opts {
 		if opt == nil {

@@ -61,6 +61,8 @@ type config struct {
 	docs        string
 	txFunc      any
 	onError     func(*http.Request, error)
+	keyHeader   string // Header unless WithKeyHeader
+	reuseStatus int    // 422 unless WithKeyReuseStatus
 }
 
 func invalid(format string, args ...any) error {
@@ -281,6 +283,15 @@ func WithDocs(url string) Option {
 // options they need; database/sql users one around db.BeginTx. TTx must be
 // the driver's transaction type (New returns sqlonce.ErrInvalidArgument
 // otherwise).
+//
+// The middleware cannot see whether run's COMMIT reached the database:
+// with WithTxFunc an error run returns after the handler's work returned,
+// other than one sqlonce.IsRetryable accepts, is answered 500 with
+// CodeOutcomeUnknown, since the transaction may have committed. Without
+// it the driver tells: only a COMMIT whose connection broke on the way
+// (sqlonce.ErrCommitUnknown) is unknown, and an error the database
+// answered (PostgreSQL's 25P02 for a transaction a failed statement left
+// aborted, say) is a 500 with CodeInternal, nothing recorded.
 func WithTxFunc[TTx any](run func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error) Option {
 	return func(c *config) error {
 		if run == nil {
@@ -301,6 +312,60 @@ func WithErrorLog(log func(r *http.Request, err error)) Option {
 		}
 		c.onError = log
 		return nil
+	}
+}
+
+// WithKeyHeader sets the request header field that carries the key, in
+// place of [Header] (Idempotency-Key), for an API whose clients already
+// send another, such as X-Idempotency-Key. The field's value is parsed
+// as the draft says for Idempotency-Key (a Structured Field String), and
+// the problems the middleware answers name the field. name must be a
+// valid field name (an HTTP token); it is canonicalized
+// (http.CanonicalHeaderKey). Only that field is read: a request that
+// carries Idempotency-Key instead is a request without a key.
+func WithKeyHeader(name string) Option {
+	return func(c *config) error {
+		if !isToken(name) {
+			return invalid("key header %q is not a valid header field name", name)
+		}
+		c.keyHeader = http.CanonicalHeaderKey(name)
+		return nil
+	}
+}
+
+// isToken reports whether s is an RFC 9110 token, as a field name must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// WithKeyReuseStatus sets the status code answered to a key used again
+// with another request (another fingerprint, method or route), with
+// problem code [CodeKeyReused]: 422 (Unprocessable Content, the draft's
+// choice) by default, or 409 (Conflict) or 400 (Bad Request) for an API
+// whose clients expect those. Any other code is an error. A 409 for a
+// reuse carries no Retry-After: sending it again unchanged cannot
+// succeed, unlike the 409 of a key whose request is still running
+// ([CodeInProgress]), which clients tell apart by the problem's code.
+func WithKeyReuseStatus(status int) Option {
+	return func(c *config) error {
+		switch status {
+		case http.StatusUnprocessableEntity, http.StatusConflict, http.StatusBadRequest:
+			c.reuseStatus = status
+			return nil
+		}
+		return invalid("key reuse status %d is not 422, 409 or 400", status)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // Problem codes: the "code" member of every problem body the middleware
@@ -26,9 +27,9 @@ const (
 	CodeResponseTooLarge = "response-too-large"
 
 	// CodeOutcomeUnknown: the connection to the database was lost while
-	// the request's transaction committed (sqlonce.ErrCommitUnknown), or
-	// an error followed the commit: the work may or may not have been
-	// done. Sending the request again with the same Idempotency-Key
+	// the request's transaction committed (sqlonce.ErrCommitUnknown), or,
+	// with WithTxFunc, an error other than a retry request followed the
+	// handler's work: the work may or may not have been done. Sending the request again with the same Idempotency-Key
 	// replays its answer if it was, and runs it if it was not.
 	CodeOutcomeUnknown = "outcome-unknown"
 )
@@ -74,11 +75,18 @@ var titles = map[string]string{
 var problemHeaders = []string{"Cache-Control", "Content-Type", "Link"}
 
 func (m *Middleware[TTx]) problem(w http.ResponseWriter, status int, code, detail string) {
+	if m.keyHeader != Header {
+		// The texts name the field the client sends (WithKeyHeader).
+		detail = strings.ReplaceAll(detail, Header, m.keyHeader)
+	}
 	p := Problem{Type: "about:blank", Title: http.StatusText(status), Status: status, Detail: detail, Code: code}
 	h := w.Header()
 	if m.docs != "" {
 		p.Type = m.docs + "#" + code
 		p.Title = titles[code]
+		if m.keyHeader != Header {
+			p.Title = strings.ReplaceAll(p.Title, Header, m.keyHeader)
+		}
 		// The draft's alternative to a body link: a Link header pointing at
 		// the documentation.
 		h.Set("Link", "<"+m.docs+`>; rel="describedby"; type="text/html"`)
@@ -88,7 +96,7 @@ func (m *Middleware[TTx]) problem(w http.ResponseWriter, status int, code, detai
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	// A problem answers this attempt only; caches must not keep it.
 	h.Set("Cache-Control", "no-store")
-	if status == http.StatusConflict {
+	if code == CodeInProgress {
 		h.Set("Retry-After", "1")
 	}
 	w.WriteHeader(status)
@@ -100,7 +108,7 @@ func (m *Middleware[TTx]) inProgress(w http.ResponseWriter) {
 }
 
 func (m *Middleware[TTx]) reused(w http.ResponseWriter) {
-	m.problem(w, http.StatusUnprocessableEntity, CodeKeyReused, "this Idempotency-Key was used with a different request; use a new key for a new request")
+	m.problem(w, m.reuseStatus, CodeKeyReused, "this Idempotency-Key was used with a different request; use a new key for a new request")
 }
 
 const (

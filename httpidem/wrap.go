@@ -38,7 +38,7 @@ func (m *Middleware[TTx]) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		key, present, err := parseKey(r.Header.Values(Header))
+		key, present, err := parseKey(r.Header.Values(m.keyHeader))
 		if err != nil {
 			m.problem(w, http.StatusBadRequest, CodeKeyInvalid, err.Error())
 			return

@@ -15,8 +15,17 @@ import (
 // own session locker does (5 minutes).
 const lockTimeout = "5min"
 
+// schemaLockKey is the advisory lock key of the migrations of the schema
+// WithSchema names ($2), or else of the one the session's search_path
+// resolves first ($2 NULL; $1: lockID). Advisory locks
+// belong to the database: a key per schema keeps the migrations of
+// sqlonce's tables in different schemas (services, tenants) from waiting
+// for each other.
+const schemaLockKey = "hashtextextended(coalesce($2::text, current_schema(), ''), $1)"
+
 // txLocker serialises concurrent runs of the PostgreSQL migrations with a
-// transaction-scoped advisory lock (pg_advisory_xact_lock on lockID), taken
+// transaction-scoped advisory lock (pg_advisory_xact_lock on the schema's
+// key, schemaLockKey), taken
 // by a transaction of its own on a second connection and held until the
 // migrations end, when that transaction commits.
 //
@@ -29,9 +38,10 @@ const lockTimeout = "5min"
 // length, through any pooler, and its lock ends with it, even when the
 // process dies.
 type txLocker struct {
-	mu   sync.Mutex
-	tx   *sql.Tx
-	conn *sql.Conn // tx's, closed (returned to the pool) after it
+	schema any // WithSchema's name, or nil: the session's current_schema()
+	mu     sync.Mutex
+	tx     *sql.Tx
+	conn   *sql.Conn // tx's, closed (returned to the pool) after it
 }
 
 var _ lock.Locker = (*txLocker)(nil)
@@ -65,7 +75,7 @@ func (l *txLocker) Lock(ctx context.Context, db *sql.DB) error {
 		_ = conn.Close()
 		return fmt.Errorf("sqlonce/migrations: lock: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock($1)", lockID); err != nil {
+	if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock("+schemaLockKey+")", lockID, l.schema); err != nil {
 		_ = tx.Rollback()
 		_ = conn.Close()
 		return fmt.Errorf("sqlonce/migrations: lock %d: %w", lockID, err)

@@ -15,7 +15,10 @@
 // # Concurrent runs and poolers
 //
 // On PostgreSQL, Up takes an advisory lock so that instances starting at
-// once run the migrations one after another. The lock is taken by a
+// once run the migrations one after another. The lock is the schema's
+// (the first of the connection's search_path that exists): migrations of
+// sqlonce's tables in different schemas of one database do not wait for
+// each other. The lock is taken by a
 // transaction of its own (pg_advisory_xact_lock) on a second connection of
 // db and held until the migrations end, which works through a pooler in
 // transaction mode (PgBouncer): a session lock would be released by a
@@ -35,9 +38,13 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"testing/fstest"
 
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/driver"
 )
 
 //go:embed postgres/*.sql mysql/*.sql sqlite/*.sql
@@ -59,9 +66,10 @@ const (
 // TableName is the goose version table sqlonce's migrations use.
 const TableName = "sqlonce_goose_db_version"
 
-// lockID is the PostgreSQL advisory lock that serialises concurrent runs of
-// these migrations (several instances starting at once). It differs from
-// goose's default, so the application's own goose runs are not blocked.
+// lockID seeds the PostgreSQL advisory lock that serialises concurrent
+// runs of these migrations in a schema (several instances starting at
+// once; see schemaLockKey). It differs from goose's default, so the
+// application's own goose runs are not blocked.
 const lockID int64 = 0x73716c6f6e6365 // "sqlonce"
 
 // FS returns the migration files of a dialect, for a goose of your own.
@@ -76,12 +84,27 @@ func FS(d Dialect) (fs.FS, error) {
 // NewProvider returns a goose provider for sqlonce's migrations on db, with
 // the version table TableName. Extra options are passed to goose.
 func NewProvider(d Dialect, db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
+	return newProvider(d, db, nil, opts...)
+}
+
+// newProvider is NewProvider for the tables in schema (nil: where the
+// connection finds them).
+func newProvider(d Dialect, db *sql.DB, schema *driver.Schema, opts ...goose.ProviderOption) (*goose.Provider, error) {
 	fsys, err := FS(d)
 	if err != nil {
 		return nil, err
 	}
+	table := TableName
+	var lockSchema any // NULL: the session's current_schema()
+	if schema != nil {
+		if fsys, err = qualified(fsys, schema); err != nil {
+			return nil, err
+		}
+		table = schema.Name() + "." + TableName
+		lockSchema = schema.Name()
+	}
 	gd := goose.DialectPostgres
-	base := []goose.ProviderOption{goose.WithTableName(TableName), goose.WithDisableGlobalRegistry(true)}
+	base := []goose.ProviderOption{goose.WithTableName(table), goose.WithDisableGlobalRegistry(true)}
 	switch d {
 	case MySQL:
 		gd = goose.DialectMySQL
@@ -95,13 +118,21 @@ func NewProvider(d Dialect, db *sql.DB, opts ...goose.ProviderOption) (*goose.Pr
 			// One connection cannot both hold txLocker's transaction and
 			// run the migrations: a session lock on the migrations' own
 			// connection, which a transaction pooler can strand.
-			locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(lockID))
+			id := lockID
+			var err error
+			if db != nil {
+				// The schema's key, as txLocker takes it.
+				if err = db.QueryRow("SELECT "+schemaLockKey, lockID, lockSchema).Scan(&id); err != nil {
+					return nil, fmt.Errorf("sqlonce/migrations: lock key: %w", err)
+				}
+			}
+			locker, err := lock.NewPostgresSessionLocker(lock.WithLockID(id))
 			if err != nil {
 				return nil, err
 			}
 			base = append(base, goose.WithSessionLocker(locker))
 		} else {
-			base = append(base, goose.WithLocker(&txLocker{}))
+			base = append(base, goose.WithLocker(&txLocker{schema: lockSchema}))
 		}
 	}
 	return goose.NewProvider(gd, db, fsys, append(base, opts...)...)
@@ -109,9 +140,23 @@ func NewProvider(d Dialect, db *sql.DB, opts ...goose.ProviderOption) (*goose.Pr
 
 // Up applies every pending sqlonce migration to db. It is safe to call at
 // every start: applied migrations are skipped. For pgx users,
-// stdlib.OpenDBFromPool(pool) gives the *sql.DB.
-func Up(ctx context.Context, db *sql.DB, d Dialect) error {
-	p, err := NewProvider(d, db)
+// stdlib.OpenDBFromPool(pool) gives the *sql.DB. WithSchema puts the
+// tables in a schema (MySQL: a database) of their own.
+func Up(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) error {
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	var schema *driver.Schema
+	if o.schema != "" {
+		var err error
+		if schema, err = createSchema(ctx, db, d, o.schema); err != nil {
+			return err
+		}
+	}
+	p, err := newProvider(d, db, schema)
 	if err != nil {
 		return err
 	}
@@ -119,4 +164,65 @@ func Up(ctx context.Context, db *sql.DB, d Dialect) error {
 		return fmt.Errorf("sqlonce/migrations: up: %w", err)
 	}
 	return nil
+}
+
+// Option configures Up.
+type Option func(*options)
+
+type options struct{ schema string }
+
+// WithSchema makes Up create sqlonce's tables, and its version table, in
+// the named PostgreSQL schema or MySQL/MariaDB database, created first if
+// it does not exist, instead of where the connection finds them: the
+// tables a driver built with pgxdriver.WithSchema, pgsqldriver.WithSchema
+// or mysqldriver.WithDatabase of the same name uses. Every statement
+// names the tables qualified, so it works through PgBouncer's transaction
+// pooling. The name is an unquoted, lower-case identifier (a letter or _,
+// then letters, digits or _, at most 63 bytes); another, or SQLite, which
+// has no schemas, is an error matching sqlonce.ErrInvalidArgument.
+func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
+
+// createSchema validates name and creates the schema (database) if it
+// does not exist.
+func createSchema(ctx context.Context, db *sql.DB, d Dialect, name string) (*driver.Schema, error) {
+	var (
+		dialect = driver.Postgres
+		create  = "CREATE SCHEMA IF NOT EXISTS "
+	)
+	switch d {
+	case Postgres:
+	case MySQL:
+		dialect, create = driver.MySQL, "CREATE DATABASE IF NOT EXISTS "
+	default:
+		return nil, fmt.Errorf("%w: sqlonce/migrations: dialect %q has no schemas", sqlonce.ErrInvalidArgument, d)
+	}
+	s, err := driver.NewSchema(dialect, name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: sqlonce/migrations: %v", sqlonce.ErrInvalidArgument, err)
+	}
+	if _, err := db.ExecContext(ctx, create+s.Quoted()); err != nil {
+		return nil, fmt.Errorf("sqlonce/migrations: create schema %s: %w", s.Quoted(), err)
+	}
+	return s, nil
+}
+
+// qualified returns the migration files of fsys with sqlonce's tables
+// qualified by s, as the drivers qualify their statements.
+func qualified(fsys fs.FS, s *driver.Schema) (fs.FS, error) {
+	out := fstest.MapFS{}
+	err := fs.WalkDir(fsys, ".", func(path string, e fs.DirEntry, err error) error {
+		if err != nil || e.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(fsys, path)
+		if err != nil {
+			return err
+		}
+		out[path] = &fstest.MapFile{Data: []byte(s.Qualify(string(b))), Mode: 0o444}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sqlonce/migrations: %w", err)
+	}
+	return out, nil
 }

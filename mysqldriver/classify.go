@@ -20,6 +20,18 @@ const (
 	errLockWaitTimeout = 1205
 	errDeadlock        = 1213
 	errLockNowait      = 3572 // MySQL 8: NOWAIT could not lock
+	// The server refuses writes: ER_OPTION_PREVENTS_STATEMENT, which
+	// read_only gives (sqlonce's statements meet no other option that
+	// gives it), ER_READ_ONLY_MODE and
+	// ER_CANT_EXECUTE_IN_READ_ONLY_TRANSACTION.
+	errOptionPrevents = 1290
+	errReadOnlyMode   = 1836
+	errReadOnlyTx     = 1792
+	// The server is shutting down or killed the session
+	// (ER_SERVER_SHUTDOWN, ER_CONNECTION_KILLED): the connection is
+	// gone like a broken one.
+	errServerShutdown   = 1053
+	errConnectionKilled = 1927
 )
 
 // classify reads one error of a tree: a *mysql.MySQLError by its number,
@@ -53,6 +65,10 @@ func classify(err error) driver.Class {
 		return driver.Retryable
 	case errDupEntry:
 		return driver.Unique
+	case errOptionPrevents, errReadOnlyMode, errReadOnlyTx:
+		return driver.ReadOnly
+	case errServerShutdown, errConnectionKilled:
+		return driver.ConnLost
 	}
 	return 0
 }

@@ -73,9 +73,27 @@ import (
 
 // Driver is the MySQL/MariaDB driver. It is safe for concurrent use.
 type Driver struct {
-	e     engine
-	check *driver.DialectCheck // nil: db is known to be MySQL/MariaDB's
+	e      engine
+	check  *driver.DialectCheck // nil: db is known to be MySQL/MariaDB's
+	optErr error                // an invalid option: every call returns it
 }
+
+// Option configures a Driver.
+type Option func(*options)
+
+type options struct{ database string }
+
+// WithDatabase keeps sqlonce's tables in the named database (a schema, in
+// MySQL's words) instead of the connection's default one: every statement
+// of sqlonce's names its tables qualified (`name`.sqlonce_keys), so that
+// two services sharing a server keep their keys apart while their
+// connections default to their own databases. Create the tables there
+// with migrations.Up and migrations.WithSchema. The name is an unquoted
+// lower-case identifier (a letter or _, then letters, digits or _, at most 63
+// bytes), used as written; any other makes every call of the driver
+// return an error matching sqlonce.ErrInvalidArgument. Without it nothing
+// changes.
+func WithDatabase(name string) Option { return func(o *options) { o.database = name } }
 
 var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 
@@ -84,15 +102,28 @@ var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 // shared by every driver on db, by every call; pass nil when every call
 // runs inside a transaction of yours (the statements then run unprepared).
 // A driver holds nothing that needs closing.
-func New(db *sql.DB) *Driver {
-	e := engine{db: db, q: mysqldb.New()}
+func New(db *sql.DB, opts ...Option) *Driver {
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	var optErr error
+	schema, err := (*driver.Schema)(nil), error(nil)
+	if o.database != "" {
+		if schema, err = driver.NewSchema(driver.MySQL, o.database); err != nil {
+			optErr = fmt.Errorf("%w: mysqldriver: %v", sqlonce.ErrInvalidArgument, err)
+		}
+	}
+	e := engine{db: db, q: mysqldb.New(), schema: schema}
 	if db != nil {
 		e.stmts = cacheFor(db)
 		e.wsrep = e.stmts.wsrep // shared by the drivers on db
 	} else {
 		e.wsrep = &wsrepCheck{}
 	}
-	return &Driver{e: e, check: checkDialect(db)}
+	return &Driver{e: e, check: checkDialect(db), optErr: optErr}
 }
 
 // checkDialect refuses a handle of another database: a *sql.DB of
@@ -110,6 +141,9 @@ func (d *Driver) Engine() driver.Engine[*sql.Tx] {
 	if d == nil {
 		return nil
 	}
+	if d.optErr != nil {
+		return driver.Refused[*sql.Tx]{Err: d.optErr}
+	}
 	if d.check != nil {
 		return driver.Checked{Engine: d.e, Check: d.check, DB: d.e.db}
 	}
@@ -121,6 +155,8 @@ type engine struct {
 	q     *mysqldb.Queries
 	stmts *stmtCache // nil without db: statements run unprepared
 	wsrep *wsrepCheck
+	// schema qualifies every statement (WithDatabase); nil: unqualified.
+	schema *driver.Schema
 }
 
 // Transaction control, not a query on sqlonce's tables: sqlc's MySQL engine
@@ -385,6 +421,32 @@ func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int6
 	// No row changed: lost, or held with the deadline already where asked.
 	held, err := e.q.KeyLeaseHeld(ctx, e.on(tx), mysqldb.KeyLeaseHeldParams{Namespace: ns, Scope: scope, IdempotencyKey: key, Token: token})
 	return held == 1, err
+}
+
+func (e engine) Inspect(ctx context.Context, tx *sql.Tx, k driver.Key, now time.Time) (driver.KeyInfo, bool, error) {
+	if err := e.checkTx(ctx, tx); err != nil {
+		return driver.KeyInfo{}, false, err
+	}
+	r, err := e.q.KeyInspect(ctx, e.on(tx), mysqldb.KeyInspectParams{Now: myNow(now), Namespace: int16(k.Namespace), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key)})
+	if errors.Is(err, sql.ErrNoRows) {
+		return driver.KeyInfo{}, false, nil
+	}
+	if err != nil {
+		return driver.KeyInfo{}, false, err
+	}
+	return driver.KeyInfo{
+		State: r.State, Token: r.Token, FingerprintLen: r.FingerprintLen, ResponseLen: r.ResponseLen, HasResponse: r.HasResponse == 1,
+		Leased: r.Leased == 1, Expired: r.Expired == 1,
+		Created: driver.Micros(r.CreatedUs), Expires: driver.Micros(r.ExpiresUs), LockedUntil: driver.Micros(r.LockedUntilUs),
+	}, true, nil
+}
+
+func (e engine) Forget(ctx context.Context, tx *sql.Tx, k driver.Key, force bool, now time.Time) (bool, error) {
+	if err := e.checkTx(ctx, tx); err != nil {
+		return false, err
+	}
+	n, err := e.q.KeyForget(ctx, e.on(tx), mysqldb.KeyForgetParams{Now: myNow(now), Namespace: int16(k.Namespace), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), ForceHeld: force})
+	return n == 1, err
 }
 
 func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {

@@ -134,10 +134,13 @@ func (c *stmtCache) get(ctx context.Context, query string) *sql.Stmt {
 	return st
 }
 
-// on returns what the generated queries run on for tx.
-func (e engine) on(tx *sql.Tx) mysqldb.DBTX {
+// on returns what the generated queries run on for tx, qualified by the
+// driver's database (WithDatabase).
+func (e engine) on(tx *sql.Tx) mysqldb.DBTX { return e.schema.SQLOn(e.onTx(tx)) }
+
+func (e engine) onTx(tx *sql.Tx) mysqldb.DBTX {
 	if tx == driver.AutoTx { // Autocommit's: the handle
-		return e.onDB()
+		return e.onHandle()
 	}
 	// A nil tx must never fall through to the handle's statements, which
 	// would commit at once; the strategies refuse one before calling.
@@ -157,8 +160,11 @@ func (e engine) prepares() bool {
 }
 
 // onDB returns what the generated queries run on outside a transaction:
-// the driver's handle, with its prepared statements. e.db must not be nil.
-func (e engine) onDB() mysqldb.DBTX {
+// the driver's handle, with its prepared statements, qualified by the
+// driver's database. e.db must not be nil.
+func (e engine) onDB() mysqldb.DBTX { return e.schema.SQLOn(e.onHandle()) }
+
+func (e engine) onHandle() mysqldb.DBTX {
 	if e.stmts == nil || !e.prepares() {
 		return e.db
 	}

@@ -19,7 +19,7 @@ func (e engine) ClaimBatch(ctx context.Context, tx *sql.Tx, p driver.BatchParams
 	if err != nil {
 		return nil, err
 	}
-	rows, err := e.q.KeyClaimBatch(ctx, tx, pgsqldb.KeyClaimBatchParams{
+	rows, err := e.q.KeyClaimBatch(ctx, e.on(tx), pgsqldb.KeyClaimBatchParams{
 		KeyList: string(list), Namespace: int16(p.Namespace), Scope: p.Scope, Now: pgNow(p.Now), TtlUs: p.TTL.Microseconds(),
 	})
 	if err != nil {

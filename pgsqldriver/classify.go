@@ -21,6 +21,10 @@ const (
 	codeDeadlockDetected     = "40P01"
 	codeLockNotAvailable     = "55P03"
 	codeQueryCanceled        = "57014"
+	codeReadOnlyTransaction  = "25006" // a hot standby, a read-only transaction
+	codeAdminShutdown        = "57P01"
+	codeCrashShutdown        = "57P02"
+	codeCannotConnectNow     = "57P03"
 )
 
 // sqlStater is what a PostgreSQL error of either database/sql driver
@@ -52,6 +56,14 @@ func classify(err error) driver.Class {
 		return driver.Retryable | driver.LockNotAvailable
 	case codeUniqueViolation:
 		return driver.Unique
+	case codeReadOnlyTransaction:
+		return driver.ReadOnly
+	case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow:
+		// The server ends the session as it shuts down (a failover's old
+		// primary, a restart) or refuses it while starting: the
+		// connection is gone like a broken one, and a COMMIT it answered
+		// may have committed.
+		return driver.ConnLost
 	}
 	return 0
 }

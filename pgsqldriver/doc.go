@@ -44,11 +44,18 @@
 //
 // Through a pooler in transaction mode, open pgx's stdlib with
 // default_query_exec_mode=exec (its default statement cache keeps named
-// statements the next server connection lacks) and lib/pq with
-// binary_parameters=yes (otherwise it parses a statement with arguments
-// and binds it in two round trips, which the pooler may send to two server
-// connections outside a transaction). The conformance suite runs through a
-// real PgBouncer with both. See pgxdriver's documentation for search_path.
+// statements the next server connection lacks). lib/pq, without
+// binary_parameters=yes, parses a statement with arguments and binds it
+// in two round trips, which the pooler may send to two server connections
+// outside a transaction: the driver recognises lib/pq (by the package of
+// the *sql.DB's driver type) and then runs none of its own statements
+// outside a transaction. Store.Run's read runs in a read-only transaction
+// of its own, and a lease's Claim, Complete, Release and Extend and
+// token.Issue in transactions instead of autocommit, at two round trips
+// more each. binary_parameters=yes is still needed for the program's own
+// statements outside a transaction. The conformance suite runs through a
+// real PgBouncer with both libraries, and lib/pq without
+// binary_parameters too. See pgxdriver's documentation for search_path.
 //
 // # Names of unique constraints
 //

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sqlonce/sqlonce"
@@ -17,17 +18,65 @@ import (
 // its own besides the optional database handle, and is safe for
 // concurrent use.
 type Driver struct {
-	e     engine
-	check *driver.DialectCheck // nil: db is known to be PostgreSQL's
+	e      engine
+	check  *driver.DialectCheck // nil: db is known to be PostgreSQL's
+	optErr error                // an invalid option: every call returns it
 }
+
+// Option configures a Driver.
+type Option func(*options)
+
+type options struct{ schema string }
+
+// WithSchema keeps sqlonce's tables in the named schema instead of the
+// one the connection's search_path finds: every statement of sqlonce's
+// names its tables qualified ("name".sqlonce_keys), so that it holds
+// through PgBouncer's transaction pooling, where a client cannot set
+// search_path, and two services sharing a database keep their keys apart.
+// Create the tables there with migrations.Up and migrations.WithSchema.
+// The name is an unquoted, lower-case identifier (a letter or _, then
+// letters, digits or _, at most 63 bytes); any other makes
+// every call of the driver return an error matching
+// sqlonce.ErrInvalidArgument. Without it nothing changes.
+func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
 
 var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 
 // New returns a driver. db is used only by operations that run their own
 // short transactions (dedupe leases, Store.Run and purge); pass nil when
 // every call runs inside a transaction of yours.
-func New(db *sql.DB) *Driver {
-	return &Driver{e: engine{db: db, q: pgsqldb.New()}, check: checkDialect(db)}
+func New(db *sql.DB, opts ...Option) *Driver {
+	d := &Driver{e: engine{db: db, q: pgsqldb.New(), pq: isPQ(db)}, check: checkDialect(db)}
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if o.schema != "" {
+		s, err := driver.NewSchema(driver.Postgres, o.schema)
+		if err != nil {
+			d.optErr = fmt.Errorf("%w: pgsqldriver: %v", sqlonce.ErrInvalidArgument, err)
+		}
+		d.e.schema = s
+	}
+	return d
+}
+
+// isPQ reports whether db's database/sql driver is lib/pq's, known by the
+// package of its type (no import). lib/pq sends a statement with
+// arguments as Parse and Bind in two round trips unless the DSN says
+// binary_parameters=yes, which a program cannot be asked for: outside a
+// transaction a pooler in transaction mode (PgBouncer) may hand the two to
+// different server connections ("unnamed prepared statement does not
+// exist", or a Bind meeting another client's statement). Through lib/pq
+// the driver therefore runs none of its statements outside a transaction.
+func isPQ(db *sql.DB) bool {
+	if db == nil {
+		return false
+	}
+	_, pkg := driver.SQLDialect(db)
+	return pkg == "github.com/lib/pq" || strings.HasPrefix(pkg, "github.com/lib/pq/")
 }
 
 // checkDialect refuses a handle of another database: a *sql.DB of
@@ -45,6 +94,9 @@ func (d *Driver) Engine() driver.Engine[*sql.Tx] {
 	if d == nil {
 		return nil
 	}
+	if d.optErr != nil {
+		return driver.Refused[*sql.Tx]{Err: d.optErr}
+	}
 	if d.check != nil {
 		return driver.Checked{Engine: d.e, Check: d.check, DB: d.e.db}
 	}
@@ -54,21 +106,30 @@ func (d *Driver) Engine() driver.Engine[*sql.Tx] {
 type engine struct {
 	db *sql.DB
 	q  *pgsqldb.Queries
+	// pq: db is lib/pq's, whose statements must run in transactions (see
+	// isPQ).
+	pq bool
+	// schema qualifies every statement; nil: unqualified.
+	schema *driver.Schema
 }
 
 // on returns what the generated queries run on for tx: the handle, in
 // autocommit, for driver.AutoTx.
-func (e engine) on(tx *sql.Tx) pgsqldb.DBTX { return driver.On(tx, e.db) }
+func (e engine) on(tx *sql.Tx) pgsqldb.DBTX { return e.schema.SQLOn(driver.On(tx, e.db)) }
 
 var _ driver.Autocommitter[*sql.Tx] = engine{}
 
 // Autocommit runs fn's statements on the driver's *sql.DB outside any
 // transaction, each committed on its own (fn gets driver.AutoTx): a
 // lease's Claim, Complete, Release and Extend, and token.Issue, take one
-// round trip each instead of a transaction's three.
+// round trip each instead of a transaction's three. Through lib/pq it
+// returns driver.ErrNoRun: they run in a transaction (see isPQ).
 func (e engine) Autocommit(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
 	if e.db == nil {
 		return sqlonce.ErrNoDB
+	}
+	if e.pq {
+		return driver.ErrNoRun
 	}
 	return driver.SQLAutocommit(ctx, fn)
 }
@@ -253,6 +314,28 @@ func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int6
 	n, err := e.q.KeyExtend(ctx, e.on(tx), pgsqldb.KeyExtendParams{
 		Now: pgNow(now), LeaseUs: lease.Microseconds(), Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
+	return n == 1, err
+}
+
+func (e engine) Inspect(ctx context.Context, tx *sql.Tx, k driver.Key, now time.Time) (_ driver.KeyInfo, _ bool, err error) {
+	defer func() { err = canceled(ctx, err) }()
+	r, err := e.q.KeyInspect(ctx, e.on(tx), pgsqldb.KeyInspectParams{Now: pgNow(now), Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key})
+	if errors.Is(err, sql.ErrNoRows) {
+		return driver.KeyInfo{}, false, nil
+	}
+	if err != nil {
+		return driver.KeyInfo{}, false, err
+	}
+	return driver.KeyInfo{
+		State: r.State, Token: r.Token, FingerprintLen: r.FingerprintLen, ResponseLen: r.ResponseLen, HasResponse: r.HasResponse,
+		Leased: r.Leased, Expired: r.Expired,
+		Created: driver.Micros(r.CreatedUs), Expires: driver.Micros(r.ExpiresUs), LockedUntil: driver.Micros(r.LockedUntilUs),
+	}, true, nil
+}
+
+func (e engine) Forget(ctx context.Context, tx *sql.Tx, k driver.Key, force bool, now time.Time) (_ bool, err error) {
+	defer func() { err = canceled(ctx, err) }()
+	n, err := e.q.KeyForget(ctx, e.on(tx), pgsqldb.KeyForgetParams{Now: pgNow(now), Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, ForceHeld: force})
 	return n == 1, err
 }
 

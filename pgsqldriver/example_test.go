@@ -71,3 +71,42 @@ func ExampleNew() {
 	// first run
 	// already done
 }
+
+// sqlonce's tables in a schema of their own, named on the driver: every
+// statement names them qualified, so the connection needs no search_path
+// (a client behind PgBouncer cannot set one).
+func ExampleWithSchema() {
+	ctx := context.Background()
+	dsn := os.Getenv("SQLONCE_POSTGRES_DSN")
+	if dsn == "" {
+		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+	}
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	if _, err := db.ExecContext(ctx, "DROP SCHEMA IF EXISTS example_pgsqldriver_billing CASCADE"); err != nil {
+		panic(err)
+	}
+	// Up creates the schema, then the tables and the version table in it.
+	if err := migrations.Up(ctx, db, migrations.Postgres, migrations.WithSchema("example_pgsqldriver_billing")); err != nil {
+		panic(err)
+	}
+	store, err := dedupe.New(pgsqldriver.New(db, pgsqldriver.WithSchema("example_pgsqldriver_billing")))
+	if err != nil {
+		panic(err)
+	}
+	res, err := store.Run(ctx, dedupe.Request{Scope: "invoices", Key: "inv-7"}, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+		return []byte("sent"), nil
+	})
+	if err != nil {
+		panic(err)
+	}
+	var n int
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM example_pgsqldriver_billing.sqlonce_keys").Scan(&n); err != nil {
+		panic(err)
+	}
+	fmt.Println(res, "- keys in the schema:", n)
+	// Output: first run - keys in the schema: 1
+}

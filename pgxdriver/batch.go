@@ -67,7 +67,7 @@ func (e engine) runBatchOn(ctx context.Context, conn *pgx.Conn, p driver.BatchPa
 // claimBatch queues the batch claim of p on pl and returns its reader,
 // which sets *claims.
 func (e engine) claimBatch(ctx context.Context, pl *pipeline, p driver.BatchParams, claims *[]driver.BatchClaim) func() error {
-	r := e.q.KeyClaimBatch(ctx, pl, []pgdb.KeyClaimBatchParams{{
+	r := e.q.KeyClaimBatch(ctx, e.on(pl), []pgdb.KeyClaimBatchParams{{
 		Keys: p.Keys, Namespace: int16(p.Namespace), Scope: p.Scope, Now: pgNow(p.Now), TtlUs: p.TTL.Microseconds(),
 	}})
 	return func() (err error) {

@@ -15,7 +15,9 @@ import (
 func init() { driver.Register(driver.ClassifierFunc(classify)) }
 
 // classify reads one error of a tree: a *pgconn.PgError by its SQLSTATE,
-// pgx.ErrTxClosed. The network errors pgconn returns after sending
+// pgx.ErrTxClosed. 25006 (read_only_sql_transaction: a hot standby, a
+// read-only transaction) is ReadOnly; 57P01, 57P02 and 57P03 (the server
+// shutting down, crashed, not yet accepting sessions) are ConnLost. The network errors pgconn returns after sending
 // (io.ErrUnexpectedEOF, a *net.OpError, both unwrapped by pgconn) are the
 // standard library's, classified by package driver; pgconn's own "conn
 // closed" is one too (see isConnClosed).
@@ -37,6 +39,16 @@ func classify(err error) driver.Class {
 		return driver.Retryable | driver.LockNotAvailable
 	case pgerrcode.UniqueViolation:
 		return driver.Unique
+	case pgerrcode.ReadOnlySQLTransaction:
+		return driver.ReadOnly
+	case pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow:
+		// The server ends the session as it shuts down (a failover's
+		// old primary, a restart) or refuses it while starting or in
+		// recovery: the connection is gone like a broken one, and a
+		// COMMIT it answered may have committed (with synchronous
+		// replication, "canceling the wait for synchronous replication
+		// ... already committed locally").
+		return driver.ConnLost
 	}
 	return 0
 }

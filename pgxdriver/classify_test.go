@@ -46,6 +46,13 @@ func TestClassify(t *testing.T) {
 		{"aborted tx", pgErr(pgerrcode.InFailedSQLTransaction, ""), 0},
 		{"query canceled", pgErr(pgerrcode.QueryCanceled, ""), 0},
 		{"exclusion", pgErr(pgerrcode.ExclusionViolation, "x"), 0},
+		// A hot standby, a read-only transaction.
+		{"read-only transaction", pgErr(pgerrcode.ReadOnlySQLTransaction, ""), driver.ReadOnly},
+		// The session ended by a server shutting down (a failover's old
+		// primary), crashed or not yet taking sessions.
+		{"admin shutdown", pgErr(pgerrcode.AdminShutdown, ""), lost},
+		{"crash shutdown", pgErr(pgerrcode.CrashShutdown, ""), lost},
+		{"cannot connect now", pgErr(pgerrcode.CannotConnectNow, ""), lost},
 		{"tx closed", pgx.ErrTxClosed, done},
 		{"database/sql tx done", sql.ErrTxDone, done},
 		{"commit turned rollback", pgx.ErrTxCommitRollback, 0},

@@ -8,10 +8,14 @@
 // pgx's default query exec mode, QueryExecModeCacheStatement, prepares
 // named statements ("stmtcache_...") on the server connection and reuses
 // them; a pooler in transaction mode hands each transaction another server
-// connection, so every operation fails, through PgBouncer 1.18 with
-// `prepared statement "stmtcache_..." already exists` or `does not exist`
-// (not retryable). Set the pool's exec mode to one that keeps no named
-// statement across transactions:
+// connection, which may lack the statement or hold another client's of the
+// same name. Through PgBouncer 1.18 most operations then fail, with
+// `prepared statement "stmtcache_..." already exists` (42P05) or `does not
+// exist` (26000), and none of those errors is retryable; the operations
+// that happen to land on a server connection that has their statements
+// succeed (18 to 36 of 96 in one measurement), so the failure is
+// intermittent, not total. Set the pool's exec mode to one that keeps no
+// named statement across transactions:
 //
 //	postgres://user@bouncer:6432/app?default_query_exec_mode=exec
 //
@@ -21,8 +25,12 @@
 // exec and cache_describe. Keep session state out of the DSN: PgBouncer
 // refuses an options startup parameter and does not pass search_path; set
 // search_path for the database entry on the bouncer instead (connect_query,
-// or ALTER ROLE ... SET search_path). Run sqlonce's migrations directly
-// against PostgreSQL, not through the bouncer (see package migrations).
+// or ALTER ROLE ... SET search_path). migrations.Up is safe through the
+// bouncer: it holds its lock in a transaction of its own
+// (pg_advisory_xact_lock), as long as its *sql.DB may open two
+// connections; with SetMaxOpenConns(1) it falls back to goose's session
+// lock, which a transaction pooler can strand: run migrations directly
+// against PostgreSQL then (see package migrations).
 package pgxdriver
 
 import (
@@ -34,6 +42,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/sqlonce/sqlonce"
@@ -49,7 +58,8 @@ type Beginner interface {
 // Driver is the PostgreSQL driver. It holds no state of its own besides the
 // optional database handle, and is safe for concurrent use.
 type Driver struct {
-	e engine
+	e      engine
+	optErr error // an invalid option: every call returns it
 }
 
 var _ sqlonce.Driver[pgx.Tx] = (*Driver)(nil)
@@ -57,9 +67,40 @@ var _ sqlonce.Driver[pgx.Tx] = (*Driver)(nil)
 // New returns a driver. db is used only by operations that run their own
 // short transactions (dedupe leases and purge); pass nil when every call
 // runs inside a transaction of yours.
-func New(db Beginner) *Driver {
-	return &Driver{e: engine{db: db, q: pgdb.New()}}
+func New(db Beginner, opts ...Option) *Driver {
+	d := &Driver{e: engine{db: db, q: pgdb.New()}}
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	if o.schema != "" {
+		s, err := driver.NewSchema(driver.Postgres, o.schema)
+		if err != nil {
+			d.optErr = fmt.Errorf("%w: pgxdriver: %v", sqlonce.ErrInvalidArgument, err)
+		}
+		d.e.schema = s
+	}
+	return d
 }
+
+// Option configures a Driver.
+type Option func(*options)
+
+type options struct{ schema string }
+
+// WithSchema keeps sqlonce's tables in the named schema instead of the
+// one the connection's search_path finds: every statement of sqlonce's
+// names its tables qualified ("name".sqlonce_keys), so that it holds
+// through PgBouncer's transaction pooling, where a client cannot set
+// search_path, and two services sharing a database keep their keys apart.
+// Create the tables there with migrations.Up and migrations.WithSchema.
+// The name is an unquoted, lower-case identifier (a letter or _, then
+// letters, digits or _, at most 63 bytes); any other makes
+// every call of the driver return an error matching
+// sqlonce.ErrInvalidArgument. Without it nothing changes.
+func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
 
 // Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
 // that constructors can refuse one instead of panicking later.
@@ -67,12 +108,52 @@ func (d *Driver) Engine() driver.Engine[pgx.Tx] {
 	if d == nil {
 		return nil
 	}
+	if d.optErr != nil {
+		return driver.Refused[pgx.Tx]{Err: d.optErr}
+	}
 	return d.e
 }
 
 type engine struct {
 	db Beginner
 	q  *pgdb.Queries
+	// schema qualifies every statement (WithSchema); nil: unqualified.
+	schema *driver.Schema
+}
+
+// on returns what the generated queries run on for db (a transaction, a
+// pipeline): db itself, or db qualifying every statement by the schema.
+func (e engine) on(db pgdb.DBTX) pgdb.DBTX {
+	if e.schema == nil {
+		return db
+	}
+	return qualified{db, e.schema}
+}
+
+// qualified runs the generated queries on db with sqlonce's tables
+// qualified by s.
+type qualified struct {
+	db pgdb.DBTX
+	s  *driver.Schema
+}
+
+func (q qualified) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return q.db.Exec(ctx, q.s.Qualify(sql), args...)
+}
+
+func (q qualified) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return q.db.Query(ctx, q.s.Qualify(sql), args...)
+}
+
+func (q qualified) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return q.db.QueryRow(ctx, q.s.Qualify(sql), args...)
+}
+
+func (q qualified) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	for _, qq := range b.QueuedQueries {
+		qq.SQL = q.s.Qualify(qq.SQL)
+	}
+	return q.db.SendBatch(ctx, b)
 }
 
 // Guard runs fn under a savepoint whether or not fn is one statement:
@@ -206,9 +287,9 @@ const savedLockTimeout = "sqlonce.lock_timeout"
 func (e engine) boundedClaim(ctx context.Context, pl *pipeline, ins pgdb.KeyClaimParams, wait time.Duration, c *pgdb.KeyClaimRow, found *bool) {
 	if wait > 0 {
 		ms := max(wait.Milliseconds(), 1)
-		pl.thenExec(e.q.LockTimeoutPush(ctx, pl, []pgdb.LockTimeoutPushParams{{SaveIn: savedLockTimeout, Value: strconv.FormatInt(ms, 10) + "ms"}}))
+		pl.thenExec(e.q.LockTimeoutPush(ctx, e.on(pl), []pgdb.LockTimeoutPushParams{{SaveIn: savedLockTimeout, Value: strconv.FormatInt(ms, 10) + "ms"}}))
 	}
-	r := e.q.KeyClaim(ctx, pl, []pgdb.KeyClaimParams{ins})
+	r := e.q.KeyClaim(ctx, e.on(pl), []pgdb.KeyClaimParams{ins})
 	pl.then(func() (err error) {
 		r.QueryRow(func(_ int, row pgdb.KeyClaimRow, rowErr error) {
 			switch {
@@ -221,7 +302,7 @@ func (e engine) boundedClaim(ctx context.Context, pl *pipeline, ins pgdb.KeyClai
 		return err
 	})
 	if wait > 0 {
-		pl.thenExec(e.q.LockTimeoutPop(ctx, pl, []string{savedLockTimeout}))
+		pl.thenExec(e.q.LockTimeoutPop(ctx, e.on(pl), []string{savedLockTimeout}))
 	}
 }
 
@@ -244,7 +325,7 @@ func (e engine) claimBoundedSteps(ctx context.Context, tx pgx.Tx, p driver.Claim
 	var c driver.Claim
 	err := savepoint(ctx, tx, func(ctx context.Context) error {
 		ms := max(p.LockWait.Milliseconds(), 1)
-		prev, err := e.q.LockTimeoutSet(ctx, tx, strconv.FormatInt(ms, 10)+"ms")
+		prev, err := e.q.LockTimeoutSet(ctx, e.on(tx), strconv.FormatInt(ms, 10)+"ms")
 		if err != nil {
 			return err
 		}
@@ -252,7 +333,7 @@ func (e engine) claimBoundedSteps(ctx context.Context, tx pgx.Tx, p driver.Claim
 		if err != nil {
 			return err
 		}
-		_, err = e.q.LockTimeoutSet(ctx, tx, prev.Previous)
+		_, err = e.q.LockTimeoutSet(ctx, e.on(tx), prev.Previous)
 		return err
 	})
 	return c, err
@@ -283,7 +364,7 @@ func claimParams(p driver.ClaimParams) pgdb.KeyClaimParams {
 
 // claimOnce runs ins's KeyClaim in tx: pgx.ErrNoRows when no row came back.
 func (e engine) claimOnce(ctx context.Context, tx pgx.Tx, ins pgdb.KeyClaimParams) (c pgdb.KeyClaimRow, err error) {
-	e.q.KeyClaim(ctx, tx, []pgdb.KeyClaimParams{ins}).QueryRow(func(_ int, row pgdb.KeyClaimRow, rowErr error) { c, err = row, rowErr })
+	e.q.KeyClaim(ctx, e.on(tx), []pgdb.KeyClaimParams{ins}).QueryRow(func(_ int, row pgdb.KeyClaimRow, rowErr error) { c, err = row, rowErr })
 	return c, err
 }
 
@@ -313,7 +394,7 @@ func (e engine) claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (dri
 				return driver.Claim{Existing: driver.Existing{Fingerprint: c.Fingerprint, Response: c.Response, Leased: c.Locked}}, nil
 			}
 		}
-		token, err := e.q.KeyTakeover(ctx, tx, pgdb.KeyTakeoverParams{
+		token, err := e.q.KeyTakeover(ctx, e.on(tx), pgdb.KeyTakeoverParams{
 			Fingerprint: ins.Fingerprint, State: ins.State, Now: ins.Now, LeaseUs: ins.LeaseUs, TtlUs: ins.TtlUs,
 			Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key,
 		})
@@ -331,7 +412,7 @@ func (e engine) claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (dri
 // afterWait reads the key into c with a statement of its own.
 func (e engine) afterWait(ctx context.Context, tx pgx.Tx, ins pgdb.KeyClaimParams, c *pgdb.KeyClaimRow) error {
 	var err error
-	e.q.KeyGet(ctx, tx, []pgdb.KeyGetParams{{Now: ins.Now, Namespace: ins.Namespace, Scope: ins.Scope, IdempotencyKey: ins.IdempotencyKey}}).QueryRow(func(_ int, row pgdb.KeyGetRow, rowErr error) {
+	e.q.KeyGet(ctx, e.on(tx), []pgdb.KeyGetParams{{Now: ins.Now, Namespace: ins.Namespace, Scope: ins.Scope, IdempotencyKey: ins.IdempotencyKey}}).QueryRow(func(_ int, row pgdb.KeyGetRow, rowErr error) {
 		err = rowErr
 		*c = pgdb.KeyClaimRow{Token: row.Token, Fingerprint: row.Fingerprint, Response: row.Response, Locked: row.Locked, Available: row.Available}
 	})
@@ -339,7 +420,7 @@ func (e engine) afterWait(ctx context.Context, tx pgx.Tx, ins pgdb.KeyClaimParam
 }
 
 func (e engine) SetResponse(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, response []byte) error {
-	n, err := e.q.KeySetResponse(ctx, tx, pgdb.KeySetResponseParams{
+	n, err := e.q.KeySetResponse(ctx, e.on(tx), pgdb.KeySetResponseParams{
 		Response: response, Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	if err != nil {
@@ -352,12 +433,12 @@ func (e engine) SetResponse(ctx context.Context, tx pgx.Tx, k driver.Key, token 
 }
 
 func (e engine) Unclaim(ctx context.Context, tx pgx.Tx, k driver.Key, token int64) error {
-	_, err := e.q.KeyDelete(ctx, tx, pgdb.KeyDeleteParams{Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
+	_, err := e.q.KeyDelete(ctx, e.on(tx), pgdb.KeyDeleteParams{Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token})
 	return err
 }
 
 func (e engine) Complete(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, response []byte, ttl time.Duration, now time.Time) (bool, error) {
-	n, err := e.q.KeyComplete(ctx, tx, pgdb.KeyCompleteParams{
+	n, err := e.q.KeyComplete(ctx, e.on(tx), pgdb.KeyCompleteParams{
 		Response: driver.NonNil(response), Now: pgNow(now), TtlUs: ttl.Microseconds(),
 		Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
@@ -365,21 +446,41 @@ func (e engine) Complete(ctx context.Context, tx pgx.Tx, k driver.Key, token int
 }
 
 func (e engine) Release(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, now time.Time) (bool, error) {
-	n, err := e.q.KeyRelease(ctx, tx, pgdb.KeyReleaseParams{
+	n, err := e.q.KeyRelease(ctx, e.on(tx), pgdb.KeyReleaseParams{
 		Now: pgNow(now), Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
 }
 
 func (e engine) Extend(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, lease time.Duration, now time.Time) (bool, error) {
-	n, err := e.q.KeyExtend(ctx, tx, pgdb.KeyExtendParams{
+	n, err := e.q.KeyExtend(ctx, e.on(tx), pgdb.KeyExtendParams{
 		Now: pgNow(now), LeaseUs: lease.Microseconds(), Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err
 }
 
 func (e engine) Purge(ctx context.Context, tx pgx.Tx, limit int, now time.Time) (int64, error) {
-	return e.q.KeyPurge(ctx, tx, pgdb.KeyPurgeParams{Now: pgNow(now), MaxRows: int32(limit)})
+	return e.q.KeyPurge(ctx, e.on(tx), pgdb.KeyPurgeParams{Now: pgNow(now), MaxRows: int32(limit)})
+}
+
+func (e engine) Inspect(ctx context.Context, tx pgx.Tx, k driver.Key, now time.Time) (driver.KeyInfo, bool, error) {
+	r, err := e.q.KeyInspect(ctx, e.on(tx), pgdb.KeyInspectParams{Now: pgNow(now), Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return driver.KeyInfo{}, false, nil
+	}
+	if err != nil {
+		return driver.KeyInfo{}, false, err
+	}
+	return driver.KeyInfo{
+		State: r.State, Token: r.Token, FingerprintLen: r.FingerprintLen, ResponseLen: r.ResponseLen, HasResponse: r.HasResponse,
+		Leased: r.Leased, Expired: r.Expired,
+		Created: driver.Micros(r.CreatedUs), Expires: driver.Micros(r.ExpiresUs), LockedUntil: driver.Micros(r.LockedUntilUs),
+	}, true, nil
+}
+
+func (e engine) Forget(ctx context.Context, tx pgx.Tx, k driver.Key, force bool, now time.Time) (bool, error) {
+	n, err := e.q.KeyForget(ctx, e.on(tx), pgdb.KeyForgetParams{Now: pgNow(now), Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, ForceHeld: force})
+	return n == 1, err
 }
 
 func isNilPointer(v any) bool {

@@ -172,7 +172,7 @@ func (e engine) runHeld(ctx context.Context, conn *pgx.Conn, p driver.RunParams,
 	}
 	pl = pipeline{}
 	if !p.NoRecord {
-		pl.thenExec(e.q.KeyRunRespond(ctx, &pl, []pgdb.KeyRunRespondParams{{
+		pl.thenExec(e.q.KeyRunRespond(ctx, e.on(&pl), []pgdb.KeyRunRespondParams{{
 			Response: driver.NonNil(resp), Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key, Token: cl.Token,
 		}}))
 	}
@@ -219,7 +219,7 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 	var pl pipeline
 	pl.begin(runTxOptions)
 	var locked bool
-	try := e.q.KeyTryLock(ctx, &pl, []pgdb.KeyTryLockParams{{Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key}})
+	try := e.q.KeyTryLock(ctx, e.on(&pl), []pgdb.KeyTryLockParams{{Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key}})
 	pl.then(func() (err error) {
 		try.QueryRow(func(_ int, got bool, e error) { err, locked = e, got })
 		return err
@@ -236,7 +236,7 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 		// with a statement of its own, so that under READ COMMITTED it sees
 		// what that run committed.
 		pl = pipeline{}
-		pl.thenExec(e.q.KeyLock(ctx, &pl, []pgdb.KeyLockParams{{Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key}}))
+		pl.thenExec(e.q.KeyLock(ctx, e.on(&pl), []pgdb.KeyLockParams{{Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key}}))
 		pl.then(e.lookup(ctx, &pl, get, &row, &found))
 		if err := pl.send(ctx, conn); err != nil {
 			return res, err
@@ -262,10 +262,10 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 		// Expired, or a lapsed lease: delete the row seen if it still is.
 		// If it changed since (taken over, completed late by its lease
 		// holder), the row fails the INSERT.
-		pl.thenExec(e.q.KeyRunDelete(ctx, &pl, []pgdb.KeyRunDeleteParams{{Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key, Token: row.Token, Now: get.Now}}))
+		pl.thenExec(e.q.KeyRunDelete(ctx, e.on(&pl), []pgdb.KeyRunDeleteParams{{Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key, Token: row.Token, Now: get.Now}}))
 		minToken = row.Token + 1
 	}
-	pl.thenExec(e.q.KeyRunInsert(ctx, &pl, []pgdb.KeyRunInsertParams{{
+	pl.thenExec(e.q.KeyRunInsert(ctx, e.on(&pl), []pgdb.KeyRunInsertParams{{
 		Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key,
 		Fingerprint: driver.NonNil(p.Fingerprint), Response: driver.NonNil(resp),
 		Now: get.Now, MinToken: minToken, TtlUs: p.TTL.Microseconds(),
@@ -285,7 +285,7 @@ func (e engine) run(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn 
 
 // lookup queues the key's KeyGet on pl and returns its reader.
 func (e engine) lookup(ctx context.Context, pl *pipeline, get pgdb.KeyGetParams, row *pgdb.KeyGetRow, found *bool) func() error {
-	r := e.q.KeyGet(ctx, pl, []pgdb.KeyGetParams{get})
+	r := e.q.KeyGet(ctx, e.on(pl), []pgdb.KeyGetParams{get})
 	return func() (err error) {
 		r.QueryRow(func(_ int, got pgdb.KeyGetRow, e error) {
 			switch {

@@ -12,18 +12,18 @@ import (
 )
 
 func (e engine) TokenInsert(ctx context.Context, tx pgx.Tx, hash []byte, scope string, ttl time.Duration, now time.Time) error {
-	return e.q.TokenInsert(ctx, tx, pgdb.TokenInsertParams{
+	return e.q.TokenInsert(ctx, e.on(tx), pgdb.TokenInsertParams{
 		TokenHash: hash, Scope: scope, Now: pgNow(now), TtlUs: ttl.Microseconds(),
 	})
 }
 
 func (e engine) TokenConsume(ctx context.Context, tx pgx.Tx, hash []byte, scope string, now time.Time) (bool, error) {
-	n, err := e.q.TokenConsume(ctx, tx, pgdb.TokenConsumeParams{Now: pgNow(now), TokenHash: hash, Scope: scope})
+	n, err := e.q.TokenConsume(ctx, e.on(tx), pgdb.TokenConsumeParams{Now: pgNow(now), TokenHash: hash, Scope: scope})
 	return n == 1, err
 }
 
 func (e engine) TokenGet(ctx context.Context, tx pgx.Tx, hash []byte, now time.Time) (driver.TokenState, bool, error) {
-	r, err := e.q.TokenGet(ctx, tx, pgdb.TokenGetParams{Now: pgNow(now), TokenHash: hash})
+	r, err := e.q.TokenGet(ctx, e.on(tx), pgdb.TokenGetParams{Now: pgNow(now), TokenHash: hash})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return driver.TokenState{}, false, nil
 	}
@@ -34,5 +34,5 @@ func (e engine) TokenGet(ctx context.Context, tx pgx.Tx, hash []byte, now time.T
 }
 
 func (e engine) TokenPurge(ctx context.Context, tx pgx.Tx, limit int, now time.Time) (int64, error) {
-	return e.q.TokenPurge(ctx, tx, pgdb.TokenPurgeParams{Now: pgNow(now), MaxRows: int32(limit)})
+	return e.q.TokenPurge(ctx, e.on(tx), pgdb.TokenPurgeParams{Now: pgNow(now), MaxRows: int32(limit)})
 }

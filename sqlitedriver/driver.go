@@ -396,6 +396,30 @@ func (e engine) Extend(ctx context.Context, tx *sql.Tx, k driver.Key, token int6
 	return n == 1, err
 }
 
+func (e engine) Inspect(ctx context.Context, tx *sql.Tx, k driver.Key, now time.Time) (driver.KeyInfo, bool, error) {
+	r, err := e.q.KeyInspect(ctx, e.on(tx), sqlitedb.KeyInspectParams{Now: liteNow(now), Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key})
+	if errors.Is(err, sql.ErrNoRows) {
+		return driver.KeyInfo{}, false, nil
+	}
+	if err != nil {
+		return driver.KeyInfo{}, false, err
+	}
+	return driver.KeyInfo{
+		State: int16(r.State), Token: r.Token, FingerprintLen: r.FingerprintLen, ResponseLen: r.ResponseLen, HasResponse: r.HasResponse == 1,
+		Leased: r.Leased == 1, Expired: r.Expired == 1,
+		Created: driver.Micros(r.CreatedAt), Expires: driver.Micros(r.ExpiresAt), LockedUntil: driver.Micros(r.LockedUntilUs),
+	}, true, nil
+}
+
+func (e engine) Forget(ctx context.Context, tx *sql.Tx, k driver.Key, force bool, now time.Time) (bool, error) {
+	f := int64(0)
+	if force {
+		f = 1
+	}
+	n, err := e.q.KeyForget(ctx, e.on(tx), sqlitedb.KeyForgetParams{Now: liteNow(now), Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, ForceHeld: f})
+	return n == 1, err
+}
+
 func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
 	return e.q.KeyPurge(ctx, e.on(tx), sqlitedb.KeyPurgeParams{Now: liteNow(now), MaxRows: int64(limit)})
 }

@@ -21,7 +21,7 @@
 //     replayed, in_progress, key_reuse, lease_lost, expired_takeover,
 //     done, error) and, for failures, error.type (sqlonce.ErrorType).
 //     The replay rate is replayed / all; the 409 rate of httpidem is
-//     in_progress and key_reuse / all.
+//     in_progress / all (key reuse is answered 422: key_reuse / all).
 //   - sqlonce.operation.duration (histogram, s): whole operations,
 //     retries included.
 //   - sqlonce.wait.duration (histogram, s): the time taken to decide the

@@ -248,6 +248,8 @@ func namespaceName(ns int64) string {
 		return "inbox"
 	case 2:
 		return "httpidem"
+	case 3:
+		return "purger"
 	}
 	return fmt.Sprintf("namespace %d", ns)
 }

@@ -4,6 +4,8 @@
 //	sqlonce migrate [up|down|status] --db DSN  sqlonce's own migrations
 //	sqlonce purge   --db DSN [--batch N]       delete expired keys and tokens
 //	sqlonce stats   --db DSN                   keys per scope, leased, expired, oldest
+//	sqlonce keys get|forget --db DSN --scope S KEY [--json]   one key of a dedupe store
+//	sqlonce keys list --db DSN --scope S [--state STATE] [--json]
 //
 // DSN picks the database by its scheme:
 //
@@ -33,6 +35,9 @@ Usage:
   sqlonce migrate [up|down|status] --db DSN
   sqlonce purge   --db DSN [--batch N]
   sqlonce stats   --db DSN
+  sqlonce keys get    --db DSN --scope S KEY [--json]
+  sqlonce keys forget --db DSN --scope S KEY [--leased] [--json]
+  sqlonce keys list   --db DSN --scope S [--state done|leased|lapsed|expired] [--limit N] [--json]
 
 DSN schemes:
   postgres://user:pass@host:5432/db?sslmode=disable
@@ -92,6 +97,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return purgeCmd(ctx, args, stdout, stderr)
 	case "stats":
 		return statsCmd(ctx, args, stdout)
+	case "keys":
+		return keysCmd(ctx, args, stdout)
 	}
 	return usagef("unknown command %q", cmd)
 }

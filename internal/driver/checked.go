@@ -92,6 +92,20 @@ func (c Checked) Extend(ctx context.Context, tx *sql.Tx, k Key, token int64, lea
 	return c.Engine.Extend(ctx, tx, k, token, lease, now)
 }
 
+func (c Checked) Inspect(ctx context.Context, tx *sql.Tx, k Key, now time.Time) (KeyInfo, bool, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return KeyInfo{}, false, err
+	}
+	return c.Engine.Inspect(ctx, tx, k, now)
+}
+
+func (c Checked) Forget(ctx context.Context, tx *sql.Tx, k Key, force bool, now time.Time) (bool, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return false, err
+	}
+	return c.Engine.Forget(ctx, tx, k, force, now)
+}
+
 func (c Checked) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
 	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return 0, err

@@ -36,8 +36,15 @@ const (
 	// been committed or rolled back.
 	TxDone
 	// ConnLost: the connection broke while a statement may have been on
-	// its way; whether the server ran it is unknown.
+	// its way; whether the server ran it is unknown. A server that ends
+	// the session as it shuts down (PostgreSQL 57P01 admin_shutdown) is
+	// one too.
 	ConnLost
+	// ReadOnly: the server refuses writes: a PostgreSQL hot standby or a
+	// read-only transaction (25006), a MariaDB/MySQL server or replica with
+	// read_only (1290, 1836) or a read-only transaction (1792). Nothing
+	// was written; sqlonce is pointed at the wrong server.
+	ReadOnly
 )
 
 // Has reports whether c holds any of the facts in f.

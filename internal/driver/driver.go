@@ -51,6 +51,13 @@ type Engine[TTx any] interface {
 	// Purge deletes up to limit expired keys and reports how many.
 	Purge(ctx context.Context, tx TTx, limit int, now time.Time) (int64, error)
 
+	// Inspect reads k as of now (the database's when zero); ok is false
+	// when there is no row.
+	Inspect(ctx context.Context, tx TTx, k Key, now time.Time) (info KeyInfo, ok bool, err error)
+	// Forget deletes k, unless a lease on it still holds as of now and
+	// force is false, and reports whether it deleted a row.
+	Forget(ctx context.Context, tx TTx, k Key, force bool, now time.Time) (bool, error)
+
 	// InTx runs fn in a transaction of its own on the driver's database
 	// handle, committing when fn returns nil. It returns an error matching
 	// sqlonce.ErrNoDB when the driver has no handle.
@@ -89,6 +96,9 @@ const (
 	NamespaceInbox Namespace = 1
 	// NamespaceHTTP holds httpidem request keys.
 	NamespaceHTTP Namespace = 2
+	// NamespacePurger holds the lease of dedupe's Store.PurgeEvery, the
+	// one row that elects the instance that purges.
+	NamespacePurger Namespace = 3
 )
 
 // Key identifies a row of sqlonce_keys.
@@ -96,6 +106,28 @@ type Key struct {
 	Namespace Namespace
 	Scope     string
 	Key       string
+}
+
+// KeyInfo is a key as Inspect reads it.
+type KeyInfo struct {
+	State                       int16
+	Token                       int64
+	FingerprintLen, ResponseLen int64
+	HasResponse                 bool
+	// Leased: state 2 and the lease holds; Expired: expires_at has
+	// passed. Both as of the database's now.
+	Leased, Expired bool
+	// LockedUntil is zero when the row has no lease deadline.
+	Created, Expires, LockedUntil time.Time
+}
+
+// Micros is a time the queries return as microseconds since the epoch,
+// in UTC; 0 is the zero time (no value).
+func Micros(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us).UTC()
 }
 
 // ClaimParams describes a claim.

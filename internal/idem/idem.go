@@ -63,7 +63,12 @@ const (
 	Reused
 	// TooLarge: the answer could not be recorded; rolled back.
 	TooLarge
-	// Unknown: an error followed COMMIT; the work may be done.
+	// Unknown: COMMIT may or may not have reached the database; the work
+	// may be done. With the driver's own transactions (Runner.Run) only
+	// an error matching sqlonce.ErrCommitUnknown, which the driver's
+	// COMMIT sets when its connection broke on the way, says so; with a
+	// caller's RunTx, any error after the work returned that is not a
+	// retry request.
 	Unknown
 	// Gone: the request's context ended, so nobody waits for the answer.
 	// The work rolled back, or, when the context ended while it
@@ -103,7 +108,12 @@ type Runner[TTx any] struct {
 	// Run, when set, runs a request that has a key through the Store's
 	// Run, which begins the transaction itself in the fewest round trips
 	// its driver has; RunTx then serves requests without a key. Set it
-	// when RunTx is the driver's own (no WithTxFunc).
+	// when RunTx is the driver's own (no WithTxFunc): the driver then
+	// decides whether an error at COMMIT leaves the outcome unknown
+	// (sqlonce.ErrCommitUnknown), and any other error is known to have
+	// rolled back. Without it RunTx is the caller's, whose COMMIT cannot
+	// be told apart: every error after the work returned, other than a
+	// retry request, is taken as unknown.
 	Run bool
 }
 
@@ -158,10 +168,7 @@ func (r Runner[TTx]) Serve(ctx context.Context, req *dedupe.Request, attempt fun
 			return res, Replayed, nil
 		case err == nil:
 			return res, Answered, nil
-		case committing && (errors.Is(err, sqlonce.ErrCommitUnknown) || !sqlonce.IsRetryable(err)):
-			// Only an error the database reports for the transaction
-			// says the commit did not happen; after anything else it may
-			// have.
+		case r.unknown(committing, err):
 			if ctx.Err() != nil {
 				return res, Gone, err
 			}
@@ -183,5 +190,27 @@ func (r Runner[TTx]) Serve(ctx context.Context, req *dedupe.Request, attempt fun
 		default:
 			return res, Failed, err
 		}
+	}
+}
+
+// unknown reports whether err, returned after the work returned nil
+// (committing), leaves the outcome of the transaction unknown. The
+// driver's own COMMIT marks such an error with sqlonce.ErrCommitUnknown
+// when its connection broke on the way; any other error of the driver's
+// (the server's answer that it rolled back, an answer too large to
+// record, refused before COMMIT) is known to have left nothing behind. A
+// caller's RunTx gives no such mark: after the work returned, only an
+// error the database reports as a retry request says the commit did not
+// happen; after anything else it may have.
+func (r Runner[TTx]) unknown(committing bool, err error) bool {
+	switch {
+	case !committing:
+		return false
+	case errors.Is(err, sqlonce.ErrCommitUnknown):
+		return true
+	case r.Run:
+		return false
+	default:
+		return !sqlonce.IsRetryable(err)
 	}
 }

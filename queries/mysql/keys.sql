@@ -156,7 +156,36 @@ LOCK IN SHARE MODE;
 -- name: KeyPurge :execrows
 -- Deletes up to the given number of expired keys in expiry order. A live
 -- lease is never expired: locked_until <= expires_at is a table constraint.
+-- Namespace 3 holds PurgeEvery's lease (one row): it is never purged, so
+-- that a purger's batch cannot delete the lease it has just extended when
+-- the statements' clocks (read per statement) have moved past it.
 DELETE FROM sqlonce_keys
 WHERE expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+  AND namespace <> 3
 ORDER BY expires_at
 LIMIT ?;
+
+-- name: KeyInspect :one
+-- Reads one key for Store.Inspect: its times in microseconds since the
+-- epoch (the columns hold UTC), the sizes of what it records, and whether
+-- its lease holds and whether it has expired, as of the database's now.
+SELECT
+    state,
+    token,
+    CAST(LENGTH(fingerprint) AS SIGNED) AS fingerprint_len,
+    CAST(response IS NOT NULL AS SIGNED) AS has_response,
+    CAST(COALESCE(LENGTH(response), 0) AS SIGNED) AS response_len,
+    CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at) AS SIGNED) AS created_us,
+    CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at) AS SIGNED) AS expires_us,
+    CAST(COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', locked_until), 0) AS SIGNED) AS locked_until_us,
+    CAST(COALESCE(state = 2 AND locked_until > COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), 0) AS SIGNED) AS leased,
+    CAST(expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND) AS SIGNED) AS expired
+FROM sqlonce_keys
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key);
+
+-- name: KeyForget :execrows
+-- Deletes one key for Store.Forget, unless a lease on it still holds and
+-- force_held is false.
+DELETE FROM sqlonce_keys
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key)
+  AND (sqlc.arg(force_held) OR state <> 2 OR locked_until <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND));

@@ -64,12 +64,42 @@ WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempo
 -- scan: an IN (subquery) on the primary key is planned as a semi-join over
 -- the whole table, once per batch. A live lease is never expired:
 -- locked_until <= expires_at is a table constraint.
+-- Namespace 3 holds PurgeEvery's lease (one row): it is never purged, so
+-- that a purger's batch cannot delete the lease it has just extended when
+-- the statements' clocks have moved past it (on MySQL and SQLite, where each
+-- statement reads its own).
 DELETE FROM sqlonce_keys
 WHERE ctid = ANY(ARRAY(
     SELECT p.ctid
     FROM sqlonce_keys AS p
     WHERE p.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now())
+      AND p.namespace <> 3
     ORDER BY p.expires_at
     LIMIT sqlc.arg('max_rows')
     FOR UPDATE SKIP LOCKED
 ));
+
+-- name: KeyInspect :one
+-- Reads one key for Store.Inspect: its times in microseconds since the
+-- epoch, the sizes of what it records, and whether its lease holds and
+-- whether it has expired, as of the database's now.
+SELECT
+    state,
+    token,
+    octet_length(fingerprint)::bigint AS fingerprint_len,
+    (response IS NOT NULL)::boolean AS has_response,
+    coalesce(octet_length(response), 0)::bigint AS response_len,
+    (extract(epoch FROM created_at) * 1000000)::bigint AS created_us,
+    (extract(epoch FROM expires_at) * 1000000)::bigint AS expires_us,
+    coalesce((extract(epoch FROM locked_until) * 1000000)::bigint, 0)::bigint AS locked_until_us,
+    (state = 2 AND locked_until > coalesce(sqlc.narg('now')::timestamptz, now()))::boolean AS leased,
+    (expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))::boolean AS expired
+FROM sqlonce_keys
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key');
+
+-- name: KeyForget :execrows
+-- Deletes one key for Store.Forget, unless a lease on it still holds and
+-- force_held is false.
+DELETE FROM sqlonce_keys
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key')
+  AND (sqlc.arg('force_held')::boolean OR state <> 2 OR locked_until <= coalesce(sqlc.narg('now')::timestamptz, now()));

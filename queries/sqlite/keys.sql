@@ -95,11 +95,40 @@ WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempo
 -- Deletes up to max_rows expired keys, oldest first, walking the expiry
 -- index. SQLite has no DELETE ... LIMIT in its default build. A live lease
 -- is never expired: locked_until <= expires_at is a table constraint.
+-- Namespace 3 holds PurgeEvery's lease (one row): it is never purged, so
+-- that a purger's batch cannot delete the lease it has just extended when
+-- the statements' clocks (read per statement) have moved past it.
 DELETE FROM sqlonce_keys
 WHERE (namespace, scope, idempotency_key) IN (
     SELECT p.namespace, p.scope, p.idempotency_key
     FROM sqlonce_keys AS p
     WHERE p.expires_at <= coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)
+      AND p.namespace <> 3
     ORDER BY p.expires_at
     LIMIT sqlc.arg('max_rows')
 );
+
+-- name: KeyInspect :one
+-- Reads one key for Store.Inspect: its times (microseconds since the
+-- epoch, as stored), the sizes of what it records, and whether its lease
+-- holds and whether it has expired, as of the database's now.
+SELECT
+    state,
+    token,
+    CAST(length(fingerprint) AS INTEGER) AS fingerprint_len,
+    CAST(response IS NOT NULL AS INTEGER) AS has_response,
+    CAST(coalesce(length(response), 0) AS INTEGER) AS response_len,
+    created_at,
+    expires_at,
+    CAST(coalesce(locked_until, 0) AS INTEGER) AS locked_until_us,
+    CAST(coalesce(state = 2 AND locked_until > coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000), 0) AS INTEGER) AS leased,
+    CAST(expires_at <= coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) AS INTEGER) AS expired
+FROM sqlonce_keys
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key');
+
+-- name: KeyForget :execrows
+-- Deletes one key for Store.Forget, unless a lease on it still holds and
+-- force_held is 0.
+DELETE FROM sqlonce_keys
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key')
+  AND (CAST(sqlc.arg('force_held') AS INTEGER) <> 0 OR state <> 2 OR locked_until <= coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000));

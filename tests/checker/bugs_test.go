@@ -79,8 +79,12 @@ func unclaimAfterDeadlock[TTx any](t *testing.T, db harness.DB[TTx], wrap func(e
 
 	aClaimed := make(chan struct{})
 	aDone := make(chan error, 1)
+	var idA int64 // A's connection, written before aClaimed closes
 	go func() {
 		txA, err := db.Begin(ctx, harness.ReadCommitted)
+		if err == nil {
+			idA, err = db.ConnID(ctx, txA)
+		}
 		if err != nil {
 			close(aClaimed)
 			aDone <- err
@@ -99,7 +103,11 @@ func unclaimAfterDeadlock[TTx any](t *testing.T, db harness.DB[TTx], wrap func(e
 		aDone <- err
 	}()
 	<-aClaimed
-	time.Sleep(50 * time.Millisecond) // let A block on the order row
+	// A blocks on the order row before B closes the cycle (a fixed pause
+	// did that on a quiet machine only).
+	if err := harness.WaitLockWait(ctx, db, idA); err != nil {
+		t.Fatal(err)
+	}
 
 	resB, errB := store.Do(ctx, txB, req, work(txB))
 	if errB != nil {

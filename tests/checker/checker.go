@@ -58,7 +58,7 @@ var AllOps = []string{Do, DoResponse, DoPair, DoNested, DoNestedText, Unique, Un
 const DurationEnv = "SQLONCE_CHECKER_DURATION"
 
 // Duration returns the run length: flag if positive, else DurationEnv if
-// set, else def.
+// set, else def (a fifth of it under -short).
 func Duration(tb testing.TB, flag, def time.Duration) time.Duration {
 	tb.Helper()
 	if flag > 0 {
@@ -70,6 +70,9 @@ func Duration(tb testing.TB, flag, def time.Duration) time.Duration {
 			tb.Fatalf("%s=%q: not a positive duration", DurationEnv, s)
 		}
 		return d
+	}
+	if testing.Short() {
+		return def / 5 // make test-short, the inner loop
 	}
 	return def
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/sqlonce/sqlonce/tests/checker"
 	"github.com/sqlonce/sqlonce/tests/internal/faultproxy"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
+	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 )
 
 var durationFlag = flag.Duration("checker.duration", 0, "run length of each checker workload (default 10s; or set "+checker.DurationEnv+")")
@@ -41,11 +42,13 @@ func TestPostgres(t *testing.T) {
 // TestPostgresSQL and TestPostgresPQ run the workload through
 // pgsqldriver, on database/sql with pgx's stdlib driver and with lib/pq.
 func TestPostgresSQL(t *testing.T) {
+	testdb.Long(t)
 	db := harness.PostgresSQL(t, poolSize)
 	exactlyOnce(t, db, nil)
 }
 
 func TestPostgresPQ(t *testing.T) {
+	testdb.Long(t)
 	db := harness.PostgresPQ(t, poolSize)
 	exactlyOnce(t, db, nil)
 }

@@ -55,12 +55,19 @@ func netFaultsSeen(t *testing.T, rep *checker.Report, p *faultproxy.Proxy) {
 	t.Logf("proxy: %d connections, %d COMMITs; fired: reply lost %d, COMMIT lost %d, half-open delivered %d, half-open dropped %d; %d answers awaited in vain",
 		c.Conns, c.Commits, c.Fired[faultproxy.LoseReply], c.Fired[faultproxy.LoseCommit],
 		c.Fired[faultproxy.HalfOpenDeliver], c.Fired[faultproxy.HalfOpenDrop], c.Timeouts)
+	// That every fault fired is asked of a run at full length: -short's
+	// fifth of it (make test-short) may see too few commits, and then
+	// says so without failing; violations fail it all the same.
+	missing := t.Errorf
+	if testing.Short() {
+		missing = t.Logf
+	}
 	for _, f := range []faultproxy.Fault{faultproxy.LoseReply, faultproxy.LoseCommit, faultproxy.HalfOpenDeliver, faultproxy.HalfOpenDrop} {
 		if c.Fired[f] == 0 {
-			t.Errorf("the proxy never fired %q", f)
+			missing("the proxy never fired %q", f)
 		}
 	}
 	if rep.UnknownCommitted() == 0 {
-		t.Errorf("no unknown commit was resolved as committed: the reply-lost fault proved nothing")
+		missing("no unknown commit was resolved as committed: the reply-lost fault proved nothing")
 	}
 }

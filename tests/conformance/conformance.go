@@ -10,28 +10,53 @@ import (
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 )
 
+// parallelGroups runs the groups of a configuration in parallel: this
+// package's TestMain sets it under -short (make test-short, the inner
+// loop), where the machine has cores to spare and a configuration's time
+// is mostly waiting (lock waits, deadlines, leases running out), so that
+// it takes about as long as its slowest group. make test keeps one group
+// at a time per configuration, the ten configurations side by side (the
+// four PgBouncer ones would need more server connections than a bouncer
+// has for their groups at once), as do other packages running the suite
+// on shared servers (the Galera cluster).
+var parallelGroups bool
+
+func group(t *testing.T, name string, fn func(t *testing.T)) {
+	t.Run(name, func(t *testing.T) {
+		if parallelGroups {
+			t.Parallel()
+		}
+		fn(t)
+	})
+}
+
 // Run runs the whole suite against the databases f creates.
 func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
-	t.Run("Dedupe", func(t *testing.T) { runDedupe(t, f) })
-	t.Run("DedupeReplay", func(t *testing.T) { runDedupeReplay(t, f) })
-	t.Run("DedupeResponseNil", func(t *testing.T) { runDedupeResponseNil(t, f) })
-	t.Run("DedupeSameTx", func(t *testing.T) { runDedupeSameTx(t, f) })
-	t.Run("DedupeExpiry", func(t *testing.T) { runDedupeExpiry(t, f) })
-	t.Run("DedupeNoWait", func(t *testing.T) { runDedupeNoWait(t, f) })
-	t.Run("DedupeLease", func(t *testing.T) { runDedupeLease(t, f) })
-	t.Run("DedupeLeaseDeadline", func(t *testing.T) { runDedupeLeaseDeadline(t, f) })
-	t.Run("DedupeRun", func(t *testing.T) { runDedupeRun(t, f) })
-	t.Run("Optimistic", func(t *testing.T) { runOptimistic(t, f) })
-	t.Run("StateMachine", func(t *testing.T) { runStateMachine(t, f) })
-	t.Run("Unique", func(t *testing.T) { runUnique(t, f) })
-	t.Run("AntiPattern", func(t *testing.T) { runAntiPattern(t, f) })
-	t.Run("Token", func(t *testing.T) { runToken(t, f) })
-	t.Run("HTTPIdem", func(t *testing.T) { runHTTPIdem(t, f) })
-	t.Run("GRPCIdem", func(t *testing.T) { runGRPCIdem(t, f) })
-	t.Run("Inbox", func(t *testing.T) { runInbox(t, f) })
-	t.Run("InboxBatch", func(t *testing.T) { runInboxBatch(t, f) })
-	t.Run("NilTx", func(t *testing.T) { runNilTx(t, f) })
-	t.Run("ZeroValues", func(t *testing.T) { runZeroValues(t, f) })
-	t.Run("Observe", func(t *testing.T) { runObserve(t, f) })
-	t.Run("Namespace", func(t *testing.T) { runNamespace(t, f) })
+	group(t, "Dedupe", func(t *testing.T) { runDedupe(t, f) })
+	group(t, "DedupeReplay", func(t *testing.T) { runDedupeReplay(t, f) })
+	group(t, "DedupeResponseNil", func(t *testing.T) { runDedupeResponseNil(t, f) })
+	group(t, "DedupeSameTx", func(t *testing.T) { runDedupeSameTx(t, f) })
+	group(t, "DedupeExpiry", func(t *testing.T) { runDedupeExpiry(t, f) })
+	group(t, "DedupeNoWait", func(t *testing.T) { runDedupeNoWait(t, f) })
+	group(t, "DedupeLease", func(t *testing.T) { runDedupeLease(t, f) })
+	group(t, "DedupeLeaseDeadline", func(t *testing.T) { runDedupeLeaseDeadline(t, f) })
+	group(t, "DedupeLeaseCallerDeadline", func(t *testing.T) { runDedupeLeaseCallerDeadline(t, f) })
+	group(t, "DedupeRun", func(t *testing.T) { runDedupeRun(t, f) })
+	group(t, "DedupeCodec", func(t *testing.T) { runDedupeCodec(t, f) })
+	group(t, "DedupeKeys", func(t *testing.T) { runDedupeKeys(t, f) })
+	group(t, "DedupePurger", func(t *testing.T) { runDedupePurger(t, f) })
+	group(t, "Optimistic", func(t *testing.T) { runOptimistic(t, f) })
+	group(t, "StateMachine", func(t *testing.T) { runStateMachine(t, f) })
+	group(t, "Unique", func(t *testing.T) { runUnique(t, f) })
+	group(t, "AntiPattern", func(t *testing.T) { runAntiPattern(t, f) })
+	group(t, "Token", func(t *testing.T) { runToken(t, f) })
+	group(t, "HTTPIdem", func(t *testing.T) { runHTTPIdem(t, f) })
+	group(t, "GRPCIdem", func(t *testing.T) { runGRPCIdem(t, f) })
+	group(t, "HTTPContract", func(t *testing.T) { runHTTPContract(t, f) })
+	group(t, "Inbox", func(t *testing.T) { runInbox(t, f) })
+	group(t, "InboxBatch", func(t *testing.T) { runInboxBatch(t, f) })
+	group(t, "NilTx", func(t *testing.T) { runNilTx(t, f) })
+	group(t, "ZeroValues", func(t *testing.T) { runZeroValues(t, f) })
+	group(t, "Observe", func(t *testing.T) { runObserve(t, f) })
+	group(t, "Namespace", func(t *testing.T) { runNamespace(t, f) })
 }

@@ -677,6 +677,8 @@ func ddDeadlockInFn[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	victim, err := db.Begin(ctx, harness.Default)
 	must(t, err)
 	defer func() { _ = db.Rollback(ctx, victim) }()
+	victimID, err := db.ConnID(ctx, victim)
+	must(t, err)
 	holdsOrder1 := make(chan struct{})
 	dupClaimed := make(chan struct{})
 	victimDone := make(chan error, 1)
@@ -720,7 +722,8 @@ func ddDeadlockInFn[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			return err
 		})
 	}()
-	time.Sleep(100 * time.Millisecond) // the victim waits first (PostgreSQL's detector aborts the first waiter)
+	// The victim waits first: PostgreSQL's detector aborts the first waiter.
+	must(t, harness.WaitLockWait(ctx, db, victimID))
 	otherDone := make(chan error, 1)
 	go func() {
 		_, err := db.Tx(other).OrderAddAmount(ctx, id1, 1, 1)

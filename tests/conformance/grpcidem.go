@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/grpcidem"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 )
@@ -32,6 +34,8 @@ type grpcOrders[TTx any] struct {
 	runs atomic.Int64
 	// hook runs after the ledger write; it may block or fail the call.
 	hook func(ctx context.Context, in string) error
+	// pad, when above 0, makes the response at least that many bytes.
+	pad atomic.Int64
 }
 
 const grpcPlace = "/test.Orders/Place"
@@ -41,8 +45,9 @@ func startGRPC[TTx any](t *testing.T, db harness.DB[TTx], hook func(ctx context.
 	return startGRPCOn(t, db, db.Driver(), hook)
 }
 
-// startGRPCOn is startGRPC with the interceptor on drv (an observed one).
-func startGRPCOn[TTx any](t *testing.T, db harness.DB[TTx], drv sqlonce.Driver[TTx], hook func(ctx context.Context, in string) error) *grpcOrders[TTx] {
+// startGRPCOn is startGRPC with the interceptor on drv (an observed one)
+// and opts.
+func startGRPCOn[TTx any](t *testing.T, db harness.DB[TTx], drv sqlonce.Driver[TTx], hook func(ctx context.Context, in string) error, opts ...grpcidem.Option) *grpcOrders[TTx] {
 	t.Helper()
 	g := &grpcOrders[TTx]{hook: hook}
 	ic, err := grpcidem.New(drv, func(ctx context.Context) string {
@@ -51,7 +56,7 @@ func startGRPCOn[TTx any](t *testing.T, db harness.DB[TTx], drv sqlonce.Driver[T
 			return v[0] // stands in for real authentication
 		}
 		return ""
-	})
+	}, opts...)
 	must(t, err)
 	place := func(ctx context.Context, in *wrapperspb.StringValue) (*wrapperspb.StringValue, error) {
 		n := g.runs.Add(1)
@@ -67,7 +72,11 @@ func startGRPCOn[TTx any](t *testing.T, db harness.DB[TTx], drv sqlonce.Driver[T
 				return nil, err
 			}
 		}
-		return wrapperspb.String(fmt.Sprintf("placed %s, run %d, %d", in.GetValue(), n, time.Now().UnixNano())), nil
+		out := fmt.Sprintf("placed %s, run %d, %d", in.GetValue(), n, time.Now().UnixNano())
+		if pad := int(g.pad.Load()); pad > len(out) {
+			out += strings.Repeat("p", pad-len(out))
+		}
+		return wrapperspb.String(out), nil
 	}
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(ic.Unary()))
 	srv.RegisterService(&grpc.ServiceDesc{
@@ -262,6 +271,147 @@ func runGRPCIdem[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 		ddLedger(t, db, "pay", 1)
 		t.Logf("1 first response, %d replays, %d aborted", replays, aborted)
+	})
+
+	// A response the interceptor cannot record fails ResourceExhausted:
+	// the call's work rolled back and the key is free, so a retry that
+	// answers less runs and is recorded. Not Unavailable ("outcome
+	// unknown"): nothing reached COMMIT.
+	t.Run("TooLargeResourceExhausted", func(t *testing.T) {
+		for _, tc := range []struct {
+			name  string
+			opts  []grpcidem.Option
+			limit int
+		}{
+			// The default limit is dedupe.MaxResponseSize; the issue's 17 MiB.
+			{"Default", nil, 17 << 20},
+			{"WithMaxResponseSize", []grpcidem.Option{grpcidem.WithMaxResponseSize(1 << 10)}, 1 << 10},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				db := f(t, 0)
+				g := startGRPCOn(t, db, db.Driver(), nil, tc.opts...)
+				ctx := ctxT(t)
+				g.pad.Store(int64(tc.limit + 1))
+				_, _, err := g.call(ctx, "alice", "big", "big")
+				wantCode(t, "a response over the limit", err, codes.ResourceExhausted)
+				ddLedger(t, db, "big", 0)
+				ddKeys(t, db, 0)
+				g.pad.Store(0)
+				first, replayed, err := g.call(ctx, "alice", "big", "big")
+				must(t, err)
+				if replayed {
+					t.Fatal("the refused response was recorded")
+				}
+				again, replayed, err := g.call(ctx, "alice", "big", "big")
+				must(t, err)
+				if again != first || !replayed {
+					t.Fatalf("repeat: %q replayed=%v, want the first", again, replayed)
+				}
+				ddLedger(t, db, "big", 1)
+			})
+		}
+	})
+
+	t.Run("WithMaxResponseSizeRefusesOutOfRange", func(t *testing.T) {
+		db := f(t, 0)
+		for _, n := range []int{-1, dedupe.MaxResponseSize + 1} {
+			_, err := grpcidem.New(db.Driver(), func(context.Context) string { return "p" }, grpcidem.WithMaxResponseSize(n))
+			if !errors.Is(err, sqlonce.ErrInvalidArgument) {
+				t.Fatalf("WithMaxResponseSize(%d): %v", n, err)
+			}
+		}
+	})
+
+	// A repeat while the first call holds its key is Aborted at once, and
+	// the first call's answer is unaffected; on SQLite the repeat waits
+	// at BEGIN and gets the replay, as the package doc says.
+	t.Run("InProgressAborted", func(t *testing.T) {
+		db := f(t, 4)
+		entered := make(chan struct{})
+		release := make(chan struct{})
+		var once sync.Once
+		g := startGRPC(t, db, func(ctx context.Context, in string) error {
+			if in != "held" {
+				return nil
+			}
+			once.Do(func() { close(entered) })
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		})
+		ctx := ctxT(t)
+		type result struct {
+			out      string
+			replayed bool
+			err      error
+		}
+		firstDone := make(chan result, 1)
+		go func() {
+			out, replayed, err := g.call(ctx, "alice", "k", "held")
+			firstDone <- result{out, replayed, err}
+		}()
+		select {
+		case <-entered:
+		case <-ctx.Done():
+			t.Fatal("the first call never reached its handler")
+		}
+		if db.Dialect() == "sqlite" {
+			repeat := make(chan result, 1)
+			go func() {
+				out, replayed, err := g.call(ctx, "alice", "k", "held")
+				repeat <- result{out, replayed, err}
+			}()
+			close(release)
+			first, again := <-firstDone, <-repeat
+			must(t, first.err)
+			must(t, again.err)
+			if !again.replayed || again.out != first.out {
+				t.Fatalf("SQLite repeat: %q replayed=%v, want the replay of %q", again.out, again.replayed, first.out)
+			}
+		} else {
+			_, _, err := g.call(ctx, "alice", "k", "held")
+			wantCode(t, "a repeat while the first call runs", err, codes.Aborted)
+			close(release)
+			first := <-firstDone
+			must(t, first.err)
+			again, replayed, err := g.call(ctx, "alice", "k", "held")
+			must(t, err)
+			if !replayed || again != first.out {
+				t.Fatalf("repeat after the first: %q replayed=%v, want %q", again, replayed, first.out)
+			}
+		}
+		if n := g.runs.Load(); n != 1 {
+			t.Fatalf("handler ran %d times, want 1", n)
+		}
+		ddLedger(t, db, "held", 1)
+	})
+
+	// A handler that ignores a failed statement leaves a PostgreSQL
+	// transaction aborted: recording the response fails with 25P02 and
+	// the database rolls back. The call fails Internal (not carried out),
+	// not Unavailable: no connection was lost, nothing committed.
+	t.Run("RolledBackByTheDatabaseInternal", func(t *testing.T) {
+		db := f(t, 0)
+		if db.Dialect() != "postgres" {
+			t.Skip(onlyPGAborts)
+		}
+		g := startGRPC(t, db, func(ctx context.Context, in string) error {
+			tx, _ := grpcidem.TxFrom[TTx](ctx)
+			b := db.Tx(tx)
+			_, _ = b.OrderInsert(ctx, "dup-"+in, "c", 1)
+			_, _ = b.OrderInsert(ctx, "dup-"+in, "c", 1) // 23505, ignored
+			return nil
+		})
+		ctx := ctxT(t)
+		for range 2 {
+			_, _, err := g.call(ctx, "alice", "aborted", "aborted")
+			wantCode(t, "a transaction the database rolled back", err, codes.Internal)
+		}
+		ddLedger(t, db, "aborted", 0)
+		ddKeys(t, db, 0)
 	})
 
 	t.Run("NoHandleRefused", func(t *testing.T) {

@@ -16,8 +16,10 @@ import (
 // Racers is how many goroutines a race case runs on the same keys.
 const Racers = 32
 
+// ctxT is a case's context: a bound for a case that hangs, generous enough
+// for the ten configurations running at once on a loaded 2-core machine.
 func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }

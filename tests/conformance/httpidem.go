@@ -239,6 +239,7 @@ func runHTTPIdem[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("Tx/RetriesWhatTheDatabaseRefuses", func(t *testing.T) { httpTxRetry(t, f) })
 	t.Run("Lease/InProgressAndRelease", func(t *testing.T) { httpLease(t, f) })
 	t.Run("Tx/OutcomeUnknownAfterCommit", func(t *testing.T) { httpTxOutcomeUnknown(t, f) })
+	t.Run("Tx/RolledBackByTheDatabase", func(t *testing.T) { httpTxRolledBack(t, f) })
 }
 
 // runHTTPIdemMode runs the cases both modes share.
@@ -622,15 +623,19 @@ func runHTTPIdemMode[TTx any](t *testing.T, f harness.Factory[TTx], lease bool) 
 
 	t.Run("RetryAfterClientTimeout", func(t *testing.T) {
 		db := f(t, 0)
-		release := make(chan struct{})
+		release, slow := make(chan struct{}), make(chan struct{})
 		var once sync.Once
 		s := startHTTP(t, db, func(w http.ResponseWriter, r *http.Request) int {
-			once.Do(func() { <-release }) // only the first attempt is slow
+			once.Do(func() { close(slow); <-release }) // only the first attempt is slow
 			return 0
 		}, with()...)
 		q := req{user: "alice", keys: quoted("slow-1"), body: "x"}
-		impatient := &http.Client{Timeout: 200 * time.Millisecond}
-		if _, err := s.send(ctxT(t), impatient, q); err == nil {
+		// The client gives up once the handler is in its slow part: a
+		// fixed client timeout could end the request before the handler
+		// ran at all, on a loaded machine, which is another case.
+		impatient, giveUp := context.WithCancel(ctxT(t))
+		go func() { <-slow; giveUp() }()
+		if _, err := s.send(impatient, http.DefaultClient, q); err == nil {
 			t.Fatal("the first attempt did not time out")
 		}
 		close(release)
@@ -1122,5 +1127,41 @@ func httpTxOutcomeUnknown[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			t.Fatalf("%s: retry replayed=%v", how, again.replayed())
 		}
 		ddLedger(t, db, how, 1)
+	}
+}
+
+// onlyPGAborts is why the cases of a transaction the database aborted run
+// on PostgreSQL alone.
+const onlyPGAborts = "only PostgreSQL aborts a transaction after a failed statement (25P02 for the rest); MySQL and SQLite undo the statement alone and let the transaction commit"
+
+// httpTxRolledBack: a handler that ignores a failed statement (and calls
+// no Fail) leaves a PostgreSQL transaction aborted; recording the answer
+// fails with 25P02 and the database rolls back. Without WithTxFunc the
+// driver runs the transaction and knows that its COMMIT was not lost:
+// the client gets the Fail doc's "500 and nothing is recorded" (code
+// internal), never "outcome unknown".
+func httpTxRolledBack[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	db := f(t, 0)
+	if db.Dialect() != "postgres" {
+		t.Skip(onlyPGAborts)
+	}
+	s := startHTTP(t, db, func(w http.ResponseWriter, r *http.Request) int {
+		tx, _ := httpidem.TxFrom[TTx](r.Context())
+		b := db.Tx(tx)
+		_, _ = b.OrderInsert(r.Context(), "dup", "c", 1)
+		_, _ = b.OrderInsert(r.Context(), "dup", "c", 1) // 23505, ignored
+		return 0
+	}, httpidem.WithRequired(func(r *http.Request) bool { return false }))
+	for _, keys := range [][]string{quoted("aborted"), quoted("aborted"), nil} {
+		r := s.mustSend(t, req{user: "alice", ref: "aborted", keys: keys, body: "x"})
+		wantHTTPStatus(t, "a transaction the database rolled back", r, http.StatusInternalServerError)
+		if p := r.problem(t); p.Code != httpidem.CodeInternal || !strings.Contains(p.Detail, "not carried out") {
+			t.Fatalf("keys %q: %+v, want code %s, not carried out", keys, p, httpidem.CodeInternal)
+		}
+	}
+	ddLedger(t, db, "aborted", 0)
+	ddKeys(t, db, 0)
+	if n, err := db.Pool().OrderCountByCode(context.Background(), "dup"); err != nil || n != 0 {
+		t.Fatalf("%d orders (%v), want 0", n, err)
 	}
 }

@@ -487,6 +487,18 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 					t.Fatalf("first run without work time: %+v", e)
 				}
 			}
+			// The Event doc: the response recorded (first run) or
+			// replayed. Every request answered the same 201, so a first
+			// run records what a replay returns, in either mode.
+			sizes := map[int]int{} // size: events
+			for _, e := range rec.events {
+				if e.Outcome == sqlonce.EventFirstRun || e.Outcome == sqlonce.EventReplayed {
+					sizes[e.ResponseSize]++
+				}
+			}
+			if len(sizes) != 1 || sizes[0] != 0 {
+				t.Fatalf("response sizes of first runs and replays %v (size: events): want one size, not 0", sizes)
+			}
 		})
 	}
 

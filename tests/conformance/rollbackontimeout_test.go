@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -19,6 +18,7 @@ import (
 	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/bizdb"
+	"github.com/sqlonce/sqlonce/tests/internal/ports"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 )
 
@@ -109,19 +109,20 @@ func throwawayMariaDB(t *testing.T, opts ...string) string {
 	must(t, os.Chmod(dir, 0o755))
 	must(t, os.Chown(dir, uid, gid))
 	data := filepath.Join(dir, "data")
+	// Its own temp dir (see tests/internal/dbserver): a starting mariadbd
+	// deletes the #sql* files in its temp dir, other servers' temp tables
+	// in the shared /tmp.
 	out, err := exec.Command(install, "--no-defaults", "--datadir="+data, "--user=mysql",
-		"--auth-root-authentication-method=normal", "--skip-test-db").CombinedOutput()
+		"--auth-root-authentication-method=normal", "--skip-test-db", "--tmpdir="+dir).CombinedOutput()
 	if err != nil {
 		t.Fatalf("mariadb-install-db: %v\n%s", err, out)
 	}
 
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := ports.One()
 	must(t, err)
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	args := append([]string{"--no-defaults", "--datadir=" + data, "--user=mysql",
 		"--port=" + strconv.Itoa(port), "--bind-address=127.0.0.1",
-		"--socket=" + filepath.Join(dir, "s.sock"), "--skip-log-bin"}, opts...)
+		"--socket=" + filepath.Join(dir, "s.sock"), "--skip-log-bin", "--tmpdir=" + dir}, opts...)
 	logf, err := os.Create(filepath.Join(dir, "server.log"))
 	must(t, err)
 	cmd := exec.Command(server, args...)

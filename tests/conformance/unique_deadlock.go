@@ -122,6 +122,8 @@ func unDuplicateThenDeadlock[TTx any](t *testing.T, f harness.Factory[TTx], form
 	defer func() { _ = db.Rollback(ctx, victim) }()
 	_, err = db.Tx(victim).OrderAddAmount(ctx, id1, 1, 1)
 	must(t, err)
+	victimID, err := db.ConnID(ctx, victim)
+	must(t, err)
 
 	type outcome struct {
 		res sqlonce.Result
@@ -150,7 +152,7 @@ func unDuplicateThenDeadlock[TTx any](t *testing.T, f harness.Factory[TTx], form
 	case o := <-victimDone:
 		t.Fatalf("victim: %v, %v", o.res, o.err)
 	}
-	time.Sleep(100 * time.Millisecond) // the victim waits first
+	must(t, harness.WaitLockWait(ctx, db, victimID)) // the victim waits first
 	otherDone := make(chan error, 1)
 	go func() {
 		_, err := db.Tx(other).OrderAddAmount(ctx, id1, 1, 1)

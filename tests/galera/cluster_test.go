@@ -23,11 +23,27 @@ func isDeadlock(err error) bool {
 // brute-force abort): its next statement fails with 1213, and MariaDB
 // has rolled it back. abortHolder returns once a has applied it: a read
 // on a with wsrep_sync_wait waits for that.
+//
+// b's write has been seen to wait out innodb_lock_wait_timeout (1205
+// after 50 s) once in several runs, for a lock on b that no test session
+// held; each try is bounded at 15 s and a timed-out one is tried again, as
+// a Galera client retries 1205.
 func abortHolder(ctx context.Context, a, b harness.DB[*sql.Tx], x int64) error {
-	if _, err := b.Pool().OrderAddAmount(ctx, x, 1, 5); err != nil {
+	var err error
+	for try := 0; try < 4; try++ {
+		tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		_, err = b.Pool().OrderAddAmount(tctx, x, 1, 5)
+		cancel()
+		var me *mysql.MySQLError
+		timedOut := errors.Is(err, context.DeadlineExceeded) || errors.As(err, &me) && me.Number == 1205
+		if err == nil || !timedOut || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
 		return err
 	}
-	_, err := a.Pool().OrderGetByID(ctx, x)
+	_, err = a.Pool().OrderGetByID(ctx, x)
 	return err
 }
 

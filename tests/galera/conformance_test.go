@@ -18,6 +18,7 @@ const (
 	whyDeadlock    = "transactions locking in opposite orders on different nodes do not deadlock: one fails with 1213 at COMMIT (certification) instead"
 	whyWrite       = "an autocommit DELETE on one node conflicts (1213) with the INSERT another node has just committed: wsrep_sync_wait=1 orders reads, not writes, and the case does not retry its setup"
 	whySerialLocks = "SERIALIZABLE's shared read locks are one node's: they do not block a writer on another node, whose write then conflicts at COMMIT (1213) or is seen changed (1020) instead"
+	whyApply       = "a transaction that began on one node before another node's purge writes the purged key: when the purge is not yet applied on its node, the write certifies against it and fails with 1213 at COMMIT (seen under load; wsrep_sync_wait=1 orders reads, not writes)"
 	whySerial      = "SERIALIZABLE is one node's: Galera certifies write sets, not reads, so select-then-insert lets duplicates through across nodes (3 ledger rows for one key)"
 )
 
@@ -39,6 +40,7 @@ var singleNode = map[string]string{
 	"DedupeRun/FavorFirstRuns/NoWait/HeldByDo":                                        whyLocks,
 	"DedupeRun/FavorFirstRuns/LockWait200ms/HeldByDo":                                 whyLocks,
 	"DedupeRun/FavorFirstRuns/DefaultStoreWaits/HeldByDo":                             whyLocks,
+	"DedupeLease/TokenGrowsAcrossPurgeInLongTx":                                       whyApply,
 	"StateMachine/NotFound":                                                           whyWrite,
 	"Unique/Insert/Deadlock":                                                          whyDeadlock,
 	"Unique/InsertOne/Deadlock":                                                       whyDeadlock,

@@ -39,7 +39,7 @@ func TestNoWaitAcrossNodes(t *testing.T) {
 		}
 		stores = append(stores, s)
 	}
-	var firstCommitted, inProgress, retryableAtCommit, other int
+	var firstCommitted, alreadyDone, inProgress, retryableAtCommit, other int
 	for k := range noWaitKeys {
 		key := fmt.Sprint(k)
 		ref := "nw:" + key
@@ -71,6 +71,10 @@ func TestNoWaitAcrossNodes(t *testing.T) {
 				switch {
 				case err == nil && res.FirstRun():
 					firstCommitted++
+				case err == nil && res.AlreadyDone():
+					// On a loaded machine one of the two may begin after
+					// the other committed: the answer of any later repeat.
+					alreadyDone++
 				case errors.Is(err, sqlonce.ErrInProgress):
 					inProgress++
 				case sqlonce.IsRetryable(err):
@@ -103,8 +107,8 @@ func TestNoWaitAcrossNodes(t *testing.T) {
 			t.Errorf("%s: %d effects, want 1", ref, n)
 		}
 	}
-	t.Logf("%d keys, a no-wait claim on node 1 and node 2 at once: %d FirstRun committed, %d in progress, %d retryable failures (at COMMIT), %d other; %d effects",
-		noWaitKeys, firstCommitted, inProgress, retryableAtCommit, other, len(counts))
+	t.Logf("%d keys, a no-wait claim on node 1 and node 2 at once: %d FirstRun committed, %d already done, %d in progress, %d retryable failures (at COMMIT), %d other; %d effects",
+		noWaitKeys, firstCommitted, alreadyDone, inProgress, retryableAtCommit, other, len(counts))
 	if firstCommitted != noWaitKeys || len(counts) != noWaitKeys {
 		t.Errorf("%d FirstRun committed and %d effects for %d keys; want one each", firstCommitted, len(counts), noWaitKeys)
 	}

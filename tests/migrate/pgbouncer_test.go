@@ -27,7 +27,11 @@ func TestUpThroughPgBouncer(t *testing.T) {
 	ctx := context.Background()
 	b := pgbouncer.Shared(t)
 	schema, _ := testdb.EmptyPostgres(t)
-	dsn := b.Schema(t, schema, nil) + "&default_query_exec_mode=exec"
+	// application_name follows a client to its server connection through
+	// PgBouncer: it tells this test's server connections from those of
+	// tests running beside it (whose migrations take the same lock).
+	app := "sqlonce-migrate-" + schema
+	dsn := b.Schema(t, schema, nil) + "&default_query_exec_mode=exec&application_name=" + app
 	const instances = 4
 	var wg sync.WaitGroup
 	errs := make([]error, instances)
@@ -58,16 +62,18 @@ func TestUpThroughPgBouncer(t *testing.T) {
 	if applied != latest {
 		t.Errorf("%d migrations recorded, want %d", applied, latest)
 	}
-	// The lock id is 0x73716c6f6e6365: classid holds the high 32 bits,
-	// objid the low ones. A stranded lock is held by a server connection
-	// outside any transaction (idle); other test runs on this server take
-	// the same lock inside their transactions, and are not counted.
+	// The lock's key is the schema's (migrations' schemaLockKey): classid
+	// holds its high 32 bits, objid the low ones. A stranded lock is held
+	// by a server connection
+	// outside any transaction (idle); only this test's server connections
+	// are counted: tests running beside it take the same lock.
 	var held int
 	if err := direct.QueryRowContext(ctx, `
 		SELECT count(*) FROM pg_locks AS l JOIN pg_stat_activity AS a ON a.pid = l.pid
-		WHERE l.locktype = 'advisory' AND l.granted AND a.state = 'idle'
-		  AND l.classid::bigint = $1 AND l.objid::bigint = $2`,
-		int64(0x73716c6f6e6365>>32), int64(0x73716c6f6e6365&0xffffffff)).Scan(&held); err != nil {
+		CROSS JOIN (SELECT hashtextextended($1, $2) AS key) AS k
+		WHERE l.locktype = 'advisory' AND l.granted AND a.state = 'idle' AND a.application_name = $3
+		  AND l.classid::bigint = (k.key >> 32) & 4294967295 AND l.objid::bigint = k.key & 4294967295`,
+		schema, int64(0x73716c6f6e6365), app).Scan(&held); err != nil {
 		t.Fatal(err)
 	}
 	if held != 0 {

@@ -46,6 +46,7 @@ var docRow = map[string]string{
 	"statemachine.Transition repeat":                        "statemachine.Transition, repeat",
 	"token.Issue":                                           "token.Issue",
 	"token.Consume first run":                               "token.Consume, first run",
+	"token.Consume repeat":                                  "token.Consume, repeat",
 	"inbox.Handle first run":                                "inbox.Handle, first run",
 	"inbox.Handle replay":                                   "inbox.Handle, replay",
 	"inbox.HandleBatch of 100 ids, first run":               "inbox.HandleBatch of 100 ids, first run (fn: one bulk statement)",

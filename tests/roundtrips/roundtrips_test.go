@@ -621,6 +621,16 @@ func paths[TTx any]() []path[TTx] {
 			}
 			return e.measure(func() error { return consume(ctx, e, tok, n, true) })
 		}},
+		{"token.Consume repeat", func(ctx context.Context, e *env[TTx], n int) error {
+			tok, err := tokens(e).Issue(ctx, "rt")
+			if err == nil {
+				err = consume(ctx, e, tok, n, true)
+			}
+			if err != nil {
+				return err
+			}
+			return e.measure(func() error { return consume(ctx, e, tok, n, false) })
+		}},
 		{"inbox.Handle first run", func(ctx context.Context, e *env[TTx], n int) error {
 			return e.measure(func() error { return handle(ctx, e, n, true) })
 		}},

@@ -142,6 +142,36 @@ func (q *Queries) KeyExtend(ctx context.Context, db DBTX, arg KeyExtendParams) (
 	return result.RowsAffected()
 }
 
+const keyForget = `-- name: KeyForget :execrows
+DELETE FROM sqlonce_keys
+WHERE namespace = ? AND scope = ? AND idempotency_key = ?
+  AND (? OR state <> 2 OR locked_until <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))
+`
+
+type KeyForgetParams struct {
+	Namespace      int16
+	Scope          []byte
+	IdempotencyKey []byte
+	ForceHeld      interface{}
+	Now            sql.NullTime
+}
+
+// Deletes one key for Store.Forget, unless a lease on it still holds and
+// force_held is false.
+func (q *Queries) KeyForget(ctx context.Context, db DBTX, arg KeyForgetParams) (int64, error) {
+	result, err := db.ExecContext(ctx, keyForget,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.ForceHeld,
+		arg.Now,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const keyGetLocked = `-- name: KeyGetLocked :one
 SELECT
     fingerprint,
@@ -261,6 +291,69 @@ func (q *Queries) KeyInsert(ctx context.Context, db DBTX, arg KeyInsertParams) (
 	)
 }
 
+const keyInspect = `-- name: KeyInspect :one
+SELECT
+    state,
+    token,
+    CAST(LENGTH(fingerprint) AS SIGNED) AS fingerprint_len,
+    CAST(response IS NOT NULL AS SIGNED) AS has_response,
+    CAST(COALESCE(LENGTH(response), 0) AS SIGNED) AS response_len,
+    CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', created_at) AS SIGNED) AS created_us,
+    CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', expires_at) AS SIGNED) AS expires_us,
+    CAST(COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', locked_until), 0) AS SIGNED) AS locked_until_us,
+    CAST(COALESCE(state = 2 AND locked_until > COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), 0) AS SIGNED) AS leased,
+    CAST(expires_at <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND) AS SIGNED) AS expired
+FROM sqlonce_keys
+WHERE namespace = ? AND scope = ? AND idempotency_key = ?
+`
+
+type KeyInspectParams struct {
+	Now            sql.NullTime
+	Namespace      int16
+	Scope          []byte
+	IdempotencyKey []byte
+}
+
+type KeyInspectRow struct {
+	State          int16
+	Token          int64
+	FingerprintLen int64
+	HasResponse    int64
+	ResponseLen    int64
+	CreatedUs      int64
+	ExpiresUs      int64
+	LockedUntilUs  int64
+	Leased         int64
+	Expired        int64
+}
+
+// Reads one key for Store.Inspect: its times in microseconds since the
+// epoch (the columns hold UTC), the sizes of what it records, and whether
+// its lease holds and whether it has expired, as of the database's now.
+func (q *Queries) KeyInspect(ctx context.Context, db DBTX, arg KeyInspectParams) (KeyInspectRow, error) {
+	row := db.QueryRowContext(ctx, keyInspect,
+		arg.Now,
+		arg.Now,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+	)
+	var i KeyInspectRow
+	err := row.Scan(
+		&i.State,
+		&i.Token,
+		&i.FingerprintLen,
+		&i.HasResponse,
+		&i.ResponseLen,
+		&i.CreatedUs,
+		&i.ExpiresUs,
+		&i.LockedUntilUs,
+		&i.Leased,
+		&i.Expired,
+	)
+	return i, err
+}
+
 const keyLeaseHeld = `-- name: KeyLeaseHeld :one
 SELECT CAST(COUNT(*) AS SIGNED) AS held
 FROM sqlonce_keys
@@ -342,6 +435,7 @@ func (q *Queries) KeyLookup(ctx context.Context, db DBTX, arg KeyLookupParams) (
 const keyPurge = `-- name: KeyPurge :execrows
 DELETE FROM sqlonce_keys
 WHERE expires_at <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+  AND namespace <> 3
 ORDER BY expires_at
 LIMIT ?
 `
@@ -353,6 +447,9 @@ type KeyPurgeParams struct {
 
 // Deletes up to the given number of expired keys in expiry order. A live
 // lease is never expired: locked_until <= expires_at is a table constraint.
+// Namespace 3 holds PurgeEvery's lease (one row): it is never purged, so
+// that a purger's batch cannot delete the lease it has just extended when
+// the statements' clocks (read per statement) have moved past it.
 func (q *Queries) KeyPurge(ctx context.Context, db DBTX, arg KeyPurgeParams) (int64, error) {
 	result, err := db.ExecContext(ctx, keyPurge, arg.Now, arg.Limit)
 	if err != nil {

@@ -362,7 +362,7 @@ func (b *KeyGetBatchResults) Close() error {
 const keyLock = `-- name: KeyLock :batchexec
 SELECT pg_advisory_xact_lock(
     1936289646,
-    hashtext($1::smallint::text || ':' || octet_length($2::text)::text || ':' || $2::text || $3::text)
+    hashtext('sqlonce_keys'::regclass::oid::text || ':' || $1::smallint::text || ':' || octet_length($2::text)::text || ':' || $2::text || $3::text)
 )
 `
 
@@ -384,7 +384,10 @@ type KeyLockParams struct {
 // work: KeyRunInsert, a plain INSERT, is what refuses a second record. It
 // lives in the two-int4 key space, class 1936289646 ('sqon'), apart from
 // the bigint advisory locks applications take; two keys whose 32-bit hashes
-// collide only wait for each other.
+// collide only wait for each other. Advisory locks belong to the database,
+// not to a schema: the hash takes the keys table's oid (the table the
+// session's search_path resolves), so that services or tenants keeping
+// sqlonce's tables in schemas of their own never wait on each other's keys.
 func (q *Queries) KeyLock(ctx context.Context, db DBTX, arg []KeyLockParams) *KeyLockBatchResults {
 	batch := &pgx.Batch{}
 	for _, a := range arg {
@@ -623,7 +626,7 @@ func (b *KeyRunRespondBatchResults) Close() error {
 const keyTryLock = `-- name: KeyTryLock :batchone
 SELECT pg_try_advisory_xact_lock(
     1936289646,
-    hashtext($1::smallint::text || ':' || octet_length($2::text)::text || ':' || $2::text || $3::text)
+    hashtext('sqlonce_keys'::regclass::oid::text || ':' || $1::smallint::text || ':' || octet_length($2::text)::text || ':' || $2::text || $3::text)
 )::boolean AS locked
 `
 

@@ -108,12 +108,105 @@ func (q *Queries) KeyExtend(ctx context.Context, db DBTX, arg KeyExtendParams) (
 	return result.RowsAffected()
 }
 
+const keyForget = `-- name: KeyForget :execrows
+DELETE FROM sqlonce_keys
+WHERE namespace = $1 AND scope = $2 AND idempotency_key = $3
+  AND ($4::boolean OR state <> 2 OR locked_until <= coalesce($5::timestamptz, now()))
+`
+
+type KeyForgetParams struct {
+	Namespace      int16
+	Scope          string
+	IdempotencyKey string
+	ForceHeld      bool
+	Now            sql.NullTime
+}
+
+// Deletes one key for Store.Forget, unless a lease on it still holds and
+// force_held is false.
+func (q *Queries) KeyForget(ctx context.Context, db DBTX, arg KeyForgetParams) (int64, error) {
+	result, err := db.ExecContext(ctx, keyForget,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.ForceHeld,
+		arg.Now,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
+const keyInspect = `-- name: KeyInspect :one
+SELECT
+    state,
+    token,
+    octet_length(fingerprint)::bigint AS fingerprint_len,
+    (response IS NOT NULL)::boolean AS has_response,
+    coalesce(octet_length(response), 0)::bigint AS response_len,
+    (extract(epoch FROM created_at) * 1000000)::bigint AS created_us,
+    (extract(epoch FROM expires_at) * 1000000)::bigint AS expires_us,
+    coalesce((extract(epoch FROM locked_until) * 1000000)::bigint, 0)::bigint AS locked_until_us,
+    (state = 2 AND locked_until > coalesce($1::timestamptz, now()))::boolean AS leased,
+    (expires_at <= coalesce($1::timestamptz, now()))::boolean AS expired
+FROM sqlonce_keys
+WHERE namespace = $2 AND scope = $3 AND idempotency_key = $4
+`
+
+type KeyInspectParams struct {
+	Now            sql.NullTime
+	Namespace      int16
+	Scope          string
+	IdempotencyKey string
+}
+
+type KeyInspectRow struct {
+	State          int16
+	Token          int64
+	FingerprintLen int64
+	HasResponse    bool
+	ResponseLen    int64
+	CreatedUs      int64
+	ExpiresUs      int64
+	LockedUntilUs  int64
+	Leased         bool
+	Expired        bool
+}
+
+// Reads one key for Store.Inspect: its times in microseconds since the
+// epoch, the sizes of what it records, and whether its lease holds and
+// whether it has expired, as of the database's now.
+func (q *Queries) KeyInspect(ctx context.Context, db DBTX, arg KeyInspectParams) (KeyInspectRow, error) {
+	row := db.QueryRowContext(ctx, keyInspect,
+		arg.Now,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+	)
+	var i KeyInspectRow
+	err := row.Scan(
+		&i.State,
+		&i.Token,
+		&i.FingerprintLen,
+		&i.HasResponse,
+		&i.ResponseLen,
+		&i.CreatedUs,
+		&i.ExpiresUs,
+		&i.LockedUntilUs,
+		&i.Leased,
+		&i.Expired,
+	)
+	return i, err
+}
+
 const keyPurge = `-- name: KeyPurge :execrows
 DELETE FROM sqlonce_keys
 WHERE ctid = ANY(ARRAY(
     SELECT p.ctid
     FROM sqlonce_keys AS p
     WHERE p.expires_at <= coalesce($1::timestamptz, now())
+      AND p.namespace <> 3
     ORDER BY p.expires_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
@@ -131,6 +224,10 @@ type KeyPurgeParams struct {
 // scan: an IN (subquery) on the primary key is planned as a semi-join over
 // the whole table, once per batch. A live lease is never expired:
 // locked_until <= expires_at is a table constraint.
+// Namespace 3 holds PurgeEvery's lease (one row): it is never purged, so
+// that a purger's batch cannot delete the lease it has just extended when
+// the statements' clocks have moved past it (on MySQL and SQLite, where each
+// statement reads its own).
 func (q *Queries) KeyPurge(ctx context.Context, db DBTX, arg KeyPurgeParams) (int64, error) {
 	result, err := db.ExecContext(ctx, keyPurge, arg.Now, arg.MaxRows)
 	if err != nil {

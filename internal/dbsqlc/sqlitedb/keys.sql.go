@@ -172,6 +172,36 @@ func (q *Queries) KeyExtend(ctx context.Context, db DBTX, arg KeyExtendParams) (
 	return result.RowsAffected()
 }
 
+const keyForget = `-- name: KeyForget :execrows
+DELETE FROM sqlonce_keys
+WHERE namespace = ?1 AND scope = ?2 AND idempotency_key = ?3
+  AND (CAST(?4 AS INTEGER) <> 0 OR state <> 2 OR locked_until <= coalesce(CAST(?5 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000))
+`
+
+type KeyForgetParams struct {
+	Namespace      int64
+	Scope          string
+	IdempotencyKey string
+	ForceHeld      int64
+	Now            sql.NullInt64
+}
+
+// Deletes one key for Store.Forget, unless a lease on it still holds and
+// force_held is 0.
+func (q *Queries) KeyForget(ctx context.Context, db DBTX, arg KeyForgetParams) (int64, error) {
+	result, err := db.ExecContext(ctx, keyForget,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.ForceHeld,
+		arg.Now,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const keyGet = `-- name: KeyGet :one
 SELECT
     fingerprint,
@@ -223,12 +253,75 @@ func (q *Queries) KeyGet(ctx context.Context, db DBTX, arg KeyGetParams) (KeyGet
 	return i, err
 }
 
+const keyInspect = `-- name: KeyInspect :one
+SELECT
+    state,
+    token,
+    CAST(length(fingerprint) AS INTEGER) AS fingerprint_len,
+    CAST(response IS NOT NULL AS INTEGER) AS has_response,
+    CAST(coalesce(length(response), 0) AS INTEGER) AS response_len,
+    created_at,
+    expires_at,
+    CAST(coalesce(locked_until, 0) AS INTEGER) AS locked_until_us,
+    CAST(coalesce(state = 2 AND locked_until > coalesce(CAST(?1 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000), 0) AS INTEGER) AS leased,
+    CAST(expires_at <= coalesce(CAST(?1 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) AS INTEGER) AS expired
+FROM sqlonce_keys
+WHERE namespace = ?2 AND scope = ?3 AND idempotency_key = ?4
+`
+
+type KeyInspectParams struct {
+	Now            sql.NullInt64
+	Namespace      int64
+	Scope          string
+	IdempotencyKey string
+}
+
+type KeyInspectRow struct {
+	State          int64
+	Token          int64
+	FingerprintLen int64
+	HasResponse    int64
+	ResponseLen    int64
+	CreatedAt      int64
+	ExpiresAt      int64
+	LockedUntilUs  int64
+	Leased         int64
+	Expired        int64
+}
+
+// Reads one key for Store.Inspect: its times (microseconds since the
+// epoch, as stored), the sizes of what it records, and whether its lease
+// holds and whether it has expired, as of the database's now.
+func (q *Queries) KeyInspect(ctx context.Context, db DBTX, arg KeyInspectParams) (KeyInspectRow, error) {
+	row := db.QueryRowContext(ctx, keyInspect,
+		arg.Now,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+	)
+	var i KeyInspectRow
+	err := row.Scan(
+		&i.State,
+		&i.Token,
+		&i.FingerprintLen,
+		&i.HasResponse,
+		&i.ResponseLen,
+		&i.CreatedAt,
+		&i.ExpiresAt,
+		&i.LockedUntilUs,
+		&i.Leased,
+		&i.Expired,
+	)
+	return i, err
+}
+
 const keyPurge = `-- name: KeyPurge :execrows
 DELETE FROM sqlonce_keys
 WHERE (namespace, scope, idempotency_key) IN (
     SELECT p.namespace, p.scope, p.idempotency_key
     FROM sqlonce_keys AS p
     WHERE p.expires_at <= coalesce(CAST(?1 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)
+      AND p.namespace <> 3
     ORDER BY p.expires_at
     LIMIT ?2
 )
@@ -242,6 +335,9 @@ type KeyPurgeParams struct {
 // Deletes up to max_rows expired keys, oldest first, walking the expiry
 // index. SQLite has no DELETE ... LIMIT in its default build. A live lease
 // is never expired: locked_until <= expires_at is a table constraint.
+// Namespace 3 holds PurgeEvery's lease (one row): it is never purged, so
+// that a purger's batch cannot delete the lease it has just extended when
+// the statements' clocks (read per statement) have moved past it.
 func (q *Queries) KeyPurge(ctx context.Context, db DBTX, arg KeyPurgeParams) (int64, error) {
 	result, err := db.ExecContext(ctx, keyPurge, arg.Now, arg.MaxRows)
 	if err != nil {

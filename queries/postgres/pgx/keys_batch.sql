@@ -33,7 +33,7 @@ WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempo
 -- KeyGet, which wait and read afresh.
 SELECT pg_try_advisory_xact_lock(
     1936289646,
-    hashtext(sqlc.arg('namespace')::smallint::text || ':' || octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)
+    hashtext('sqlonce_keys'::regclass::oid::text || ':' || sqlc.arg('namespace')::smallint::text || ':' || octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)
 )::boolean AS locked;
 
 -- name: KeyLock :batchexec
@@ -43,10 +43,13 @@ SELECT pg_try_advisory_xact_lock(
 -- work: KeyRunInsert, a plain INSERT, is what refuses a second record. It
 -- lives in the two-int4 key space, class 1936289646 ('sqon'), apart from
 -- the bigint advisory locks applications take; two keys whose 32-bit hashes
--- collide only wait for each other.
+-- collide only wait for each other. Advisory locks belong to the database,
+-- not to a schema: the hash takes the keys table's oid (the table the
+-- session's search_path resolves), so that services or tenants keeping
+-- sqlonce's tables in schemas of their own never wait on each other's keys.
 SELECT pg_advisory_xact_lock(
     1936289646,
-    hashtext(sqlc.arg('namespace')::smallint::text || ':' || octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)
+    hashtext('sqlonce_keys'::regclass::oid::text || ':' || sqlc.arg('namespace')::smallint::text || ':' || octet_length(sqlc.arg('scope')::text)::text || ':' || sqlc.arg('scope')::text || sqlc.arg('idempotency_key')::text)
 );
 
 -- name: KeyRunInsert :batchexec

@@ -18,7 +18,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -30,6 +29,8 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql" // the ping
+
+	"github.com/sqlonce/sqlonce/tests/internal/ports"
 )
 
 // Where Debian puts what a node needs.
@@ -97,16 +98,16 @@ func Start(n int) (c *Cluster, err error) {
 			c.Stop()
 		}
 	}()
-	ports, err := freePorts(4 * n)
+	ps, err := ports.Free(4 * n)
 	if err != nil {
 		return nil, err
 	}
 	var gcomms []string
 	for i := range n {
-		gcomms = append(gcomms, fmt.Sprintf("127.0.0.1:%d", ports[4*i+1]))
+		gcomms = append(gcomms, fmt.Sprintf("127.0.0.1:%d", ps[4*i+1]))
 	}
 	for i := range n {
-		nd := &Node{N: i + 1, Port: ports[4*i], gcomm: ports[4*i+1], ist: ports[4*i+2], sst: ports[4*i+3],
+		nd := &Node{N: i + 1, Port: ps[4*i], gcomm: ps[4*i+1], ist: ps[4*i+2], sst: ps[4*i+3],
 			dir: filepath.Join(dir, fmt.Sprintf("node%d", i+1)), peers: "gcomm://" + strings.Join(gcomms, ","),
 			uid: uint32(uid), gid: uint32(gid)}
 		if err := os.MkdirAll(filepath.Join(nd.dir, "data"), 0o755); err != nil {
@@ -353,25 +354,4 @@ func (nd *Node) logTail() string {
 		b = b[len(b)-3000:]
 	}
 	return strings.TrimSpace(string(b))
-}
-
-// freePorts returns n distinct free loopback ports, holding each until all
-// are found so that none is handed out twice.
-func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
 }

@@ -8,6 +8,7 @@ import (
 	"context"
 	"database/sql"
 	"testing"
+	"time"
 
 	"github.com/sqlonce/sqlonce"
 )
@@ -90,6 +91,18 @@ type KeyRow struct {
 	Token       int64
 	Leased      bool // state 2 with locked_until in the future (database clock)
 	Expired     bool // expires_at <= now (database clock)
+	// LockedUntil is the lease's deadline (UTC, microseconds), zero when
+	// the row has none.
+	LockedUntil time.Time
+}
+
+// unixMicro is a LockedUntil read as microseconds since the epoch, 0 for
+// none.
+func unixMicro(us int64) time.Time {
+	if us == 0 {
+		return time.Time{}
+	}
+	return time.UnixMicro(us).UTC()
 }
 
 // DB is one isolated database (a PostgreSQL schema or a MySQL database)

@@ -52,18 +52,20 @@ func (m *myDB) Pool() Biz         { return myBiz{q: mysqlbiz.New(m.db.DB)} }
 
 func (m *myDB) Key(ctx context.Context, scope, key string) (KeyRow, bool, error) {
 	var r KeyRow
-	var leased, expired int64
+	var leased, expired, lockedUntil int64
 	now := "UTC_TIMESTAMP(6)"
 	err := m.db.DB.QueryRowContext(ctx, `
 		SELECT fingerprint, response, state, token,
 		       COALESCE(state = 2 AND locked_until > `+now+`, 0),
-		       expires_at <= `+now+`
+		       expires_at <= `+now+`,
+		       COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', locked_until), 0)
 		FROM sqlonce_keys WHERE scope = ? AND idempotency_key = ?`, scope, key).
-		Scan(&r.Fingerprint, &r.Response, &r.State, &r.Token, &leased, &expired)
+		Scan(&r.Fingerprint, &r.Response, &r.State, &r.Token, &leased, &expired, &lockedUntil)
 	if errors.Is(err, sql.ErrNoRows) {
 		return KeyRow{}, false, nil
 	}
 	r.Leased, r.Expired = leased == 1, expired == 1
+	r.LockedUntil = unixMicro(lockedUntil)
 	return r, err == nil, err
 }
 

@@ -16,12 +16,14 @@ import (
 // PgBouncerPgx is the Factory for pgxdriver through a PgBouncer in
 // transaction pooling mode, with pgx's query exec mode mode: pgx's default,
 // cache_statement, cannot work through PgBouncer 1.18 (see pgxdriver's
-// package documentation). The schema is created and migrated directly on
-// the server, then reached through a bouncer database of its own.
+// package documentation). Each mode has a bouncer of its own, so that the
+// configurations can run in parallel. The schema is created and migrated
+// directly on the server, then reached through a bouncer database of its
+// own.
 func PgBouncerPgx(mode string) Factory[pgx.Tx] {
 	return func(t testing.TB, maxConns int) DB[pgx.Tx] {
 		t.Helper()
-		b := pgbouncer.Shared(t)
+		b := pgbouncer.Named(t, "pgx-"+mode)
 		direct := testdb.NewPostgres(t, 2)
 		direct.Pool.Close() // the case reaches the schema through the bouncer only
 		reopen := func(t testing.TB, settings map[string]string) string {
@@ -55,11 +57,12 @@ func bouncedPgx(t testing.TB, dsn, schema string, maxConns int) *pgDB {
 // PgBouncerSQL is the Factory for pgsqldriver through a PgBouncer in
 // transaction pooling mode, with the database/sql driver sqlDriver: "pgx"
 // (in exec mode "exec": its default statement cache cannot work through
-// the bouncer either) or "postgres" (lib/pq, with binary_parameters=yes).
+// the bouncer either) or "postgres" (lib/pq, with binary_parameters=yes),
+// each on a bouncer of its own.
 func PgBouncerSQL(sqlDriver string) Factory[*sql.Tx] {
 	return func(t testing.TB, maxConns int) DB[*sql.Tx] {
 		t.Helper()
-		b := pgbouncer.Shared(t)
+		b := pgbouncer.Named(t, "sql-"+sqlDriver)
 		direct := testdb.NewPostgres(t, 2)
 		direct.Pool.Close() // the case reaches the schema through the bouncer only
 		reopen := func(t testing.TB, settings map[string]string) string {
@@ -78,6 +81,24 @@ func PgBouncerSQL(sqlDriver string) Factory[*sql.Tx] {
 			return dsn
 		}
 		db := newPgSQL(t, sqlDriver, reopen(t, nil), maxConns)
+		db.reopenDSN = reopen
+		return db
+	}
+}
+
+// PgBouncerPQText is PgBouncerSQL("postgres") without binary_parameters:
+// lib/pq as a program opens it by default, which parses a statement with
+// arguments in one round trip and binds it in another.
+func PgBouncerPQText() Factory[*sql.Tx] {
+	return func(t testing.TB, maxConns int) DB[*sql.Tx] {
+		t.Helper()
+		b := pgbouncer.Shared(t)
+		direct := testdb.NewPostgres(t, 2)
+		direct.Pool.Close()
+		reopen := func(t testing.TB, settings map[string]string) string {
+			return b.Schema(t, direct.Schema, settings)
+		}
+		db := newPgSQL(t, "postgres", reopen(t, nil), maxConns)
 		db.reopenDSN = reopen
 		return db
 	}

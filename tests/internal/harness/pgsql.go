@@ -96,15 +96,18 @@ func (p *pgSQLDB) Pool() Biz         { return pgsqlBiz{q: pgsqlbiz.New(p.db)} }
 
 func (p *pgSQLDB) Key(ctx context.Context, scope, key string) (KeyRow, bool, error) {
 	var r KeyRow
+	var lockedUntil int64
 	err := p.db.QueryRowContext(ctx, `
 		SELECT fingerprint, response, state, token,
 		       coalesce(state = 2 AND locked_until > now(), false),
-		       expires_at <= now()
+		       expires_at <= now(),
+		       coalesce((extract(epoch FROM locked_until) * 1000000)::bigint, 0)
 		FROM sqlonce_keys WHERE scope = $1 AND idempotency_key = $2`, scope, key).
-		Scan(&r.Fingerprint, &r.Response, &r.State, &r.Token, &r.Leased, &r.Expired)
+		Scan(&r.Fingerprint, &r.Response, &r.State, &r.Token, &r.Leased, &r.Expired, &lockedUntil)
 	if errors.Is(err, sql.ErrNoRows) {
 		return KeyRow{}, false, nil
 	}
+	r.LockedUntil = unixMicro(lockedUntil)
 	return r, err == nil, err
 }
 

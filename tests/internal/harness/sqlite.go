@@ -95,13 +95,14 @@ const liteNow = "(CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)"
 
 func (l *liteDB) Key(ctx context.Context, scope, key string) (KeyRow, bool, error) {
 	var r KeyRow
-	var hasResponse, leased, expired int64
+	var hasResponse, leased, expired, lockedUntil int64
 	err := l.db.DB.QueryRowContext(ctx, `
 		SELECT fingerprint, response, response IS NOT NULL, state, token,
 		       coalesce(state = 2 AND locked_until > `+liteNow+`, 0),
-		       expires_at <= `+liteNow+`
+		       expires_at <= `+liteNow+`,
+		       coalesce(locked_until, 0)
 		FROM sqlonce_keys WHERE scope = ? AND idempotency_key = ?`, scope, key).
-		Scan(&r.Fingerprint, &r.Response, &hasResponse, &r.State, &r.Token, &leased, &expired)
+		Scan(&r.Fingerprint, &r.Response, &hasResponse, &r.State, &r.Token, &leased, &expired, &lockedUntil)
 	if errors.Is(err, sql.ErrNoRows) {
 		return KeyRow{}, false, nil
 	}
@@ -109,6 +110,7 @@ func (l *liteDB) Key(ctx context.Context, scope, key string) (KeyRow, bool, erro
 		r.Response = []byte{} // the libraries read a zero-length BLOB as nil
 	}
 	r.Leased, r.Expired = leased == 1, expired == 1
+	r.LockedUntil = unixMicro(lockedUntil)
 	return r, err == nil, err
 }
 

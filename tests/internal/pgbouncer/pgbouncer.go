@@ -40,6 +40,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sqlonce/sqlonce/tests/internal/ports"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 )
 
@@ -68,41 +69,56 @@ type Bouncer struct {
 }
 
 var (
-	shared     *Bouncer
-	sharedOnce sync.Once
-	sharedErr  error
+	mu       sync.Mutex
+	bouncers = map[string]*started{}
 )
+
+type started struct {
+	once sync.Once
+	b    *Bouncer
+	err  error
+}
 
 // Shared returns the package's PgBouncer, started on first use and
 // stopped by Stop (call it from TestMain). Outside CI a missing pgbouncer
 // binary skips t; under CI=true it fails t.
 func Shared(t testing.TB) *Bouncer {
 	t.Helper()
+	return Named(t, "")
+}
+
+// Named is Shared for a bouncer of name's own: tests running in parallel
+// (the conformance configurations) each take one, so that none waits for
+// another's server connections (MaxServerConns is per bouncer).
+func Named(t testing.TB, name string) *Bouncer {
+	t.Helper()
 	server := testdb.PostgresDSN(t)
-	sharedOnce.Do(func() { shared, sharedErr = start(server) })
-	if sharedErr != nil {
+	mu.Lock()
+	s := bouncers[name]
+	if s == nil {
+		s = &started{}
+		bouncers[name] = s
+	}
+	mu.Unlock()
+	s.once.Do(func() { s.b, s.err = start(server) })
+	if s.err != nil {
 		if testdb.InCI() {
-			t.Fatalf("CI=true and pgbouncer did not start: %v", sharedErr)
+			t.Fatalf("CI=true and pgbouncer did not start: %v", s.err)
 		}
-		t.Skipf("pgbouncer did not start (apt-get install pgbouncer): %v", sharedErr)
+		t.Skipf("pgbouncer did not start (apt-get install pgbouncer): %v", s.err)
 	}
-	return shared
+	return s.b
 }
 
-// Stop stops the shared PgBouncer, if one was started.
+// Stop stops every bouncer Shared and Named started.
 func Stop() {
-	if shared != nil {
-		shared.stop()
+	mu.Lock()
+	defer mu.Unlock()
+	for _, s := range bouncers {
+		if s.b != nil {
+			s.b.stop()
+		}
 	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func start(serverDSN string) (*Bouncer, error) {
@@ -120,7 +136,7 @@ func start(serverDSN string) (*Bouncer, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
+	port, err := ports.One()
 	if err != nil {
 		return nil, err
 	}

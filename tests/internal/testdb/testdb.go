@@ -50,6 +50,18 @@ const (
 // InCI reports whether the run is under CI (CI=true).
 func InCI() bool { return os.Getenv("CI") == "true" }
 
+// Long skips t under -short (make test-short, the inner loop): for a
+// configuration that differs from one -short keeps only in a library or
+// a setting (pgx's database/sql adapter, lib/pq, mattn's SQLite), one that
+// puts a proxy in front of a kept server (the PgBouncer configurations),
+// or a run that repeats a shorter one at length. make test runs it.
+func Long(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: make test runs it")
+	}
+}
+
 type server struct {
 	once sync.Once
 	dsn  string

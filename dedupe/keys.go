@@ -1,0 +1,183 @@
+package dedupe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/obs"
+	"github.com/sqlonce/sqlonce/internal/owntx"
+	"github.com/sqlonce/sqlonce/internal/testclock"
+)
+
+// KeyState is the state of a recorded key, as Store.Inspect reads it.
+type KeyState int8
+
+const (
+	// KeyDone: the work was done (committed with Do or Run, or a
+	// completed lease); repeats get AlreadyDone and the recorded response.
+	KeyDone KeyState = iota + 1
+	// KeyLeased: a lease holds the key; repeats get sqlonce.ErrInProgress.
+	KeyLeased
+	// KeyLapsed: a lease whose deadline passed (or that was released);
+	// the next claim takes the key over and runs the work.
+	KeyLapsed
+	// KeyExpired: past its expiry; the next claim takes it over, and
+	// Purge deletes it.
+	KeyExpired
+)
+
+var keyStates = [...]string{KeyDone: "done", KeyLeased: "leased", KeyLapsed: "lapsed", KeyExpired: "expired"}
+
+// String returns "done", "leased", "lapsed" or "expired".
+func (s KeyState) String() string {
+	if s > 0 && int(s) < len(keyStates) {
+		return keyStates[s]
+	}
+	return fmt.Sprintf("KeyState(%d)", int8(s))
+}
+
+// KeyInfo describes a recorded key: what support needs to answer "why
+// did my retry get the old answer?". Times are the database's.
+type KeyInfo struct {
+	Scope, Key string
+	State      KeyState
+	// Created is when the key was claimed (taken over, for a key claimed
+	// again after it expired or its lease lapsed); Expires, when it
+	// expires.
+	Created, Expires time.Time
+	// LeaseUntil is a lease's deadline: zero for a key recorded by Do or
+	// Run and for a completed lease.
+	LeaseUntil time.Time
+	// Token is the fencing token of the key's last claim.
+	Token int64
+	// FingerprintSize is the recorded fingerprint's length in bytes, 0
+	// when the key was claimed without one.
+	FingerprintSize int
+	// HasResponse tells whether a response is recorded (it may be empty:
+	// ResponseSize 0).
+	HasResponse  bool
+	ResponseSize int
+}
+
+// Inspect reads a key of the Store (never one of another scope, nor one
+// httpidem or inbox keeps) on the driver's database handle
+// (sqlonce.ErrNoDB without one). It returns an error matching
+// sqlonce.ErrNotFound when there is no such key: never claimed, deleted
+// by Purge or Forget, or claimed by a transaction that has not committed
+// yet. The state is judged on the database's clock.
+func (s *Store[TTx]) Inspect(ctx context.Context, scope, key string) (info KeyInfo, err error) {
+	op := obs.Start(s.observer, "dedupe", "Inspect", scope, key)
+	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, reported(err)) }()
+	if err := checkKey(scope, key); err != nil {
+		return KeyInfo{}, err
+	}
+	var (
+		ki driver.KeyInfo
+		ok bool
+	)
+	err = owntx.RunStatements(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+		var err error
+		ki, ok, err = s.engine.Inspect(ctx, tx, s.key(scope, key), testclock.Now(ctx))
+		return err
+	})
+	if err != nil {
+		return KeyInfo{}, fmt.Errorf("sqlonce/dedupe: inspect key %q in scope %q: %w", key, scope, err)
+	}
+	if !ok {
+		return KeyInfo{}, notFound(scope, key)
+	}
+	info = KeyInfo{
+		Scope: scope, Key: key, Created: ki.Created, Expires: ki.Expires, LeaseUntil: ki.LockedUntil, Token: ki.Token,
+		FingerprintSize: int(ki.FingerprintLen), HasResponse: ki.HasResponse, ResponseSize: int(ki.ResponseLen),
+	}
+	switch {
+	case ki.Expired:
+		info.State = KeyExpired
+	case ki.State == driver.StateLeased && ki.Leased:
+		info.State = KeyLeased
+	case ki.State == driver.StateLeased:
+		info.State = KeyLapsed
+	default:
+		info.State = KeyDone
+	}
+	return info, nil
+}
+
+// ForgetOption adjusts one Store.Forget.
+type ForgetOption func(*forgetOptions)
+
+type forgetOptions struct{ leased bool }
+
+// ForgetLeased lets Forget delete a key whose lease still holds. The
+// holder's Complete, Release and Extend then fail with
+// sqlonce.ErrLeaseLost, and the next claim runs the work again while the
+// holder may still be doing it: only for a holder known to be gone.
+func ForgetLeased() ForgetOption { return func(o *forgetOptions) { o.leased = true } }
+
+// Forget deletes a key of the Store (never one of another scope, nor one
+// httpidem or inbox keeps) on the driver's database handle
+// (sqlonce.ErrNoDB without one), so that its next claim runs the work
+// again: to let a customer retry what was recorded, say. A key whose
+// lease still holds is refused with an error matching
+// sqlonce.ErrInProgress, unless ForgetLeased says otherwise; one that
+// does not exist, with sqlonce.ErrNotFound. Forgetting a key does not
+// undo its work: the next claim does it again.
+func (s *Store[TTx]) Forget(ctx context.Context, scope, key string, opts ...ForgetOption) (err error) {
+	op := obs.Start(s.observer, "dedupe", "Forget", scope, key)
+	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, reported(err)) }()
+	if err := checkKey(scope, key); err != nil {
+		return err
+	}
+	var o forgetOptions
+	for i, opt := range opts {
+		if opt == nil {
+			return fmt.Errorf("%w: forget option %d is nil", sqlonce.ErrInvalidArgument, i)
+		}
+		opt(&o)
+	}
+	var deleted, exists bool
+	err = owntx.RunStatements(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+		now := testclock.Now(ctx)
+		var err error
+		if deleted, err = s.engine.Forget(ctx, tx, s.key(scope, key), o.leased, now); err != nil || deleted {
+			return err
+		}
+		// Nothing deleted: no such key, or a lease that holds.
+		_, exists, err = s.engine.Inspect(ctx, tx, s.key(scope, key), now)
+		return err
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("sqlonce/dedupe: forget key %q in scope %q: %w", key, scope, err)
+	case deleted:
+		return nil
+	case exists:
+		return fmt.Errorf("%w: key %q in scope %q is leased; ForgetLeased forgets it anyway", sqlonce.ErrInProgress, key, scope)
+	}
+	return notFound(scope, key)
+}
+
+// reported is the error an Inspect or Forget reports to the Observer: a
+// key not found is an answer, not a failure to log as one.
+func reported(err error) error {
+	if errors.Is(err, sqlonce.ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+func checkKey(scope, key string) error {
+	if err := keys.Check("scope", scope); err != nil {
+		return err
+	}
+	return keys.Check("key", key)
+}
+
+func notFound(scope, key string) error {
+	return fmt.Errorf("%w: key %q in scope %q", sqlonce.ErrNotFound, key, scope)
+}

@@ -1,0 +1,48 @@
+package httpidem_test
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/httpidem"
+	"github.com/sqlonce/sqlonce/pgxdriver"
+)
+
+// WithKeyHeader takes a field name, WithKeyReuseStatus one of 422, 409
+// and 400; anything else is refused by New. No SQL runs.
+func TestContractOptionsValidated(t *testing.T) {
+	drv := pgxdriver.New((*pgxpool.Pool)(nil))
+	principal := func(*http.Request) string { return "p" }
+	for name, opt := range map[string]httpidem.Option{
+		"empty header":       httpidem.WithKeyHeader(""),
+		"header with space":  httpidem.WithKeyHeader("X Idempotency-Key"),
+		"header with colon":  httpidem.WithKeyHeader("Idempotency-Key:"),
+		"header not ASCII":   httpidem.WithKeyHeader("Idempotency-Schlüssel"),
+		"reuse status 200":   httpidem.WithKeyReuseStatus(http.StatusOK),
+		"reuse status 500":   httpidem.WithKeyReuseStatus(http.StatusInternalServerError),
+		"reuse status 0":     httpidem.WithKeyReuseStatus(0),
+		"reuse status 412":   httpidem.WithKeyReuseStatus(http.StatusPreconditionFailed),
+		"reuse status -422":  httpidem.WithKeyReuseStatus(-422),
+		"reuse status 42200": httpidem.WithKeyReuseStatus(42200),
+	} {
+		if _, err := httpidem.New(drv, principal, opt); !errors.Is(err, sqlonce.ErrInvalidArgument) || errors.Is(err, sqlonce.ErrNoDB) {
+			t.Errorf("%s: %v, want ErrInvalidArgument from the option", name, err)
+		}
+	}
+	// Valid choices get as far as the missing database handle.
+	for name, opt := range map[string]httpidem.Option{
+		"X-Idempotency-Key": httpidem.WithKeyHeader("x-idempotency-key"),
+		"token characters":  httpidem.WithKeyHeader("Request-Id.v2_~"),
+		"409":               httpidem.WithKeyReuseStatus(http.StatusConflict),
+		"400":               httpidem.WithKeyReuseStatus(http.StatusBadRequest),
+		"422":               httpidem.WithKeyReuseStatus(http.StatusUnprocessableEntity),
+	} {
+		if _, err := httpidem.New(drv, principal, opt); !errors.Is(err, sqlonce.ErrNoDB) {
+			t.Errorf("%s: %v, want only ErrNoDB (no handle)", name, err)
+		}
+	}
+}
