@@ -51,16 +51,17 @@ func PurgeBatch(n int) PurgeOption {
 // that purges, and the others skip. The election is a lease on a row of
 // sqlonce_keys itself (no advisory lock, no session state, so it works
 // through PgBouncer's transaction pooling, on MariaDB Galera and on
-// SQLite alike), taken for interval. At each tick an instance that holds
-// no lease tries to claim it: the one that gets it purges, the others
-// skip this round. The holder keeps the lease as long as it keeps
-// purging, each round an interval after the last; another instance takes
-// it over only once it has lapsed, when its holder stopped or stalled for
-// longer than interval. The lease's fencing token guards every batch:
-// each batch's transaction first extends the lease with the holder's
-// token, and a holder whose lease was taken over stops at its next batch
-// with nothing deleted, while a takeover waits for a batch in progress
-// to end. So two instances never purge at once; the keys one round
+// SQLite alike), taken for two intervals. At each tick an instance that
+// holds no lease tries to claim it: the one that gets it purges, the
+// others skip this round. The holder keeps the lease as long as it keeps
+// purging, each round extending it by two intervals from then, so a round
+// that starts late (a busy machine, a slow statement) does not lose it;
+// another instance takes it over only once it has lapsed, when its holder
+// stopped or stalled for longer than an interval. The lease's fencing
+// token guards every batch: each batch's transaction first extends the
+// lease with the holder's token, and a holder whose lease was taken over
+// stops at its next batch with nothing deleted, while a takeover waits
+// for a batch in progress to end. So two instances never purge at once; the keys one round
 // leaves (a round stops at ctx's end or at an error) the next takes.
 // The purge covers sqlonce_keys (every Store's keys, inbox's and
 // httpidem's included); token.Store.Purge is separate.
@@ -90,6 +91,7 @@ func (s *Store[TTx]) PurgeEvery(ctx context.Context, interval time.Duration, opt
 			return err
 		}
 	}
+	lease := purgerLeaseFor(interval)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	var token int64 // the lease this instance holds, 0 for none
@@ -97,7 +99,7 @@ func (s *Store[TTx]) PurgeEvery(ctx context.Context, interval time.Duration, opt
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		token = s.purgeRound(ctx, interval, o.batch, token)
+		token = s.purgeRound(ctx, lease, o.batch, token)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -106,10 +108,17 @@ func (s *Store[TTx]) PurgeEvery(ctx context.Context, interval time.Duration, opt
 	}
 }
 
-// purgeRound runs one round of PurgeEvery: it keeps or takes the lease,
-// purges if it holds it, reports the round, and returns the token it
-// holds afterwards (0 for none).
-func (s *Store[TTx]) purgeRound(ctx context.Context, interval time.Duration, batch int, token int64) int64 {
+// purgerLeaseFor is how long PurgeEvery's lease lasts for an interval:
+// two of them. Taken for one interval only, the lease would lapse at the
+// very tick the holder extends it, and any instance whose tick came a
+// moment earlier would take it over: the lease would hop from instance to
+// instance on a busy machine.
+func purgerLeaseFor(interval time.Duration) time.Duration { return 2 * interval }
+
+// purgeRound runs one round of PurgeEvery: it keeps or takes the lease
+// (for lease), purges if it holds it, reports the round, and returns the
+// token it holds afterwards (0 for none).
+func (s *Store[TTx]) purgeRound(ctx context.Context, lease time.Duration, batch int, token int64) int64 {
 	op := obs.Start(s.observer, "dedupe", "PurgeEvery", "", "")
 	var (
 		total int64
@@ -126,7 +135,7 @@ func (s *Store[TTx]) purgeRound(ctx context.Context, interval time.Duration, bat
 		op.Rows(total)
 		op.End(ctx, res, err)
 	}()
-	held, err := s.purgerLease(ctx, interval, token, &op)
+	held, err := s.purgerLease(ctx, lease, token, &op)
 	if err != nil {
 		return token // kept: the next round tries it again
 	}
@@ -140,7 +149,7 @@ func (s *Store[TTx]) purgeRound(ctx context.Context, interval time.Duration, bat
 		err := owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
 			// The lease row stays locked until this transaction ends: a
 			// takeover waits for the batch, then finds the lease held.
-			ok, err := s.engine.Extend(ctx, tx, purgerKey, token, interval, testclock.Now(ctx))
+			ok, err := s.engine.Extend(ctx, tx, purgerKey, token, lease, testclock.Now(ctx))
 			switch {
 			case err != nil:
 				return fmt.Errorf("sqlonce/dedupe: purger lease: %w", err)
@@ -163,21 +172,21 @@ func (s *Store[TTx]) purgeRound(ctx context.Context, interval time.Duration, bat
 }
 
 // purgerLease returns the token of the purger's lease when this instance
-// holds it: the one it held (token), extended, or one it claimed now; 0
-// when another instance holds it.
-func (s *Store[TTx]) purgerLease(ctx context.Context, interval time.Duration, token int64, op *obs.Op) (int64, error) {
+// holds it: the one it held (token), extended, or one it claimed now,
+// for lease; 0 when another instance holds it.
+func (s *Store[TTx]) purgerLease(ctx context.Context, lease time.Duration, token int64, op *obs.Op) (int64, error) {
 	var held int64
 	err := owntx.RunStatements(ctx, s.engine, op, func(ctx context.Context, tx TTx) error {
 		now := testclock.Now(ctx)
 		held = 0
 		if token != 0 {
-			ok, err := s.engine.Extend(ctx, tx, purgerKey, token, interval, now)
+			ok, err := s.engine.Extend(ctx, tx, purgerKey, token, lease, now)
 			if err != nil || ok {
 				held = token
 				return err
 			}
 		}
-		c, err := s.engine.Claim(ctx, tx, driver.ClaimParams{Key: purgerKey, TTL: interval, Lease: interval, Now: now})
+		c, err := s.engine.Claim(ctx, tx, driver.ClaimParams{Key: purgerKey, TTL: lease, Lease: lease, Now: now})
 		if err == nil && c.Won {
 			held = c.Token
 		}
