@@ -50,7 +50,7 @@ const MaxBatch = driver.MaxBatch
 // FirstRun when fn ran, and Rows the number of keys fn was given.
 func (s *Store[TTx]) DoBatch(ctx context.Context, tx TTx, scope string, ids []string, fn func(ctx context.Context, fresh []string) error) (results []sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "dedupe", "DoBatch", scope, "")
-	defer func() { err = driver.ReadOnlyError(err); op.EndBatch(ctx, results, err) }()
+	defer func() { err = op.EndBatch(ctx, results, err) }()
 	return s.doBatch(ctx, tx, scope, ids, fn, &op)
 }
 
@@ -118,7 +118,7 @@ func (s *Store[TTx]) RunBatch(ctx context.Context, scope string, ids []string, f
 		return s.runBatch(ctx, scope, ids, fn, outer)
 	}
 	op := obs.Start(s.observer, "dedupe", "RunBatch", scope, "")
-	defer func() { err = driver.ReadOnlyError(err); op.EndBatch(ctx, results, err) }()
+	defer func() { err = op.EndBatch(ctx, results, err) }()
 	return s.runBatch(ctx, scope, ids, fn, &op)
 }
 

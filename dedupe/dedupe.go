@@ -230,7 +230,7 @@ func (s *Store[TTx]) check(req Request) (time.Duration, error) {
 // The library never commits or rolls back tx.
 func (s *Store[TTx]) Do(ctx context.Context, tx TTx, req Request, fn func(ctx context.Context) error) (res sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "dedupe", "Do", req.Scope, req.Key)
-	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	defer func() { err = op.End(ctx, res, err) }()
 	if fn == nil {
 		return sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
 	}
@@ -249,7 +249,7 @@ func (s *Store[TTx]) Do(ctx context.Context, tx TTx, req Request, fn func(ctx co
 // after undoing the claim; roll tx back.
 func (s *Store[TTx]) DoResponse(ctx context.Context, tx TTx, req Request, fn func(ctx context.Context) ([]byte, error)) (res sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "dedupe", "DoResponse", req.Scope, req.Key)
-	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	defer func() { err = op.End(ctx, res, err) }()
 	if fn == nil {
 		return sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
 	}
@@ -285,8 +285,7 @@ func DoJSON[T, TTx any](ctx context.Context, s *Store[TTx], tx TTx, req Request,
 		return s.codec.Marshal(v)
 	}, true, &op)
 	v, res, err := decoded(s.codec, req, res, err, first)
-	err = driver.ReadOnlyError(err)
-	op.End(ctx, res, err)
+	err = op.End(ctx, res, err)
 	return v, res, err
 }
 
@@ -403,7 +402,7 @@ func existing(req Request, e driver.Existing) (sqlonce.Result, error) {
 // before any SQL runs).
 func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (n int64, err error) {
 	op := obs.Start(s.observer, "dedupe", "PurgeTx", "", "")
-	defer func() { err = driver.ReadOnlyError(err); op.Rows(n); op.Done(ctx, err) }()
+	defer func() { op.Rows(n); err = op.Done(ctx, err) }()
 	return s.purgeTx(ctx, tx, limit)
 }
 
@@ -436,7 +435,7 @@ func (s *Store[TTx]) purgeTx(ctx context.Context, tx TTx, limit int) (int64, err
 // driver built with a database handle (sqlonce.ErrNoDB otherwise).
 func (s *Store[TTx]) Purge(ctx context.Context, batch int) (total int64, err error) {
 	op := obs.Start(s.observer, "dedupe", "Purge", "", "")
-	defer func() { err = driver.ReadOnlyError(err); op.Rows(total); op.Done(ctx, err) }()
+	defer func() { op.Rows(total); err = op.Done(ctx, err) }()
 	if batch == 0 {
 		batch = DefaultPurgeBatch
 	}

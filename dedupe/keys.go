@@ -2,7 +2,6 @@ package dedupe
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -72,7 +71,7 @@ type KeyInfo struct {
 // yet. The state is judged on the database's clock.
 func (s *Store[TTx]) Inspect(ctx context.Context, scope, key string) (info KeyInfo, err error) {
 	op := obs.Start(s.observer, "dedupe", "Inspect", scope, key)
-	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, reported(err)) }()
+	defer func() { err = op.Done(ctx, err, sqlonce.ErrNotFound) }()
 	if err := checkKey(scope, key); err != nil {
 		return KeyInfo{}, err
 	}
@@ -129,7 +128,7 @@ func ForgetLeased() ForgetOption { return func(o *forgetOptions) { o.leased = tr
 // undo its work: the next claim does it again.
 func (s *Store[TTx]) Forget(ctx context.Context, scope, key string, opts ...ForgetOption) (err error) {
 	op := obs.Start(s.observer, "dedupe", "Forget", scope, key)
-	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, reported(err)) }()
+	defer func() { err = op.Done(ctx, err, sqlonce.ErrNotFound) }()
 	if err := checkKey(scope, key); err != nil {
 		return err
 	}
@@ -160,15 +159,6 @@ func (s *Store[TTx]) Forget(ctx context.Context, scope, key string, opts ...Forg
 		return fmt.Errorf("%w: key %q in scope %q is leased; ForgetLeased forgets it anyway", sqlonce.ErrInProgress, key, scope)
 	}
 	return notFound(scope, key)
-}
-
-// reported is the error an Inspect or Forget reports to the Observer: a
-// key not found is an answer, not a failure to log as one.
-func reported(err error) error {
-	if errors.Is(err, sqlonce.ErrNotFound) {
-		return nil
-	}
-	return err
 }
 
 func checkKey(scope, key string) error {

@@ -92,7 +92,7 @@ type Lease struct {
 // failure. [WithinDeadline] bounds the lease by ctx's deadline.
 func (s *Store[TTx]) Claim(ctx context.Context, req Request, d time.Duration, opts ...ClaimOption) (l *Lease, res sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "dedupe", "Claim", req.Scope, req.Key)
-	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	defer func() { err = op.End(ctx, res, err) }()
 	if d, err = leaseFor(ctx, d, opts); err != nil {
 		return nil, sqlonce.Result{}, err
 	}
@@ -124,7 +124,7 @@ func (s *Store[TTx]) Claim(ctx context.Context, req Request, d time.Duration, op
 // needs no database handle on the driver.
 func (s *Store[TTx]) ClaimTx(ctx context.Context, tx TTx, req Request, d time.Duration, opts ...ClaimOption) (l *Lease, res sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "dedupe", "ClaimTx", req.Scope, req.Key)
-	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	defer func() { err = op.End(ctx, res, err) }()
 	if d, err = leaseFor(ctx, d, opts); err != nil {
 		return nil, sqlonce.Result{}, err
 	}
@@ -288,7 +288,7 @@ func (s *Store[TTx]) checkComplete(l *Lease, response []byte) error {
 // sqlonce.ErrResponseTooLarge before any SQL runs.
 func (s *Store[TTx]) Complete(ctx context.Context, l *Lease, response []byte) (err error) {
 	op := obs.Start(s.observer, "dedupe", "Complete", leaseScope(l), leaseKey(l))
-	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, err) }()
+	defer func() { err = op.Done(ctx, err) }()
 	if err := s.checkComplete(l, response); err != nil {
 		return err
 	}
@@ -303,7 +303,7 @@ func (s *Store[TTx]) Complete(ctx context.Context, l *Lease, response []byte) (e
 // or rolls back with it, leaving the lease held.
 func (s *Store[TTx]) CompleteTx(ctx context.Context, tx TTx, l *Lease, response []byte) (err error) {
 	op := obs.Start(s.observer, "dedupe", "CompleteTx", leaseScope(l), leaseKey(l))
-	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, err) }()
+	defer func() { err = op.Done(ctx, err) }()
 	return s.completeTx(ctx, tx, l, response)
 }
 
@@ -327,7 +327,7 @@ func (s *Store[TTx]) completeTx(ctx context.Context, tx TTx, l *Lease, response 
 // current.
 func (s *Store[TTx]) Release(ctx context.Context, l *Lease) (err error) {
 	op := obs.Start(s.observer, "dedupe", "Release", leaseScope(l), leaseKey(l))
-	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, err) }()
+	defer func() { err = op.Done(ctx, err) }()
 	if err := checkLease(l); err != nil {
 		return err
 	}
@@ -339,7 +339,7 @@ func (s *Store[TTx]) Release(ctx context.Context, l *Lease) (err error) {
 // ReleaseTx is Release in the caller's transaction.
 func (s *Store[TTx]) ReleaseTx(ctx context.Context, tx TTx, l *Lease) (err error) {
 	op := obs.Start(s.observer, "dedupe", "ReleaseTx", leaseScope(l), leaseKey(l))
-	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, err) }()
+	defer func() { err = op.Done(ctx, err) }()
 	return s.releaseTx(ctx, tx, l)
 }
 
@@ -363,7 +363,7 @@ func (s *Store[TTx]) releaseTx(ctx context.Context, tx TTx, l *Lease) error {
 // be at least a microsecond.
 func (s *Store[TTx]) Extend(ctx context.Context, l *Lease, d time.Duration) (err error) {
 	op := obs.Start(s.observer, "dedupe", "Extend", leaseScope(l), leaseKey(l))
-	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, err) }()
+	defer func() { err = op.Done(ctx, err) }()
 	if err := checkLease(l); err != nil {
 		return err
 	}
@@ -378,7 +378,7 @@ func (s *Store[TTx]) Extend(ctx context.Context, l *Lease, d time.Duration) (err
 // ExtendTx is Extend in the caller's transaction.
 func (s *Store[TTx]) ExtendTx(ctx context.Context, tx TTx, l *Lease, d time.Duration) (err error) {
 	op := obs.Start(s.observer, "dedupe", "ExtendTx", leaseScope(l), leaseKey(l))
-	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, err) }()
+	defer func() { err = op.Done(ctx, err) }()
 	return s.extendTx(ctx, tx, l, d)
 }
 

@@ -62,7 +62,7 @@ func (s *Store[TTx]) Run(ctx context.Context, req Request, fn func(ctx context.C
 		return s.runOwn(ctx, req, fn, outer)
 	}
 	op := obs.Start(s.observer, "dedupe", "Run", req.Scope, req.Key)
-	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	defer func() { err = op.End(ctx, res, err) }()
 	return s.runOwn(ctx, req, fn, &op)
 }
 
@@ -188,7 +188,6 @@ func RunJSON[T, TTx any](ctx context.Context, s *Store[TTx], req Request, fn fun
 		return s.codec.Marshal(v)
 	}, &op)
 	v, res, err := decoded(s.codec, req, res, err, first)
-	err = driver.ReadOnlyError(err)
-	op.End(ctx, res, err)
+	err = op.End(ctx, res, err)
 	return v, res, err
 }

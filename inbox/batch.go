@@ -5,7 +5,6 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/obs"
 )
 
@@ -33,7 +32,7 @@ const MaxBatch = dedupe.MaxBatch
 // (sqlonce.ErrInvalidArgument otherwise).
 func (i *Inbox[TTx]) HandleBatch(ctx context.Context, msgIDs []string, fn func(ctx context.Context, tx TTx, fresh []string) error) (res []sqlonce.Result, err error) {
 	op := obs.Start(i.observer, "inbox", "HandleBatch", i.consumer, "")
-	defer func() { err = driver.ReadOnlyError(err); op.EndBatch(ctx, res, err) }()
+	defer func() { err = op.EndBatch(ctx, res, err) }()
 	return i.store.RunBatch(obs.With(ctx, &op), i.consumer, msgIDs, fn)
 }
 
@@ -42,6 +41,6 @@ func (i *Inbox[TTx]) HandleBatch(ctx context.Context, msgIDs []string, fn func(c
 // back and do not ack.
 func (i *Inbox[TTx]) HandleBatchTx(ctx context.Context, tx TTx, msgIDs []string, fn func(ctx context.Context, fresh []string) error) (res []sqlonce.Result, err error) {
 	op := obs.Start(i.observer, "inbox", "HandleBatchTx", i.consumer, "")
-	defer func() { err = driver.ReadOnlyError(err); op.EndBatch(ctx, res, err) }()
+	defer func() { err = op.EndBatch(ctx, res, err) }()
 	return i.store.DoBatch(ctx, tx, i.consumer, msgIDs, fn)
 }

@@ -105,7 +105,7 @@ func New[TTx any](d sqlonce.Driver[TTx], consumer string, opts ...Option) (*Inbo
 // delivery tag or a sequence number the broker gives each delivery.
 func (i *Inbox[TTx]) Handle(ctx context.Context, msgID string, fn func(ctx context.Context, tx TTx) error) (res sqlonce.Result, err error) {
 	op := obs.Start(i.observer, "inbox", "Handle", i.consumer, msgID)
-	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	defer func() { err = op.End(ctx, res, err) }()
 	if fn == nil {
 		return sqlonce.Result{}, fmt.Errorf("%w: nil fn", sqlonce.ErrInvalidArgument)
 	}
@@ -125,7 +125,7 @@ func (i *Inbox[TTx]) Handle(ctx context.Context, msgID string, fn func(ctx conte
 // their own: commit tx, then ack. On an error roll tx back and do not ack.
 func (i *Inbox[TTx]) HandleTx(ctx context.Context, tx TTx, msgID string, fn func(ctx context.Context) error) (res sqlonce.Result, err error) {
 	op := obs.Start(i.observer, "inbox", "HandleTx", i.consumer, msgID)
-	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	defer func() { err = op.End(ctx, res, err) }()
 	return i.handleTx(ctx, tx, msgID, fn, &op)
 }
 
@@ -148,6 +148,6 @@ func (i *Inbox[TTx]) handleTx(ctx context.Context, tx TTx, msgID string, fn func
 // expired keys of every dedupe store on the same table alike.
 func (i *Inbox[TTx]) Purge(ctx context.Context, batch int) (n int64, err error) {
 	op := obs.Start(i.observer, "inbox", "Purge", i.consumer, "")
-	defer func() { err = driver.ReadOnlyError(err); op.Rows(n); op.Done(ctx, err) }()
+	defer func() { op.Rows(n); err = op.Done(ctx, err) }()
 	return i.store.Purge(ctx, batch)
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 
 	"github.com/sqlonce/sqlonce"
-	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/obs"
 )
 
@@ -47,7 +46,7 @@ import (
 // whatever the client's clientFoundRows setting.
 func Update[V cmp.Ordered](ctx context.Context, rows int64, expected V, current func(ctx context.Context) (V, error)) (res sqlonce.Result, err error) {
 	op := obs.Start(obs.FromContext(ctx), "optimistic", "Update", "", "")
-	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	defer func() { err = op.End(ctx, res, err) }()
 	return update(ctx, rows, expected, current)
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 
 	"github.com/sqlonce/sqlonce"
-	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/obs"
 )
 
@@ -118,7 +117,7 @@ func (m *Machine[S]) Transition(ctx context.Context, from, to S, update func(ctx
 	if op.On() {
 		op.Scope(fmt.Sprintf("%v->%v", from, to))
 	}
-	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	defer func() { err = op.End(ctx, res, err) }()
 	return m.transition(ctx, from, to, update, current, &op)
 }
 

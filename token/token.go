@@ -111,7 +111,7 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 // sqlonce.ErrInvalidKey before any SQL runs.
 func (s *Store[TTx]) Issue(ctx context.Context, scope string) (tok string, err error) {
 	op := obs.Start(s.observer, "token", "Issue", scope, "")
-	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, err) }()
+	defer func() { err = op.Done(ctx, err) }()
 	if err := keys.Check("scope", scope); err != nil {
 		return "", err
 	}
@@ -132,7 +132,7 @@ func (s *Store[TTx]) Issue(ctx context.Context, scope string) (tok string, err e
 // commits, and not at all if it rolls back.
 func (s *Store[TTx]) IssueTx(ctx context.Context, tx TTx, scope string) (_ string, err error) {
 	op := obs.Start(s.observer, "token", "IssueTx", scope, "")
-	defer func() { err = driver.ReadOnlyError(err); op.Done(ctx, err) }()
+	defer func() { err = op.Done(ctx, err) }()
 	return s.issueTx(ctx, tx, scope)
 }
 
@@ -178,7 +178,7 @@ func (s *Store[TTx]) issueTx(ctx context.Context, tx TTx, scope string) (string,
 // rolls back tx.
 func (s *Store[TTx]) Consume(ctx context.Context, tx TTx, scope, token string) (res sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "token", "Consume", scope, token)
-	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	defer func() { err = op.End(ctx, res, err) }()
 	return s.consume(ctx, tx, scope, token)
 }
 
@@ -241,7 +241,7 @@ func hash(token string) ([]byte, error) {
 // before any SQL runs).
 func (s *Store[TTx]) PurgeTx(ctx context.Context, tx TTx, limit int) (n int64, err error) {
 	op := obs.Start(s.observer, "token", "PurgeTx", "", "")
-	defer func() { err = driver.ReadOnlyError(err); op.Rows(n); op.Done(ctx, err) }()
+	defer func() { op.Rows(n); err = op.Done(ctx, err) }()
 	return s.purgeTx(ctx, tx, limit)
 }
 
@@ -270,7 +270,7 @@ func (s *Store[TTx]) purgeTx(ctx context.Context, tx TTx, limit int) (int64, err
 // dedupe.Store.Purge's is.
 func (s *Store[TTx]) Purge(ctx context.Context, batch int) (total int64, err error) {
 	op := obs.Start(s.observer, "token", "Purge", "", "")
-	defer func() { err = driver.ReadOnlyError(err); op.Rows(total); op.Done(ctx, err) }()
+	defer func() { op.Rows(total); err = op.Done(ctx, err) }()
 	if batch == 0 {
 		batch = DefaultPurgeBatch
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 
 	"github.com/sqlonce/sqlonce"
-	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/obs"
 )
 
@@ -55,7 +54,7 @@ import (
 // row the statement found.
 func Inserted(ctx context.Context, rows int64) (res sqlonce.Result, err error) {
 	op := obs.Start(obs.FromContext(ctx), "unique", "Inserted", "", "")
-	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	defer func() { err = op.End(ctx, res, err) }()
 	switch {
 	case rows == 1:
 		return sqlonce.Result{Outcome: sqlonce.FirstRun}, nil

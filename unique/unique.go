@@ -79,7 +79,7 @@ func New[TTx any](d sqlonce.Driver[TTx]) (*Inserter[TTx], error) {
 // their locks, in place; MySQL has already rolled all of tx back.)
 func (u *Inserter[TTx]) Insert(ctx context.Context, tx TTx, constraint string, insert func(ctx context.Context) error) (res sqlonce.Result, err error) {
 	op := obs.Start(u.observer, "unique", "Insert", constraint, "")
-	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	defer func() { err = op.End(ctx, res, err) }()
 	return u.insert(ctx, tx, constraint, false, insert, &op)
 }
 
@@ -97,7 +97,7 @@ func (u *Inserter[TTx]) Insert(ctx context.Context, tx TTx, constraint string, i
 // and SQLite what it wrote before the failure stays in tx: use Insert.
 func (u *Inserter[TTx]) InsertOne(ctx context.Context, tx TTx, constraint string, insert func(ctx context.Context) error) (res sqlonce.Result, err error) {
 	op := obs.Start(u.observer, "unique", "InsertOne", constraint, "")
-	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	defer func() { err = op.End(ctx, res, err) }()
 	return u.insert(ctx, tx, constraint, true, insert, &op)
 }
 
@@ -171,7 +171,7 @@ func (u *Inserter[TTx]) isDuplicate(ctx context.Context, tx TTx, err error, cons
 // sqlonce.ErrStaleRead, which is retryable.
 func InsertOrGet[T, TTx any](ctx context.Context, u *Inserter[TTx], tx TTx, constraint string, insert, get func(ctx context.Context) (T, error)) (_ T, res sqlonce.Result, err error) {
 	op := obs.Start(u.observer, "unique", "InsertOrGet", constraint, "")
-	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	defer func() { err = op.End(ctx, res, err) }()
 	return insertOrGet(ctx, u, tx, constraint, false, insert, get, &op)
 }
 
@@ -181,7 +181,7 @@ func InsertOrGet[T, TTx any](ctx context.Context, u *Inserter[TTx], tx TTx, cons
 // row by its key as get.
 func InsertOneOrGet[T, TTx any](ctx context.Context, u *Inserter[TTx], tx TTx, constraint string, insert, get func(ctx context.Context) (T, error)) (_ T, res sqlonce.Result, err error) {
 	op := obs.Start(u.observer, "unique", "InsertOneOrGet", constraint, "")
-	defer func() { err = driver.ReadOnlyError(err); op.End(ctx, res, err) }()
+	defer func() { err = op.End(ctx, res, err) }()
 	return insertOrGet(ctx, u, tx, constraint, true, insert, get, &op)
 }
 

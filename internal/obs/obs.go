@@ -106,15 +106,26 @@ func (op *Op) Status(code int) { op.e.HTTPStatus = code }
 // Scope sets the scope when it is known only after Start.
 func (op *Op) Scope(scope string) { op.e.Scope = scope }
 
-// End reports the operation with its result and error to the Observer.
-// An operation that answers a Result ends with an Outcome or an error;
-// neither means that End runs deferred while a panic (the caller's
-// function's) unwinds, and it reports ErrPanicked.
-func (op *Op) End(ctx context.Context, res sqlonce.Result, err error) {
+// End reports the operation with its result and error to the Observer,
+// and returns the error the operation returns: err, marked with
+// sqlonce.ErrReadOnly when the server refused a write (see
+// driver.ReadOnlyError). Every operation's exit goes through End, Done or
+// EndBatch, as
+//
+//	defer func() { err = op.End(ctx, res, err) }()
+//
+// so that the mark is made in one place. An operation that answers a
+// Result ends with an Outcome or an error; neither means that End runs
+// deferred while a panic (the caller's function's) unwinds, and it
+// reports ErrPanicked (and returns err unchanged: the panic goes on).
+func (op *Op) End(ctx context.Context, res sqlonce.Result, err error) error {
+	err = driver.ReadOnlyError(err)
+	reported := err
 	if op.o != nil && err == nil && res.Outcome == 0 {
-		err = ErrPanicked
+		reported = ErrPanicked
 	}
-	op.end(ctx, res, err)
+	op.end(ctx, res, reported)
+	return err
 }
 
 // ErrPanicked is the Event.Err of an operation left by a panic.
@@ -150,23 +161,37 @@ func (op *Op) Set(res sqlonce.Result, err error) {
 // EndSet is End with what Set kept.
 func (op *Op) EndSet(ctx context.Context) { op.End(ctx, op.res, op.err) }
 
-// Done is End for an operation that answers no Result.
-func (op *Op) Done(ctx context.Context, err error) { op.end(ctx, sqlonce.Result{}, err) }
+// Done is End for an operation that answers no Result. An error that
+// matches one of answers is the operation's answer rather than a failure
+// (Inspect's ErrNotFound): it is reported as no error, and returned.
+func (op *Op) Done(ctx context.Context, err error, answers ...error) error {
+	err = driver.ReadOnlyError(err)
+	reported := err
+	for _, a := range answers {
+		if errors.Is(err, a) {
+			reported = nil
+		}
+	}
+	op.end(ctx, sqlonce.Result{}, reported)
+	return err
+}
 
 // EndBatch is End for a batch: one Event, FirstRun when any key was
 // fresh, AlreadyDone when none was, with the number of fresh keys in
-// Rows; done for an empty batch.
-func (op *Op) EndBatch(ctx context.Context, results []sqlonce.Result, err error) {
+// Rows; done for an empty batch. It returns err as End does.
+func (op *Op) EndBatch(ctx context.Context, results []sqlonce.Result, err error) error {
+	err = driver.ReadOnlyError(err)
 	if op.o == nil {
-		return
+		return err
 	}
 	if len(results) == 0 {
 		op.end(ctx, sqlonce.Result{}, err)
-		return
+		return err
 	}
 	res, fresh := Batch(results)
 	op.Rows(fresh)
 	op.end(ctx, res, err)
+	return err
 }
 
 // Batch sums up a batch's results as one Result for its Event: FirstRun

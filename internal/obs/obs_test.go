@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/driver"
 )
 
 func TestRedact(t *testing.T) {
@@ -109,5 +110,65 @@ func TestPanicIsAnError(t *testing.T) {
 	op.Done(context.Background(), nil)
 	if got.Outcome != sqlonce.EventDone || got.Err != nil {
 		t.Fatalf("Done reported %v (%v)", got.Outcome, got.Err)
+	}
+}
+
+// errRefused stands for a driver's "the server takes no writes" error.
+type errRefused struct{}
+
+func (errRefused) Error() string { return "cannot execute INSERT in a read-only transaction" }
+
+func init() {
+	driver.Register(driver.ClassifierFunc(func(err error) driver.Class {
+		if _, ok := err.(errRefused); ok {
+			return driver.ReadOnly
+		}
+		return 0
+	}))
+}
+
+type events []sqlonce.Event
+
+func (e *events) Observe(_ context.Context, ev sqlonce.Event) { *e = append(*e, ev) }
+
+// Every exit (End, Done, EndBatch), with or without an Observer, returns
+// a refused write marked with ErrReadOnly and reports the marked error;
+// Done reports an error among its answers as none, and returns it.
+func TestExitsMarkReadOnly(t *testing.T) {
+	ctx := context.Background()
+	refused := fmt.Errorf("claim: %w", errRefused{})
+	for _, o := range []*events{nil, {}} {
+		var obsv sqlonce.Observer
+		if o != nil {
+			obsv = o
+		}
+		exits := map[string]func(op *Op) error{
+			"End":      func(op *Op) error { return op.End(ctx, sqlonce.Result{}, refused) },
+			"Done":     func(op *Op) error { return op.Done(ctx, refused) },
+			"EndBatch": func(op *Op) error { return op.EndBatch(ctx, []sqlonce.Result{{}}, refused) },
+		}
+		for name, exit := range exits {
+			op := Start(obsv, "dedupe", name, "s", "k")
+			err := exit(&op)
+			if !errors.Is(err, sqlonce.ErrReadOnly) || !errors.Is(err, refused) {
+				t.Errorf("%s (observer %v): returned %v, want ErrReadOnly with the cause", name, o != nil, err)
+			}
+		}
+		if o != nil {
+			for _, ev := range *o {
+				if !errors.Is(ev.Err, sqlonce.ErrReadOnly) {
+					t.Errorf("%s reported %v, want ErrReadOnly", ev.Operation, ev.Err)
+				}
+			}
+		}
+	}
+	o := &events{}
+	op := Start(o, "dedupe", "Inspect", "s", "k")
+	nf := fmt.Errorf("key %q: %w", "k", sqlonce.ErrNotFound)
+	if err := op.Done(ctx, nf, sqlonce.ErrNotFound); err != nf {
+		t.Errorf("Done returned %v, want the answer %v", err, nf)
+	}
+	if len(*o) != 1 || (*o)[0].Err != nil {
+		t.Errorf("an answer was reported as %+v, want no error", *o)
 	}
 }
