@@ -30,6 +30,21 @@ func group(t *testing.T, name string, fn func(t *testing.T)) {
 	})
 }
 
+// part runs a part of a group that takes long on its own (a Favor of
+// Store.Run, a form of unique's insert, an httpidem mode) as a subtest,
+// in parallel with the group's other parts where the groups run in
+// parallel (-short): the parts share nothing but the configuration, each
+// creating its databases, and the slowest group then takes about as long
+// as its slowest part. A group that has parts runs every case in one.
+func part(t *testing.T, name string, fn func(t *testing.T)) {
+	t.Run(name, func(t *testing.T) {
+		if parallelGroups {
+			t.Parallel()
+		}
+		fn(t)
+	})
+}
+
 // Run runs the whole suite against the databases f creates.
 func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	group(t, "Dedupe", func(t *testing.T) { runDedupe(t, f) })

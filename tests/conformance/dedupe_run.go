@@ -249,10 +249,16 @@ func drOneWinner(t *testing.T, req dedupe.Request, results []sqlonce.Result, bod
 
 // runDedupeRun runs every Run case with the default Favor, and again with
 // each Favor that gives the driver another shape (favorChanges).
+// Under -short the default's cases run as a part of their own,
+// FavorDefault, beside the others.
 func runDedupeRun[TTx any](t *testing.T, f harness.Factory[TTx]) {
-	runDedupeRunCases(t, f, dedupe.FavorDefault)
+	if parallelGroups {
+		part(t, dedupe.FavorDefault.String(), func(t *testing.T) { runDedupeRunCases(t, f, dedupe.FavorDefault) })
+	} else {
+		runDedupeRunCases(t, f, dedupe.FavorDefault)
+	}
 	for _, favor := range []dedupe.Favor{dedupe.FavorFirstRuns, dedupe.FavorRepeats} {
-		t.Run(favor.String(), func(t *testing.T) {
+		part(t, favor.String(), func(t *testing.T) {
 			if db := f(t, 0); !favorChanges(db, favor) {
 				t.Skipf("%v gives %T the default's shape", favor, db.Driver())
 			}

@@ -230,8 +230,8 @@ func sameAnswer(t testing.TB, what string, a, b reply) {
 }
 
 func runHTTPIdem[TTx any](t *testing.T, f harness.Factory[TTx]) {
-	t.Run("Tx", func(t *testing.T) { runHTTPIdemMode(t, f, false) })
-	t.Run("Lease", func(t *testing.T) { runHTTPIdemMode(t, f, true) })
+	part(t, "Tx", func(t *testing.T) { runHTTPIdemMode(t, f, false) })
+	part(t, "Lease", func(t *testing.T) { runHTTPIdemMode(t, f, true) })
 	t.Run("Tx/InProgress409", func(t *testing.T) { httpTxInProgress(t, f) })
 	t.Run("Tx/RecordedWithTheBusinessWrite", func(t *testing.T) { httpTxAtomic(t, f) })
 	t.Run("Tx/NoKeyStillTransactional", func(t *testing.T) { httpTxNoKey(t, f) })

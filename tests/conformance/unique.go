@@ -182,7 +182,7 @@ func uniqueForms[TTx any]() []uniqueForm[TTx] {
 
 func runUnique[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	for _, form := range uniqueForms[TTx]() {
-		t.Run(form.name, func(t *testing.T) { runUniqueForm(t, f, form) })
+		part(t, form.name, func(t *testing.T) { runUniqueForm(t, f, form) })
 	}
 }
 
