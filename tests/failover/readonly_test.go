@@ -150,6 +150,7 @@ func TestReadOnlyPostgres(t *testing.T) {
 	if err := queryRow(ctx, primary.DSN, "SELECT count(*) FROM ledger WHERE k <> 'done'", &n); err != nil || n != 0 {
 		t.Errorf("ledger rows on the primary besides the one done there: %d, %v", n, err)
 	}
+	t.Run("httpidem and grpcidem", func(t *testing.T) { checkIdemReadOnly(t, pool, pgPool(t, primary.DSN, 4)) })
 }
 
 func sqlCase(d sqlonce.Driver[*sql.Tx], db *sql.DB, insert string) readOnlyCase[*sql.Tx] {
