@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/grpcidem"
 	"github.com/sqlonce/sqlonce/httpidem"
 	"github.com/sqlonce/sqlonce/pgsqldriver"
@@ -82,36 +83,8 @@ func checkIdemReadOnly(t *testing.T, standby, primary *pgxpool.Pool) {
 		}
 	}
 
-	// database/sql (pgsqldriver): Run reads the key outside the
-	// transaction, the handler runs, and its own write is the one
-	// refused; the handler answers 500 and calls Fail, and the client is
-	// still told 503, not carried out.
 	sqlStandby, sqlPrimary := pgSQL(t, standby), pgSQL(t, primary)
-	sqlSend := func(db *sql.DB, key string) *httptest.ResponseRecorder {
-		m, err := httpidem.New(pgsqldriver.New(db), principal, quiet)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader("{}"))
-		req.Header.Set(httpidem.Header, `"`+key+`"`)
-		rec := httptest.NewRecorder()
-		m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			tx, _ := httpidem.TxFrom[*sql.Tx](r.Context())
-			if _, err := tx.ExecContext(r.Context(), "INSERT INTO ledger (scope, k) VALUES ('s', $1)", key); err != nil {
-				httpidem.Fail(r.Context(), err)
-				http.Error(w, "payment failed", http.StatusInternalServerError)
-				return
-			}
-			w.WriteHeader(http.StatusCreated)
-		})).ServeHTTP(rec, req)
-		return rec
-	}
-	if rec := sqlSend(sqlStandby, "http-sql"); rec.Code != http.StatusServiceUnavailable {
-		t.Errorf("database/sql on a standby: %d %s, want 503", rec.Code, rec.Body)
-	}
-	if rec := sqlSend(sqlPrimary, "http-sql"); rec.Code != http.StatusCreated {
-		t.Errorf("database/sql resent to the primary: %d %s, want 201", rec.Code, rec.Body)
-	}
+	checkIdemReadOnlySQL(t, pgsqldriver.New(sqlStandby), pgsqldriver.New(sqlPrimary), "INSERT INTO ledger (scope, k) VALUES ('s', $1)", "http-sql")
 
 	call := func(pool *pgxpool.Pool, key string) error {
 		ic, err := grpcidem.New(pgxdriver.New(pool), func(context.Context) string { return "alice" })
@@ -141,5 +114,40 @@ func checkIdemReadOnly(t *testing.T, standby, primary *pgxpool.Pool) {
 		if err := primary.QueryRow(ctx, "SELECT count(*) FROM ledger WHERE k = $1", k).Scan(&n); err != nil || n != 1 {
 			t.Errorf("ledger rows for %s on the primary: %d, %v; want 1", k, n, err)
 		}
+	}
+}
+
+// checkIdemReadOnlySQL is checkIdemReadOnly's transactional mode on
+// database/sql, ro on a server that takes no writes, rw on the primary:
+// Run reads the key outside the transaction, the handler runs, and its
+// own write (insert, the key its argument) is the one refused; the
+// handler answers 500 and calls Fail, and the client is still told 503,
+// not carried out. Resent to rw, the request runs (201).
+func checkIdemReadOnlySQL(t *testing.T, ro, rw sqlonce.Driver[*sql.Tx], insert, key string) {
+	t.Helper()
+	send := func(d sqlonce.Driver[*sql.Tx]) *httptest.ResponseRecorder {
+		m, err := httpidem.New(d, func(*http.Request) string { return "alice" }, httpidem.WithErrorLog(func(*http.Request, error) {}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader("{}"))
+		req.Header.Set(httpidem.Header, `"`+key+`"`)
+		rec := httptest.NewRecorder()
+		m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			tx, _ := httpidem.TxFrom[*sql.Tx](r.Context())
+			if _, err := tx.ExecContext(r.Context(), insert, key); err != nil {
+				httpidem.Fail(r.Context(), err)
+				http.Error(w, "payment failed", http.StatusInternalServerError)
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+		})).ServeHTTP(rec, req)
+		return rec
+	}
+	if rec := send(ro); rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" {
+		t.Errorf("database/sql, server without writes: %d, Retry-After %q, %s; want 503 with Retry-After", rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+	if rec := send(rw); rec.Code != http.StatusCreated {
+		t.Errorf("database/sql, resent to the primary: %d %s, want 201", rec.Code, rec.Body)
 	}
 }
