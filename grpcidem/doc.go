@@ -30,6 +30,7 @@
 //	first request still running: 409     Aborted
 //	replay, Idempotent-Replayed: true    recorded message, header "idempotent-replayed: true"
 //	outcome unknown after COMMIT: 500    Unavailable (retry with the same key)
+//	database takes no writes: 503        Unavailable (not carried out; retry with the same key)
 //	answer too large to record: 500      ResourceExhausted (over WithMaxResponseSize)
 //	any other error, rolled back: 500    Internal
 //
@@ -37,6 +38,10 @@
 // connection on the way (sqlonce.ErrCommitUnknown): an error the database
 // answered, such as PostgreSQL's 25P02 for a transaction a failed
 // statement left aborted, rolled back, and is Internal.
+// A database that refuses writes (sqlonce.ErrReadOnly: a standby, a
+// read-only replica, a primary a failover is demoting) is Unavailable
+// too, the call not carried out: retried with the same key once the
+// server reaches a primary, it runs once.
 //
 // A recorded response is the response message as a google.protobuf.Any,
 // at most [WithMaxResponseSize] bytes (dedupe.MaxResponseSize, 16 MiB - 1,

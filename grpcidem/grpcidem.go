@@ -277,6 +277,8 @@ func (i *Interceptor[TTx]) Unary() grpc.UnaryServerInterceptor {
 			return nil, status.Error(codes.Unavailable, "the outcome of the call is unknown: the connection to the database was lost while it committed; retry it unchanged, with the same idempotency key")
 		case idem.TooLarge:
 			return nil, status.Error(codes.ResourceExhausted, "the response is larger than this server records; the call was not carried out")
+		case idem.ReadOnly:
+			return nil, status.Error(codes.Unavailable, "the service cannot carry out calls now; the call was not carried out: retry it later with the same idempotency key")
 		case idem.Gone:
 			return nil, status.FromContextError(ctx.Err()).Err()
 		default:

@@ -94,7 +94,11 @@
 //     answers for the transaction (it rolled back) is 500 with
 //     [CodeInternal], nothing recorded ([WithTxFunc] says what its
 //     transactions are answered). An answer too large to record
-//     is 500 with [CodeResponseTooLarge] (see Limits).
+//     is 500 with [CodeResponseTooLarge] (see Limits). A database that
+//     refuses writes (sqlonce.ErrReadOnly: a standby, a read-only
+//     replica, a primary a failover is demoting) is 503 with
+//     [CodeUnavailable] and Retry-After: not carried out, and a retry
+//     with the same key runs it once the application reaches a primary.
 //
 // # Transactional mode
 //

@@ -32,6 +32,14 @@ const (
 	// handler's work: the work may or may not have been done. Sending the request again with the same Idempotency-Key
 	// replays its answer if it was, and runs it if it was not.
 	CodeOutcomeUnknown = "outcome-unknown"
+
+	// CodeUnavailable: the database refused the request's writes because
+	// it takes none (sqlonce.ErrReadOnly): the application reached a
+	// standby or read-only replica, or a primary that a failover is
+	// demoting. Answered 503 with Retry-After: the request was not carried
+	// out, and sending it again with the same Idempotency-Key once the
+	// application reaches a primary runs it once.
+	CodeUnavailable = "unavailable"
 )
 
 // Problem is an RFC 9457 problem details object, as the middleware writes
@@ -68,6 +76,7 @@ var titles = map[string]string{
 
 	CodeResponseTooLarge: "The answer is too large to record",
 	CodeOutcomeUnknown:   "The outcome of the request is unknown",
+	CodeUnavailable:      "The service cannot carry out requests now",
 }
 
 // problemHeaders are the header fields a problem's record keeps, whatever
@@ -96,8 +105,11 @@ func (m *Middleware[TTx]) problem(w http.ResponseWriter, status int, code, detai
 	h.Set("Content-Length", strconv.Itoa(len(body)))
 	// A problem answers this attempt only; caches must not keep it.
 	h.Set("Cache-Control", "no-store")
-	if code == CodeInProgress {
+	switch code {
+	case CodeInProgress:
 		h.Set("Retry-After", "1")
+	case CodeUnavailable:
+		h.Set("Retry-After", unavailableRetryAfter)
 	}
 	w.WriteHeader(status)
 	_, _ = w.Write(body)
@@ -118,7 +130,13 @@ const (
 	tooLargeDone = "the request was carried out but its answer is larger than this server records"
 	unknownTx    = "the outcome of the request is unknown: the connection to the database was lost while it committed; send it again unchanged, with the same Idempotency-Key, to get its answer"
 	unknownNoKey = "the outcome of the request is unknown: the connection to the database was lost while it committed, and the request carried no Idempotency-Key to ask again with"
+	readOnly     = "the service cannot carry out requests now; the request was not carried out: retry it later with the same Idempotency-Key"
 )
+
+// unavailableRetryAfter is the Retry-After of CodeUnavailable, in
+// seconds: about the time a tuned automatic failover takes to promote a
+// standby.
+const unavailableRetryAfter = "5"
 
 func (m *Middleware[TTx]) internal(w http.ResponseWriter, r *http.Request, err error, detail string) {
 	m.onError(r, err)
@@ -130,6 +148,15 @@ func (m *Middleware[TTx]) internal(w http.ResponseWriter, r *http.Request, err e
 func (m *Middleware[TTx]) tooLarge(w http.ResponseWriter, r *http.Request, err error) {
 	m.onError(r, err)
 	m.problem(w, http.StatusInternalServerError, CodeResponseTooLarge, tooLargeTx)
+}
+
+// unavailable answers a request whose writes the database refused because
+// it takes none: not carried out. The error goes to the error log: an
+// operator needs to know that the application is routed to a server that
+// is not the primary.
+func (m *Middleware[TTx]) unavailable(w http.ResponseWriter, r *http.Request, err error) {
+	m.onError(r, err)
+	m.problem(w, http.StatusServiceUnavailable, CodeUnavailable, readOnly)
 }
 
 // unknown answers a request whose transaction may or may not have

@@ -58,6 +58,8 @@ func (m *Middleware[TTx]) serveTx(w http.ResponseWriter, r *http.Request, next h
 		m.reused(w)
 	case idem.TooLarge:
 		m.tooLarge(w, r, err)
+	case idem.ReadOnly:
+		m.unavailable(w, r, err)
 	case idem.Gone:
 		// The client is gone: nobody to answer, nothing to report.
 	default:

@@ -80,6 +80,11 @@ const (
 	Panicked
 	// Failed: any other error; rolled back, not carried out.
 	Failed
+	// ReadOnly: the server refused the writes (sqlonce.ErrReadOnly): a
+	// standby, a read-only replica, a primary demoted by a failover.
+	// Rolled back, not carried out; the same request succeeds once the
+	// application reaches a primary.
+	ReadOnly
 )
 
 var (
@@ -175,6 +180,11 @@ func (r Runner[TTx]) Serve(ctx context.Context, req *dedupe.Request, attempt fun
 			return res, Unknown, err
 		case errors.As(err, &failed) && sqlonce.IsRetryable(failed.Err) && n < owntx.Attempts && owntx.Pause(ctx, n):
 			continue
+		case errors.Is(err, sqlonce.ErrReadOnly) || driver.Classify(err).Has(driver.ReadOnly):
+			// The server takes no writes: nothing was carried out,
+			// whatever the handler answered when its own write was the
+			// one refused.
+			return res, ReadOnly, driver.ReadOnlyError(err)
 		case errors.Is(err, ErrNotRecorded) || errors.As(err, &failed):
 			return res, Answered, err
 		case errors.Is(err, sqlonce.ErrInProgress):

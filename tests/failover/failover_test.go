@@ -115,12 +115,23 @@ func failoverRun(t *testing.T, synchronous bool) failoverCounts {
 		if err := standby.Promote(); err != nil {
 			t.Fatal(err)
 		}
-	}, func(q string) (int, error) {
+	}, pgCount(standby.DSN), pgLedgerKeys(standby.DSN), "")
+}
+
+// pgCount is runFailover's count on the PostgreSQL server at dsn.
+func pgCount(dsn string) func(q string) (int, error) {
+	return func(q string) (int, error) {
 		var n int
-		err := queryRow(context.Background(), standby.DSN, q, &n)
+		err := queryRow(context.Background(), dsn, q, &n)
 		return n, err
-	}, func() (map[string]bool, error) {
-		conn, err := pgx.Connect(context.Background(), standby.DSN)
+	}
+}
+
+// pgLedgerKeys is runFailover's ledgerKeys on the PostgreSQL server at
+// dsn.
+func pgLedgerKeys(dsn string) func() (map[string]bool, error) {
+	return func() (map[string]bool, error) {
+		conn, err := pgx.Connect(context.Background(), dsn)
 		if err != nil {
 			return nil, err
 		}
@@ -139,7 +150,7 @@ func failoverRun(t *testing.T, synchronous bool) failoverCounts {
 			have[k] = true
 		}
 		return have, rows.Err()
-	}, "")
+	}
 }
 
 // runFailover runs the workers with call, kills the primary (kill) after

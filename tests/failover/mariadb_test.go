@@ -164,31 +164,7 @@ func mariaFailoverRun(t *testing.T, semisync bool) failoverCounts {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call := func(w int, key string) (sqlonce.Result, error) {
-		effect := func(ctx context.Context, tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, "INSERT INTO ledger (scope, k) VALUES ('s', ?)", key)
-			return err
-		}
-		req := dedupe.Request{Scope: "s", Key: key}
-		if w%2 == 0 {
-			return store.Run(ctx, req, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
-				return nil, effect(ctx, tx)
-			})
-		}
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return sqlonce.Result{}, err
-		}
-		res, err := store.Do(ctx, tx, req, func(ctx context.Context) error { return effect(ctx, tx) })
-		if err != nil {
-			tx.Rollback()
-			return sqlonce.Result{}, err
-		}
-		if err := tx.Commit(); err != nil {
-			return sqlonce.Result{}, err
-		}
-		return res, nil
-	}
+	call := mysqlCall(ctx, db, store)
 	promote := func() {
 		mustExec(t, rootR, "STOP SLAVE IO_THREAD")
 		waitApplied(t, rootR)
@@ -213,12 +189,54 @@ func mariaFailoverRun(t *testing.T, semisync bool) failoverCounts {
 		}
 		return primary.Stop(syscall.SIGKILL)
 	}
-	return runFailover(t, ctx, call, kill, promote, func(q string) (int, error) {
+	return runFailover(t, ctx, call, kill, promote, mysqlCount(rootR), mysqlLedgerKeys(rootR, "app.ledger"), "app.")
+}
+
+// mysqlCall is runFailover's call on a MariaDB handle: Store.Run for even
+// workers, Store.Do in the caller's transaction for odd ones, each with a
+// ledger row as its effect.
+func mysqlCall(ctx context.Context, db *sql.DB, store *dedupe.Store[*sql.Tx]) func(w int, key string) (sqlonce.Result, error) {
+	return func(w int, key string) (sqlonce.Result, error) {
+		effect := func(ctx context.Context, tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, "INSERT INTO ledger (scope, k) VALUES ('s', ?)", key)
+			return err
+		}
+		req := dedupe.Request{Scope: "s", Key: key}
+		if w%2 == 0 {
+			return store.Run(ctx, req, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+				return nil, effect(ctx, tx)
+			})
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return sqlonce.Result{}, err
+		}
+		res, err := store.Do(ctx, tx, req, func(ctx context.Context) error { return effect(ctx, tx) })
+		if err != nil {
+			tx.Rollback()
+			return sqlonce.Result{}, err
+		}
+		if err := tx.Commit(); err != nil {
+			return sqlonce.Result{}, err
+		}
+		return res, nil
+	}
+}
+
+// mysqlCount is runFailover's count on a MariaDB handle.
+func mysqlCount(db *sql.DB) func(q string) (int, error) {
+	return func(q string) (int, error) {
 		var n int
-		err := rootR.QueryRowContext(context.Background(), q).Scan(&n)
+		err := db.QueryRowContext(context.Background(), q).Scan(&n)
 		return n, err
-	}, func() (map[string]bool, error) {
-		rows, err := rootR.QueryContext(context.Background(), "SELECT k FROM app.ledger")
+	}
+}
+
+// mysqlLedgerKeys is runFailover's ledgerKeys on a MariaDB handle, the
+// ledger table named table.
+func mysqlLedgerKeys(db *sql.DB, table string) func() (map[string]bool, error) {
+	return func() (map[string]bool, error) {
+		rows, err := db.QueryContext(context.Background(), "SELECT k FROM "+table)
 		if err != nil {
 			return nil, err
 		}
@@ -232,7 +250,7 @@ func mariaFailoverRun(t *testing.T, semisync bool) failoverCounts {
 			have[k] = true
 		}
 		return have, rows.Err()
-	}, "app.")
+	}
 }
 
 // TestFailoverMariaDBAsync: GTID replication, asynchronous. Answers the

@@ -150,6 +150,7 @@ func TestReadOnlyPostgres(t *testing.T) {
 	if err := queryRow(ctx, primary.DSN, "SELECT count(*) FROM ledger WHERE k <> 'done'", &n); err != nil || n != 0 {
 		t.Errorf("ledger rows on the primary besides the one done there: %d, %v", n, err)
 	}
+	t.Run("httpidem and grpcidem", func(t *testing.T) { checkIdemReadOnly(t, pool, pgPool(t, primary.DSN, 4)) })
 }
 
 func sqlCase(d sqlonce.Driver[*sql.Tx], db *sql.DB, insert string) readOnlyCase[*sql.Tx] {
@@ -216,4 +217,11 @@ func TestReadOnlyMariaDB(t *testing.T) {
 	if err := rootP.QueryRowContext(ctx, "SELECT count(*) FROM app.ledger WHERE k <> 'done'").Scan(&n); err != nil || n != 0 {
 		t.Errorf("ledger rows on the primary besides the one done there: %d, %v", n, err)
 	}
+	t.Run("httpidem", func(t *testing.T) {
+		checkIdemReadOnlySQL(t, mysqldriver.New(ro), mysqldriver.New(db), "INSERT INTO ledger (scope, k) VALUES ('s', ?)", "http-sql")
+		var n int
+		if err := rootP.QueryRowContext(ctx, "SELECT count(*) FROM app.ledger WHERE k = 'http-sql'").Scan(&n); err != nil || n != 1 {
+			t.Errorf("ledger rows for http-sql on the primary: %d, %v; want 1", n, err)
+		}
+	})
 }
