@@ -11,7 +11,7 @@ import (
 // The messages below are vtgate v0.24's, as it answered through
 // go-sql-driver/mysql (tests/vitess meets each of the first three).
 const (
-	vtDupMsg = `target: ks.-80.primary: vttablet: rpc error: code = AlreadyExists desc = Duplicate entry '\x00\x00t1-k' for key 'PRIMARY' (errno 1062) (sqlstate 23000) (CallerID: userData1): Sql: "insert into sqlonce_keys(namespace, scope) values (:v1, :v2)", BindVars: {v1: "type:INT64 value:\"0\""}`
+	vtDupMsg      = `target: ks.-80.primary: vttablet: rpc error: code = AlreadyExists desc = Duplicate entry '\x00\x00t1-k' for key 'PRIMARY' (errno 1062) (sqlstate 23000) (CallerID: userData1): Sql: "insert into sqlonce_keys(namespace, scope) values (:v1, :v2)", BindVars: {v1: "type:INT64 value:\"0\""}`
 	vtMultiDBMsg  = `multi-db transaction attempted: [keyspace:"ks" shard:"-80" tablet_type:PRIMARY transaction_id:1764199447064617541 tablet_alias:{cell:"test" uid:1}]`
 	vtDeadlockMsg = `target: ks.80-.primary: vttablet: rpc error: code = Aborted desc = Deadlock found when trying to get lock; try restarting transaction (errno 1213) (sqlstate 40001) (CallerID: userData1): Sql: "update t set v = 1", BindVars: {}`
 	vtTxKilledMsg = `target: ks.-80.primary: vttablet: rpc error: code = Aborted desc = transaction 1764199447064617541: ended at 2026-11-26 22:00:00.000 UTC (exceeded timeout: 30s) (CallerID: userData1)`
