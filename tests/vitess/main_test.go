@@ -41,6 +41,9 @@ const single = "transaction_mode=%27single%27"
 // the tenant's id lands on the shard of that tenant's rows.
 var vschema = []string{
 	"ALTER VSCHEMA CREATE VINDEX xxhash USING xxhash",
+	// migrations.Up's goose version table, sharded by its version.
+	"ALTER VSCHEMA CREATE VINDEX hash USING hash",
+	"ALTER VSCHEMA ON sqlonce_goose_db_version ADD VINDEX hash(version_id) USING hash",
 	"ALTER VSCHEMA ON sqlonce_keys ADD VINDEX xxhash(scope) USING xxhash",
 	"ALTER VSCHEMA ON sqlonce_tokens ADD VINDEX xxhash(scope) USING xxhash",
 	"ALTER VSCHEMA ON orders ADD VINDEX xxhash(tenant_id) USING xxhash",
