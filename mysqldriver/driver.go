@@ -241,6 +241,9 @@ func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 // the connection to the pool still set. Cancelled during the claim itself,
 // the driver closes the connection instead.
 func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (c driver.Claim, err error) {
+	if e.wsrep.vtgate {
+		return c, errVtgateLockWait
+	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf(sqlSaveLockWait, int64(p.LockWait/time.Second))); err != nil {
 		return c, err
 	}

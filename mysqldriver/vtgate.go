@@ -123,3 +123,14 @@ func vtgateErr(ctx context.Context, q querier) (refusal, err error) {
 		"or run vtgate with --transaction_mode=SINGLE (or TWOPC), and keep each key on the shard of its work (docs/deployments.md, Vitess)",
 		sqlonce.ErrInvalidArgument, mode), nil
 }
+
+// errVtgateLockWait refuses a claim with a bounded lock wait (dedupe's
+// WithNoWait, WithLockWait) through vtgate. The bound is a SET of the
+// session's innodb_lock_wait_timeout, which vtgate checks by running a
+// query on the keyspace's first shard, inside the transaction: under
+// transaction_mode=single a claim whose key lives on another shard then
+// fails as a cross-shard transaction (1317), depending on where the key
+// hashes. Refused always, rather than on some keys.
+var errVtgateLockWait = fmt.Errorf("%w: mysqldriver: a bounded lock wait (dedupe.WithNoWait, WithLockWait) is not supported through vtgate: "+
+	"its SET innodb_lock_wait_timeout runs on the keyspace's first shard inside the transaction, which makes a key on another shard "+
+	"a cross-shard transaction; use a Store without it (docs/deployments.md, Vitess)", sqlonce.ErrInvalidArgument)

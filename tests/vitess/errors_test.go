@@ -11,6 +11,7 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/tests/internal/vitess"
 )
 
 // TestCrossShardRolledBackWhole: work that reaches another shard is
@@ -140,44 +141,70 @@ func TestDeadlockRetryable(t *testing.T) {
 	t.Logf("deadlock: %v", dead)
 }
 
-// TestNoWaitInProgress: WithNoWait sets the claim's lock wait through
-// vtgate (a session variable, restored after) and a key held by an open
-// transaction answers ErrInProgress, the transaction still usable.
-func TestNoWaitInProgress(t *testing.T) {
+// TestNoWaitRefused: a bounded lock wait (WithNoWait) sets the session's
+// innodb_lock_wait_timeout inside the transaction, which vtgate checks on
+// the keyspace's first shard: for a key on the other shard that made the
+// claim a cross-shard transaction (1317), for a key on the first it
+// worked. The driver refuses it through vtgate for every key, before any
+// statement, and the transaction stays usable.
+func TestNoWaitRefused(t *testing.T) {
 	_, db := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	store, err := dedupe.New(mysqldriver.New(db))
-	if err != nil {
-		t.Fatal(err)
-	}
 	noWait, err := dedupe.New(mysqldriver.New(db), dedupe.WithNoWait())
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := dedupe.Request{Scope: "9200001", Key: fmt.Sprintf("held-%d", time.Now().UnixNano())}
-	holder, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
+	a, b := tenantsOnTwoShards(t, db)
+	for _, tenant := range []int64{a, b} {
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = noWait.Do(ctx, tx, dedupe.Request{Scope: fmt.Sprint(tenant), Key: "nowait"}, func(context.Context) error {
+			t.Error("work ran")
+			return nil
+		})
+		if !errors.Is(err, sqlonce.ErrInvalidArgument) || mysqldriver.IsCrossShard(err) {
+			t.Fatalf("tenant %d: Do WithNoWait: %v, want ErrInvalidArgument", tenant, err)
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO orders (tenant_id, order_id, amount) VALUES (?, 'nowait', 1)", tenant); err != nil {
+			t.Fatalf("transaction unusable after the refusal: %v", err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
 	}
-	defer holder.Rollback()
-	if _, err := store.Do(ctx, holder, req, func(context.Context) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tx.Rollback()
-	_, err = noWait.Do(ctx, tx, req, func(context.Context) error { t.Error("work ran while the key was held"); return nil })
-	if !errors.Is(err, sqlonce.ErrInProgress) {
-		t.Fatalf("Do on a held key: %v, want ErrInProgress", err)
-	}
-	if err := holder.Commit(); err != nil {
-		t.Fatal(err)
-	}
-	res, err := noWait.Do(ctx, tx, req, func(context.Context) error { return nil })
-	if err != nil || !res.AlreadyDone() {
-		t.Fatalf("after the holder committed: %v, %v; want AlreadyDone", res, err)
+}
+
+// TestFirstCallInTransaction: the driver's first call on a handle probes
+// the session (its version, its transaction mode) inside the caller's
+// transaction; the probe reaches no shard, so a transaction already on
+// either shard goes on there.
+func TestFirstCallInTransaction(t *testing.T) {
+	c, db := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	a, b := tenantsOnTwoShards(t, db)
+	for _, tenant := range []int64{a, b} {
+		fresh := open(t, c.DSN(vitess.Keyspace, single)) // a handle never probed
+		store, err := dedupe.New(mysqldriver.New(fresh))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tx, err := fresh.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO orders (tenant_id, order_id, amount) VALUES (?, 'first', 1)", tenant); err != nil {
+			t.Fatal(err)
+		}
+		res, err := store.Do(ctx, tx, dedupe.Request{Scope: fmt.Sprint(tenant), Key: "first"}, func(context.Context) error { return nil })
+		if err != nil || !res.FirstRun() {
+			t.Fatalf("tenant %d: first call in a transaction on its shard: %v, %v", tenant, res, err)
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
