@@ -63,7 +63,13 @@
 // work: shard sqlonce_keys and sqlonce_tokens by scope with the vindex
 // the business rows use, and put their sharding value in the scope
 // (docs/deployments.md, Vitess). sqlonce sends no SET TRANSACTION there
-// (vtgate's sessions cannot run one on a MariaDB backend).
+// (vtgate's sessions cannot run one on a MariaDB backend). Through vtgate
+// a batch's keys are claimed one by one (vtgate cannot plan the batch's
+// single statement), and a claim with a bounded lock wait (dedupe's
+// WithNoWait, WithLockWait) is refused with an error matching
+// sqlonce.ErrInvalidArgument: vtgate runs its SET on the keyspace's first
+// shard, inside the transaction. A purge must run on each shard's own
+// handle (a DSN whose database is keyspace:shard).
 //
 // Return every error of the work's statements. A deadlock (1213), on
 // Galera another node's conflicting write, and through vtgate a statement
