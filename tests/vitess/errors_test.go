@@ -67,6 +67,43 @@ func TestCrossShardRolledBackWhole(t *testing.T) {
 	}
 }
 
+// TestRunCrossShardSwallowed: Store.Run's work that swallows vtgate's
+// cross-shard refusal and returns a success. vtgate has rolled the
+// transaction back, the statements after run in autocommit: Run must not
+// then record the key alone. It claims the key before the work on vtgate
+// and records the response by the claim's token, which finds the claim
+// gone: Run fails and nothing commits. (Before, the key committed without
+// its order, and Run answered a first run.)
+func TestRunCrossShardSwallowed(t *testing.T) {
+	_, db := setup(t)
+	store, err := dedupe.New(mysqldriver.New(db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a, b := tenantsOnTwoShards(t, db)
+	for _, resp := range [][]byte{nil, []byte("receipt")} {
+		key := fmt.Sprintf("run-swallow-%d-%d", len(resp), time.Now().UnixNano())
+		var workErr error
+		res, err := store.Run(ctx, dedupe.Request{Scope: fmt.Sprint(a), Key: key}, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO orders (tenant_id, order_id, amount) VALUES (?, ?, 1)", a, key); err != nil {
+				return nil, err
+			}
+			_, workErr = tx.ExecContext(ctx, "INSERT INTO orders (tenant_id, order_id, amount) VALUES (?, ?, 1)", b, key)
+			return resp, nil
+		})
+		if !mysqldriver.IsCrossShard(workErr) {
+			t.Fatalf("the second shard's write: %v, want the cross-shard refusal", workErr)
+		}
+		nOrders := count(t, db, "SELECT COUNT(*) FROM orders WHERE tenant_id IN (?, ?) AND order_id = ?", a, b, key)
+		nKeys := count(t, db, "SELECT COUNT(*) FROM sqlonce_keys WHERE scope = ? AND idempotency_key = ?", fmt.Sprint(a), key)
+		if err == nil || nOrders != 0 || nKeys != 0 {
+			t.Fatalf("response %q: Run = %v, %v; %d orders, %d keys committed; want an error and nothing", resp, res, err, nOrders, nKeys)
+		}
+		t.Logf("Run: %v", err)
+	}
+}
+
 // tenantsOnTwoShards returns two tenant ids whose rows live on different
 // shards (where vtgate routes them).
 func tenantsOnTwoShards(t *testing.T, db *sql.DB) (a, b int64) {
