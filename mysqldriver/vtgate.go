@@ -23,7 +23,7 @@ import (
 
 // vtgate's messages that classifyVtgate reads.
 var (
-	// A transaction under transaction_mode=single reached a second
+	// A transaction under transaction_mode=single wrote on a second
 	// shard: vtgate refused the statement and rolled back the whole
 	// transaction on every shard it had touched; the session is out of
 	// any transaction, so the statements after it run in autocommit, and
@@ -59,7 +59,7 @@ func classifyVtgate(e *mysql.MySQLError) driver.Class {
 }
 
 // IsCrossShard reports whether an error of err's tree is vtgate's refusal
-// of a transaction that reached a second shard under
+// of a transaction that wrote on a second shard under
 // transaction_mode=single (1317 "multi-db transaction attempted"). vtgate
 // has then rolled the whole transaction back on every shard: roll back
 // (or let sqlonce do it) and do not commit, since the session is out of
