@@ -101,9 +101,9 @@ func Start(shards int) (c *Cluster, err error) {
 			return nil, err
 		}
 	}
-	// vttestserver takes base..base+3 (vtcombo's web and gRPC ports,
-	// mysqld, vtgate's MySQL port) and a few more for its own servers.
-	base, err := ports.Run(10)
+	// vttestserver takes base..base+3: vtcombo's web and gRPC ports,
+	// mysqld's, vtgate's MySQL port (vttest.Environment.PortForProtocol).
+	base, err := ports.Run(4)
 	if err != nil {
 		return nil, err
 	}
