@@ -32,6 +32,12 @@ const (
 	// gone like a broken one.
 	errServerShutdown   = 1053
 	errConnectionKilled = 1927
+	// Through vtgate (Vitess): ER_QUERY_INTERRUPTED, what vtgate answers
+	// for its ABORTED, CANCELED and DEADLINE_EXCEEDED (see vtgate.go), and
+	// ER_UNKNOWN_ERROR, for the rest of its own errors (a shard without a
+	// serving tablet).
+	errQueryInterrupted = 1317
+	errUnknown          = 1105
 )
 
 // classify reads one error of a tree: a *mysql.MySQLError by its number,
@@ -69,6 +75,8 @@ func classify(err error) driver.Class {
 		return driver.ReadOnly
 	case errServerShutdown, errConnectionKilled:
 		return driver.ConnLost
+	case errQueryInterrupted, errUnknown:
+		return classifyVtgate(myErr)
 	}
 	return 0
 }
@@ -113,6 +121,9 @@ func duplicateOn(msg, key string) bool {
 // before it may itself contain "for key '", so the last occurrence is the
 // one the server appended.
 func duplicateKeyName(msg string) string {
+	if name, ok := vtgateDuplicateKeyName(msg); ok {
+		return name
+	}
 	const marker = " for key '"
 	i := strings.LastIndex(msg, marker)
 	if i < 0 || !strings.HasSuffix(msg, "'") || i+len(marker) > len(msg)-1 {

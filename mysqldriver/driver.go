@@ -49,8 +49,31 @@
 // DSN's maxAllowedPacket: keep it at its default, 64 MiB, above sqlonce's
 // longest, a 1 MiB piece of a response escaped.)
 //
-// Return every error of the work's statements. A deadlock (1213), and on
-// Galera another node's conflicting write, rolls the whole transaction
+// Through Vitess's vtgate (a sharded keyspace) every transaction must stay
+// on one shard, or commit across shards atomically: with vtgate's default
+// transaction_mode, MULTI, a transaction that reaches two shards commits
+// on one and then on the other, and a key could commit without its work.
+// The driver recognises vtgate at its first call (the server's version
+// ends in -Vitess) and, unless the session's transaction_mode is SINGLE or
+// TWOPC, refuses every call with an error matching
+// sqlonce.ErrInvalidArgument; add transaction_mode=%27single%27 to the DSN,
+// or start vtgate with --transaction_mode=SINGLE. In SINGLE mode a
+// statement that reaches a second shard fails (IsCrossShard) and vtgate
+// rolls the whole transaction back, so keep the key on the shard of its
+// work: shard sqlonce_keys and sqlonce_tokens by scope with the vindex
+// the business rows use, and put their sharding value in the scope
+// (docs/deployments.md, Vitess). sqlonce sends no SET TRANSACTION there
+// (vtgate's sessions cannot run one on a MariaDB backend). Through vtgate
+// a batch's keys are claimed one by one (vtgate cannot plan the batch's
+// single statement), and a claim with a bounded lock wait (dedupe's
+// WithNoWait, WithLockWait) is refused with an error matching
+// sqlonce.ErrInvalidArgument: vtgate runs its SET on the keyspace's first
+// shard, inside the transaction. A purge must run on each shard's own
+// handle (a DSN whose database is keyspace:shard).
+//
+// Return every error of the work's statements. A deadlock (1213), on
+// Galera another node's conflicting write, and through vtgate a statement
+// reaching a second shard (1317), rolls the whole transaction
 // back at once, and MySQL runs the statements that follow on that
 // connection outside any transaction, each committing on its own: work
 // that swallows such an error and goes on commits without its key's claim,
@@ -224,6 +247,9 @@ func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 // the connection to the pool still set. Cancelled during the claim itself,
 // the driver closes the connection instead.
 func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (c driver.Claim, err error) {
+	if e.wsrep.vtgate {
+		return c, errVtgateLockWait
+	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf(sqlSaveLockWait, int64(p.LockWait/time.Second))); err != nil {
 		return c, err
 	}

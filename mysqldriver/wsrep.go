@@ -65,11 +65,15 @@ type wsrepCheck struct {
 	// galera (set before done): a Galera node, where sqlonce prepares
 	// nothing (see stmtCache).
 	galera bool
+	// vtgate (set before done): Vitess's vtgate, whose session must keep a
+	// transaction on one shard or commit it atomically (see vtgateErr).
+	vtgate bool
 }
 
 // sqlWsrepProbe answers on MySQL and on MariaDB built without wsrep too:
-// no rows there.
-const sqlWsrepProbe = "SHOW SESSION VARIABLES WHERE Variable_name IN ('wsrep_on', 'wsrep_sync_wait')"
+// no wsrep rows there. version tells vtgate (Vitess), which answers with
+// its own (ending in -Vitess) in the same round trip.
+const sqlWsrepProbe = "SHOW SESSION VARIABLES WHERE Variable_name IN ('wsrep_on', 'wsrep_sync_wait', 'version')"
 
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -115,6 +119,11 @@ func (c *wsrepCheck) probe(ctx context.Context, q querier) error {
 	}
 	vars, err := showRows(ctx, q, sqlWsrepProbe)
 	if err != nil {
+		return err
+	}
+	if isVtgate(vars["version"]) {
+		c.vtgate, c.inTx, c.galera = true, false, false
+		c.err, err = vtgateErr(ctx, q)
 		return err
 	}
 	on := strings.EqualFold(vars["wsrep_on"], "ON") || vars["wsrep_on"] == "1"

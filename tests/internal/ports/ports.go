@@ -68,3 +68,33 @@ func One() (int, error) {
 	}
 	return p[0], nil
 }
+
+// Run returns the first of n consecutive loopback ports that were all free
+// when checked and lie outside the ephemeral range, for a server that
+// derives its ports from one base (vttestserver: base to base+n-1).
+func Run(n int) (int, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	for tries := 0; tries < 1000; tries++ {
+		base := low + rand.IntN(high-low-n)
+		var held []net.Listener
+		ok := true
+		for p := base; p < base+n && ok; p++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+			ok = err == nil && !issued[p]
+			if err == nil {
+				held = append(held, l)
+			}
+		}
+		for _, l := range held {
+			l.Close()
+		}
+		if ok {
+			for p := base; p < base+n; p++ {
+				issued[p] = true
+			}
+			return base, nil
+		}
+	}
+	return 0, fmt.Errorf("ports: no %d consecutive free loopback ports in %d–%d", n, low, high)
+}

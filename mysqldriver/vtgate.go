@@ -1,0 +1,136 @@
+package mysqldriver
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+// Vitess's vtgate speaks MySQL's protocol and passes a tablet's MySQL
+// error on with its number and SQLSTATE, its message wrapped:
+//
+//	target: ks.-80.primary: vttablet: rpc error: code = AlreadyExists desc = Duplicate entry 'a' for key 'PRIMARY' (errno 1062) (sqlstate 23000) (CallerID: ...): Sql: "...", BindVars: {...}
+//
+// so 1062, 1213 and 1205 classify as they do from MySQL itself. Its own
+// errors come as 1317 (its ABORTED, CANCELED, DEADLINE_EXCEEDED) and 1105
+// (most of the rest).
+
+// vtgate's messages that classifyVtgate reads.
+var (
+	// A transaction under transaction_mode=single wrote on a second
+	// shard: vtgate refused the statement and rolled back the whole
+	// transaction on every shard it had touched; the session is out of
+	// any transaction, so the statements after it run in autocommit, and
+	// a later COMMIT answers OK on nothing.
+	vtMultiDB = "multi-db transaction attempted"
+	// A tablet ended the shard's transaction (its transaction killer, a
+	// tablet restart): vterrors.TxClosed.
+	vtTxClosed = regexp.MustCompile(`transaction ([a-z0-9:]+) (?:ended|not found|in use: for tx killer rollback)`)
+	// No tablet serves the shard (its primary is down or being replaced):
+	// vtrpc UNAVAILABLE, as vtgate words it.
+	vtUnavailable = regexp.MustCompile(`code = Unavailable|no healthy tablet available|no valid tablet|primary is not serving|tablet: .* is not serving|operation not allowed in state (?:NOT_SERVING|SHUTTING_DOWN)`)
+)
+
+// classifyVtgate classifies vtgate's own errors (1317, 1105). The same
+// numbers from MySQL or MariaDB themselves (1317: KILL QUERY, a statement
+// timeout, which leave the transaction as it was) never match these
+// messages and are not classified.
+func classifyVtgate(e *mysql.MySQLError) driver.Class {
+	switch {
+	case e.Number == errQueryInterrupted && strings.Contains(e.Message, vtMultiDB):
+		// Not retryable: the same transaction reaches the same shards.
+		return driver.TxRolledBack
+	case e.Number == errQueryInterrupted && vtTxClosed.MatchString(e.Message):
+		return driver.Retryable | driver.TxRolledBack
+	case vtUnavailable.MatchString(e.Message):
+		// Whether a statement sent on reached the tablet is unknown, and
+		// the shard's transaction is lost with it: run it again from the
+		// start, unless this was the COMMIT (ConnLost there answers
+		// ErrCommitUnknown, which is not retryable).
+		return driver.ConnLost | driver.Retryable | driver.TxRolledBack
+	}
+	return 0
+}
+
+// IsCrossShard reports whether an error of err's tree is vtgate's refusal
+// of a transaction that wrote on a second shard under
+// transaction_mode=single (1317 "multi-db transaction attempted"). vtgate
+// has then rolled the whole transaction back on every shard: roll back
+// (or let sqlonce do it) and do not commit, since the session is out of
+// the transaction and a COMMIT would answer OK for work that is gone.
+// Such a transaction never succeeds as written: the rows it touches must
+// be on the shard of its key (see docs/deployments.md, Vitess).
+func IsCrossShard(err error) bool {
+	return driver.Walk(err, func(e error) bool {
+		myErr, ok := e.(*mysql.MySQLError)
+		return ok && myErr.Number == errQueryInterrupted && strings.Contains(myErr.Message, vtMultiDB)
+	})
+}
+
+// vtgateDuplicateKeyName extracts the key name from a 1062 message as
+// vtgate wraps it: the server's message is followed by
+// " (errno 1062) (sqlstate 23000)" and vttablet's context. The first
+// such marker is the server's (vtgate reads the number from it too); the
+// duplicate value the server quoted before it is at most 64 characters.
+func vtgateDuplicateKeyName(msg string) (string, bool) {
+	const suffix = "' (errno 1062) (sqlstate 23000)"
+	i := strings.Index(msg, suffix)
+	if i < 0 {
+		return "", false
+	}
+	const marker = " for key '"
+	head := msg[:i]
+	j := strings.LastIndex(head, marker)
+	if j < 0 {
+		return "", false
+	}
+	return head[j+len(marker):], true
+}
+
+// isVtgate reports whether a server's version is vtgate's (8.4.6-Vitess
+// in v0.24: the MySQL version it claims, then -Vitess).
+func isVtgate(version string) bool { return strings.HasSuffix(version, "-Vitess") }
+
+// sqlTxMode reads the session's transaction mode, which vtgate answers
+// itself without reaching a shard.
+const sqlTxMode = "SELECT @@transaction_mode"
+
+// vtgateErr returns the refusal for a vtgate session whose transactions
+// may commit on several shards one after the other (transaction_mode
+// MULTI, vtgate's default): a key's claim on one shard and its work on
+// another would then commit apart, and a failure between the two
+// commits keeps one without the other. SINGLE refuses a transaction's
+// statement that reaches a second shard (and rolls the transaction back);
+// TWOPC commits across shards atomically. err is the probe's own failure.
+func vtgateErr(ctx context.Context, q querier) (refusal, err error) {
+	var mode string
+	if err := q.QueryRowContext(ctx, sqlTxMode).Scan(&mode); err != nil {
+		return nil, err
+	}
+	switch strings.ToUpper(mode) {
+	case "SINGLE", "TWOPC":
+		return nil, nil
+	}
+	return fmt.Errorf("%w: mysqldriver: the server is Vitess's vtgate and the session's transaction_mode is %q: "+
+		"a transaction that reaches two shards commits on one and then on the other, so a key could commit without its work; "+
+		"add transaction_mode=%%27single%%27 to the DSN (go-sql-driver/mysql sets it on every connection), "+
+		"or run vtgate with --transaction_mode=SINGLE (or TWOPC), and keep each key on the shard of its work (docs/deployments.md, Vitess)",
+		sqlonce.ErrInvalidArgument, mode), nil
+}
+
+// errVtgateLockWait refuses a claim with a bounded lock wait (dedupe's
+// WithNoWait, WithLockWait) through vtgate. The bound is a SET of the
+// session's innodb_lock_wait_timeout, which vtgate checks by running a
+// query on the keyspace's first shard, inside the transaction: under
+// transaction_mode=single a claim whose key lives on another shard then
+// fails as a cross-shard transaction (1317), depending on where the key
+// hashes. Refused always, rather than on some keys.
+var errVtgateLockWait = fmt.Errorf("%w: mysqldriver: a bounded lock wait (dedupe.WithNoWait, WithLockWait) is not supported through vtgate: "+
+	"its SET innodb_lock_wait_timeout runs on the keyspace's first shard inside the transaction, which makes a key on another shard "+
+	"a cross-shard transaction; use a Store without it (docs/deployments.md, Vitess)", sqlonce.ErrInvalidArgument)

@@ -1,0 +1,81 @@
+package mysqldriver
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	sqdriver "github.com/sqlonce/sqlonce/internal/driver"
+)
+
+// The messages below are vtgate v0.24's, as it answered through
+// go-sql-driver/mysql (tests/vitess meets each of the first three).
+const (
+	vtDupMsg      = `target: ks.-80.primary: vttablet: rpc error: code = AlreadyExists desc = Duplicate entry '\x00\x00t1-k' for key 'PRIMARY' (errno 1062) (sqlstate 23000) (CallerID: userData1): Sql: "insert into sqlonce_keys(namespace, scope) values (:v1, :v2)", BindVars: {v1: "type:INT64 value:\"0\""}`
+	vtMultiDBMsg  = `multi-db transaction attempted: [keyspace:"ks" shard:"-80" tablet_type:PRIMARY transaction_id:1764199447064617541 tablet_alias:{cell:"test" uid:1}]`
+	vtDeadlockMsg = `target: ks.80-.primary: vttablet: rpc error: code = Aborted desc = Deadlock found when trying to get lock; try restarting transaction (errno 1213) (sqlstate 40001) (CallerID: userData1): Sql: "update t set v = 1", BindVars: {}`
+	vtTxKilledMsg = `target: ks.-80.primary: vttablet: rpc error: code = Aborted desc = transaction 1764199447064617541: ended at 2026-11-26 22:00:00.000 UTC (exceeded timeout: 30s) (CallerID: userData1)`
+	vtNoTabletMsg = `target: ks.80-.primary: no healthy tablet available for 'keyspace:"ks" shard:"80-" tablet_type:PRIMARY'`
+)
+
+func TestClassifyVtgate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want sqdriver.Class
+	}{
+		{"duplicate", myErr(errDupEntry, vtDupMsg), sqdriver.Unique},
+		{"deadlock", myErr(errDeadlock, vtDeadlockMsg), sqdriver.Retryable | sqdriver.TxRolledBack},
+		{"multi-db", myErr(errQueryInterrupted, vtMultiDBMsg), sqdriver.TxRolledBack},
+		{"multi-db wrapped", fmt.Errorf("work: %w", myErr(errQueryInterrupted, vtMultiDBMsg)), sqdriver.TxRolledBack},
+		{"tablet ended the transaction", myErr(errQueryInterrupted, vtTxKilledMsg), sqdriver.Retryable | sqdriver.TxRolledBack},
+		{"no tablet", myErr(errUnknown, vtNoTabletMsg), sqdriver.ConnLost | sqdriver.Retryable | sqdriver.TxRolledBack},
+		// MariaDB's own 1317 (KILL QUERY, max_statement_time) leaves the
+		// transaction as it was: not classified.
+		{"mariadb query interrupted", myErr(errQueryInterrupted, "Query execution was interrupted"), 0},
+		{"mariadb unknown error", myErr(errUnknown, "Unknown error"), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := sqdriver.Classify(tc.err); got != tc.want {
+				t.Fatalf("Classify = %b, want %b", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestIsCrossShard(t *testing.T) {
+	cross := myErr(errQueryInterrupted, vtMultiDBMsg)
+	if !IsCrossShard(cross) || !IsCrossShard(errors.Join(errors.New("x"), fmt.Errorf("w: %w", cross))) {
+		t.Fatal("vtgate's multi-db refusal not recognised")
+	}
+	for _, err := range []error{nil, errors.New(vtMultiDBMsg), myErr(errQueryInterrupted, "Query execution was interrupted"), myErr(errQueryInterrupted, vtTxKilledMsg)} {
+		if IsCrossShard(err) {
+			t.Fatalf("IsCrossShard(%v) = true", err)
+		}
+	}
+}
+
+// TestDuplicateThroughVtgate: vtgate's wrapped 1062 names its key before
+// the " (errno 1062)" it appends, not at the message's end.
+func TestDuplicateThroughVtgate(t *testing.T) {
+	if got := duplicateKeyName(vtDupMsg); got != "PRIMARY" {
+		t.Fatalf("duplicateKeyName = %q, want PRIMARY", got)
+	}
+	if !duplicate(myErr(errDupEntry, vtDupMsg), "PRIMARY") || duplicate(myErr(errDupEntry, vtDupMsg), "orders_code_key") {
+		t.Fatal("duplicate on the named key not judged")
+	}
+	// A value quoting vtgate's marker does not move the name: the server's
+	// message comes first.
+	tricky := `target: ks.-80.primary: vttablet: rpc error: code = AlreadyExists desc = Duplicate entry 'x' for key 'orders_code_key' (errno 1062) (sqlstate 23000) (CallerID: u): Sql: "insert", BindVars: {v1: "a' for key 'PRIMARY' (errno 1062) (sqlstate 23000)"}`
+	if got := duplicateKeyName(tricky); got != "orders_code_key" {
+		t.Fatalf("duplicateKeyName = %q, want orders_code_key", got)
+	}
+}
+
+func TestIsVtgate(t *testing.T) {
+	for v, want := range map[string]bool{"8.4.6-Vitess": true, "8.0.40-Vitess": true, "10.11.14-MariaDB-0+deb12u2": false, "8.4.6": false, "": false} {
+		if isVtgate(v) != want {
+			t.Errorf("isVtgate(%q) = %v", v, !want)
+		}
+	}
+}
