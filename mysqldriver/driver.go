@@ -120,8 +120,9 @@ func New(db *sql.DB, opts ...Option) *Driver {
 	if db != nil {
 		e.stmts = cacheFor(db)
 		e.wsrep = e.stmts.wsrep // shared by the drivers on db
+		e.jsonTable = e.stmts.jsonTable
 	} else {
-		e.wsrep = &wsrepCheck{}
+		e.wsrep, e.jsonTable = &wsrepCheck{}, &jsonTableCheck{}
 	}
 	return &Driver{e: e, check: checkDialect(db), optErr: optErr}
 }
@@ -155,6 +156,8 @@ type engine struct {
 	q     *mysqldb.Queries
 	stmts *stmtCache // nil without db: statements run unprepared
 	wsrep *wsrepCheck
+	// jsonTable: whether the server refused the batch statements' JSON_TABLE.
+	jsonTable *jsonTableCheck
 	// schema qualifies every statement (WithDatabase); nil: unqualified.
 	schema *driver.Schema
 }

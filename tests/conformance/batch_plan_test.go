@@ -97,3 +97,38 @@ func batchClaimReadsByKey[TTx any](t *testing.T, f harness.Factory[TTx], rowsRea
 		t.Fatalf("the batch claim read %d rows for a batch of %d keys: it walks the scope (%d keys) instead of reading the batch's keys", read, batch, grown)
 	}
 }
+
+// MariaDB walks the batch's JSON array of keys once, with JSON_TABLE: the
+// claim's INSERT and its read each build one small table of the keys.
+// Walked with a table of the numbers 0 to 999 and JSON_EXTRACT, the array
+// was parsed again for every key and each statement built eight derived
+// tables: a claim of 100 keys took 5 ms of the server's time instead of
+// 0.6 ms. Counted in temporary tables, not timed.
+func TestBatchClaimWalksKeysOnceMySQL(t *testing.T) {
+	ctx := ctxT(t)
+	db := harness.MySQL(t, 0)
+	s, err := dedupe.New(db.Driver())
+	must(t, err)
+	ids := make([]string, 100)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("k-%d", i)
+	}
+	const tmpTables = `SELECT CAST(VARIABLE_VALUE AS SIGNED) FROM information_schema.SESSION_STATUS WHERE VARIABLE_NAME = 'CREATED_TMP_TABLES'`
+	var before, after int64
+	err = harness.WithTx(ctx, db, harness.Default, func(tx *sql.Tx) error {
+		if err := tx.QueryRowContext(ctx, tmpTables).Scan(&before); err != nil {
+			return err
+		}
+		if _, err := s.DoBatch(ctx, tx, "sc", ids, func(context.Context, []string) error { return nil }); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx, tmpTables).Scan(&after)
+	})
+	must(t, err)
+	// The count's own statement builds one each time it runs.
+	made := after - before - 1
+	t.Logf("the claim of %d keys built %d temporary tables", len(ids), made)
+	if made > 2 {
+		t.Fatalf("the batch claim built %d temporary tables for its two statements: it walks the key array with a table of numbers, not JSON_TABLE", made)
+	}
+}

@@ -158,8 +158,8 @@ type Result struct {
 	RoundTPS       []float64 `json:"round_tps"`
 	// Ops counts timed requests over all rounds; Retries the attempts
 	// they needed beyond the first.
-	Ops     int64        `json:"ops"`
-	Retries int64        `json:"retries"`
+	Ops     int64 `json:"ops"`
+	Retries int64 `json:"retries"`
 	// Work is the server's work per request, medians over rounds; nil
 	// when the server cannot tell.
 	Work  *Work        `json:"work,omitempty"`

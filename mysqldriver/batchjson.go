@@ -1,0 +1,128 @@
+package mysqldriver
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync/atomic"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/sqlonce/sqlonce/internal/dbsqlc/mysqldb"
+)
+
+// A batch's claim walks its JSON array of keys with JSON_TABLE (MariaDB
+// 10.6, MySQL 8.0.4): the server parses the array once. The generated
+// KeyInsertBatch and KeyGetBatch walk it with a table of the numbers 0 to
+// 999 and JSON_EXTRACT, which parses the whole array again for every key:
+// on MariaDB 10.11 a claim of 100 keys took about 3 ms for the INSERT and
+// 2 ms for the read that way, against 0.3 and 0.25 ms with JSON_TABLE
+// (measured on one connection, profiling on). sqlc's MySQL parser knows no
+// JSON_TABLE, so the two statements are written here, with the generated
+// ones' columns, arguments and locks; those stay for a server that has no
+// JSON_TABLE (MariaDB 10.5), which a driver learns from the server's
+// refusal of the first.
+const (
+	sqlKeyInsertBatchJSON = `INSERT INTO sqlonce_keys (
+    namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
+)
+SELECT
+    ?,
+    ?,
+    CAST(j.k AS BINARY),
+    '',
+    NULL,
+    1,
+    ?,
+    NULL,
+    COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
+    DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND)
+FROM JSON_TABLE(?, '$[*]' COLUMNS (i FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 PATH '$')) AS j
+ORDER BY j.i
+ON DUPLICATE KEY UPDATE idempotency_key = IF(LAST_INSERT_ID(?) IS NULL, NULL, sqlonce_keys.idempotency_key)`
+
+	sqlKeyGetBatchJSON = `SELECT
+    k.idempotency_key,
+    k.fingerprint,
+    k.response,
+    k.state,
+    k.token,
+    CAST((k.expires_at <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+          OR (k.state = 2 AND k.locked_until <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))) AS SIGNED) AS available
+FROM JSON_TABLE(?, '$[*]' COLUMNS (k VARCHAR(255) CHARACTER SET utf8mb4 PATH '$')) AS j
+JOIN sqlonce_keys AS k
+  ON k.namespace = ?
+ AND k.scope = ?
+ AND k.idempotency_key = CAST(j.k AS BINARY)
+LOCK IN SHARE MODE`
+)
+
+// errParse is ER_PARSE_ERROR: what a server without JSON_TABLE answers.
+const errParse = 1064
+
+// jsonTableCheck remembers that the server refused JSON_TABLE; shared by
+// the drivers on one handle, as the statements are.
+type jsonTableCheck struct{ refused atomic.Bool }
+
+// refusedBy reports whether err is the server's refusal of JSON_TABLE, and
+// then remembers it.
+func (c *jsonTableCheck) refusedBy(err error) bool {
+	var myErr *mysql.MySQLError
+	if !errors.As(err, &myErr) || myErr.Number != errParse {
+		return false
+	}
+	c.refused.Store(true)
+	return true
+}
+
+// insertBatch runs the batch's INSERT: with JSON_TABLE unless the server
+// refused it once, then the generated statement. allNew reports that it
+// inserted every one of n keys: no key existed, so the batch won them all
+// and no read has anything to tell. A key that exists leaves its row as it
+// is, and its no-op update sets LAST_INSERT_ID to the batch's nonce, which
+// the server reports with the statement's affected rows (as the single
+// claim's token); the affected rows must be n too, whatever the client's
+// clientFoundRows, for which an unchanged row counts 1.
+func (e engine) insertBatch(ctx context.Context, tx *sql.Tx, p mysqldb.KeyInsertBatchParams, n int) (allNew bool, err error) {
+	if !e.jsonTable.refused.Load() {
+		res, err := e.on(tx).ExecContext(ctx, sqlKeyInsertBatchJSON,
+			p.Namespace, p.Scope, p.Token, p.Now, p.Now, p.TtlUs, p.KeyList, p.Token)
+		if err == nil {
+			id, idErr := res.LastInsertId()
+			rows, rowsErr := res.RowsAffected()
+			return idErr == nil && rowsErr == nil && id != p.Token && rows == int64(n), nil
+		}
+		if !e.jsonTable.refusedBy(err) {
+			return false, err
+		}
+	}
+	_, err = e.q.KeyInsertBatch(ctx, e.on(tx), p)
+	return false, err
+}
+
+// getBatch runs the batch's locking read, as insertBatch.
+func (e engine) getBatch(ctx context.Context, tx *sql.Tx, p mysqldb.KeyGetBatchParams) ([]mysqldb.KeyGetBatchRow, error) {
+	if e.jsonTable.refused.Load() {
+		return e.q.KeyGetBatch(ctx, e.on(tx), p)
+	}
+	rows, err := e.on(tx).QueryContext(ctx, sqlKeyGetBatchJSON, p.Now, p.Now, p.KeyList, p.Namespace, p.Scope)
+	if err != nil {
+		if e.jsonTable.refusedBy(err) {
+			return e.q.KeyGetBatch(ctx, e.on(tx), p)
+		}
+		return nil, err
+	}
+	defer rows.Close()
+	var items []mysqldb.KeyGetBatchRow
+	for rows.Next() {
+		var i mysqldb.KeyGetBatchRow
+		if err := rows.Scan(&i.IdempotencyKey, &i.Fingerprint, &i.Response, &i.State, &i.Token, &i.Available); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	return items, rows.Err()
+}
