@@ -89,7 +89,8 @@ func (b *pgBackend) enableWork(ctx context.Context) error {
 
 // pgWorkQuery sums the WAL records between two positions that touch a
 // relation of the run's schema (its tables, indexes and TOAST), and every
-// record of the transactions that wrote one (their commits).
+// record of the transactions that wrote one (their commits), or whose
+// subtransaction (a savepoint) did.
 const pgWorkQuery = `
 WITH ours AS (
     SELECT array_agg(pg_relation_filenode(c.oid)::oid) AS nodes
@@ -101,12 +102,17 @@ WITH ours AS (
 ), r AS (
     SELECT w.xid::text::bigint AS xid, w.resource_manager AS rm, w.record_type AS rt,
            w.record_length AS len, w.fpi_length AS fpi,
-           ARRAY(SELECT m[1]::oid FROM regexp_matches(coalesce(w.block_ref, ''), 'rel \d+/\d+/(\d+)', 'g') AS m) AS rels
+           ARRAY(SELECT m[1]::oid FROM regexp_matches(coalesce(w.block_ref, ''), 'rel \d+/\d+/(\d+)', 'g') AS m) AS rels,
+           CASE WHEN w.resource_manager = 'Transaction' THEN
+               string_to_array(trim(substring(w.description FROM 'subxacts:([ 0-9]+)')), ' ')::bigint[]
+           END AS subxacts
     FROM %s.pg_get_wal_records_info($1::pg_lsn, $2::pg_lsn) AS w
 ), x AS (
     SELECT DISTINCT r.xid FROM r, ours WHERE r.rels && ours.nodes AND r.xid <> 0
 ), mine AS (
-    SELECT r.* FROM r, ours WHERE r.rels && ours.nodes OR r.xid IN (SELECT xid FROM x)
+    SELECT r.* FROM r, ours
+    WHERE r.rels && ours.nodes OR r.xid IN (SELECT xid FROM x)
+       OR r.subxacts && ARRAY(SELECT xid FROM x)
 )
 SELECT coalesce(sum(len), 0)::bigint,
        coalesce(sum(fpi), 0)::bigint,
