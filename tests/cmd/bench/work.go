@@ -134,8 +134,12 @@ func (b *pgBackend) workStart(ctx context.Context) (meter, error) {
 	}
 	return func(ctx context.Context, ops int64) (Work, error) {
 		var end string
-		if err := b.pool.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn()::text").Scan(&end); err != nil {
+		var moved bool
+		if err := b.pool.QueryRow(ctx, "SELECT pg_current_wal_flush_lsn()::text, pg_current_wal_flush_lsn() > $1::pg_lsn", start).Scan(&end, &moved); err != nil {
 			return Work{}, err
+		}
+		if !moved { // nothing was written: pg_walinspect refuses an empty range
+			return Work{}, nil
 		}
 		var logBytes, fpi, rows, hot, locks, idx, commits int64
 		err := b.pool.QueryRow(ctx, fmt.Sprintf(pgWorkQuery, pgx.Identifier{b.walinspect}.Sanitize()), start, end, b.schema).
