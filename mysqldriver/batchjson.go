@@ -39,7 +39,7 @@ SELECT
     DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND)
 FROM JSON_TABLE(?, '$[*]' COLUMNS (i FOR ORDINALITY, k VARCHAR(255) CHARACTER SET utf8mb4 PATH '$')) AS j
 ORDER BY j.i
-ON DUPLICATE KEY UPDATE idempotency_key = IF(LAST_INSERT_ID(?) IS NULL, NULL, sqlonce_keys.idempotency_key)`
+ON DUPLICATE KEY UPDATE idempotency_key = IF(LAST_INSERT_ID(VALUES(token)) IS NULL, NULL, sqlonce_keys.idempotency_key)`
 
 	sqlKeyGetBatchJSON = `SELECT
     k.idempotency_key,
@@ -79,14 +79,16 @@ func (c *jsonTableCheck) refusedBy(err error) bool {
 // refused it once, then the generated statement. allNew reports that it
 // inserted every one of n keys: no key existed, so the batch won them all
 // and no read has anything to tell. A key that exists leaves its row as it
-// is, and its no-op update sets LAST_INSERT_ID to the batch's nonce, which
-// the server reports with the statement's affected rows (as the single
-// claim's token); the affected rows must be n too, whatever the client's
-// clientFoundRows, for which an unchanged row counts 1.
+// is, and its no-op update sets LAST_INSERT_ID to the batch's nonce (the
+// row's would-be token, VALUES(token): with the nonce as a constant
+// argument the server folds the call away and reports nothing), which
+// comes back with the statement's answer as the single claim's token does.
+// The affected rows must be n too; they alone cannot tell, as an unchanged
+// row counts 1 for a client with clientFoundRows=true.
 func (e engine) insertBatch(ctx context.Context, tx *sql.Tx, p mysqldb.KeyInsertBatchParams, n int) (allNew bool, err error) {
 	if !e.jsonTable.refused.Load() {
 		res, err := e.on(tx).ExecContext(ctx, sqlKeyInsertBatchJSON,
-			p.Namespace, p.Scope, p.Token, p.Now, p.Now, p.TtlUs, p.KeyList, p.Token)
+			p.Namespace, p.Scope, p.Token, p.Now, p.Now, p.TtlUs, p.KeyList)
 		if err == nil {
 			id, idErr := res.LastInsertId()
 			rows, rowsErr := res.RowsAffected()
