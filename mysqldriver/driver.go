@@ -120,9 +120,9 @@ func New(db *sql.DB, opts ...Option) *Driver {
 	if db != nil {
 		e.stmts = cacheFor(db)
 		e.wsrep = e.stmts.wsrep // shared by the drivers on db
-		e.jsonTable = e.stmts.jsonTable
+		e.batch = e.stmts.batch
 	} else {
-		e.wsrep, e.jsonTable = &wsrepCheck{}, &jsonTableCheck{}
+		e.wsrep, e.batch = &wsrepCheck{}, &batchShape{}
 	}
 	return &Driver{e: e, check: checkDialect(db), optErr: optErr}
 }
@@ -156,8 +156,8 @@ type engine struct {
 	q     *mysqldb.Queries
 	stmts *stmtCache // nil without db: statements run unprepared
 	wsrep *wsrepCheck
-	// jsonTable: whether the server refused the batch statements' JSON_TABLE.
-	jsonTable *jsonTableCheck
+	// batch: the batch claim's shapes the server refused (batchjson.go).
+	batch *batchShape
 	// schema qualifies every statement (WithDatabase); nil: unqualified.
 	schema *driver.Schema
 }
