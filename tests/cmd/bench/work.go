@@ -145,6 +145,9 @@ func (b *pgBackend) workStart(ctx context.Context) (meter, error) {
 		err := b.pool.QueryRow(ctx, fmt.Sprintf(pgWorkQuery, pgx.Identifier{b.walinspect}.Sanitize()), start, end, b.schema).
 			Scan(&logBytes, &fpi, &rows, &hot, &locks, &idx, &commits)
 		if err != nil {
+			// pg_walinspect may have gone with another run's schema: create
+			// it again for the next round.
+			_ = b.enableWork(ctx)
 			return Work{}, fmt.Errorf("read the WAL: %w", err)
 		}
 		n := float64(max(ops, 1))
