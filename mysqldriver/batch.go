@@ -12,9 +12,12 @@ import (
 
 var _ driver.BatchClaimer[*sql.Tx] = engine{}
 
-// ClaimBatch claims every key of the batch in two statements: an INSERT of
-// them all, each new row named by one nonce, and a locking read that tells
-// the new rows (the nonce) from the existing ones.
+// ClaimBatch claims every key of the batch in one statement on MariaDB: an
+// INSERT of them all, each new row named by one nonce, returning every
+// key's row, so that the nonce tells the new rows from the existing ones.
+// Where the server has no INSERT ... RETURNING (MySQL), a locking read of
+// the rows follows the INSERT, unless the INSERT reports that no key
+// existed (a batch of new messages, the common case).
 func (e engine) ClaimBatch(ctx context.Context, tx *sql.Tx, p driver.BatchParams) ([]driver.BatchClaim, error) {
 	if err := e.checkTx(ctx, tx); err != nil {
 		return nil, err
@@ -32,19 +35,43 @@ func (e engine) ClaimBatch(ctx context.Context, tx *sql.Tx, p driver.BatchParams
 	now := myNow(p.Now)
 	// Below any clock-based token, as a single in-transaction claim's.
 	nonce := 1 + rand.Int64N(1<<40)
-	if _, err := e.q.KeyInsertBatch(ctx, e.on(tx), mysqldb.KeyInsertBatchParams{
+	params := mysqldb.KeyInsertBatchParams{
 		Namespace: int16(p.Namespace), Scope: []byte(p.Scope), KeyList: string(list), Token: nonce, Now: now, TtlUs: p.TTL.Microseconds(),
-	}); err != nil {
-		return nil, err
 	}
-	rows, err := e.q.KeyGetBatch(ctx, e.on(tx), mysqldb.KeyGetBatchParams{Now: now, Namespace: int16(p.Namespace), Scope: []byte(p.Scope), KeyList: string(list)})
+	if e.batch.first.Load() == shapeReturning {
+		rows, ok, err := e.insertBatchReturning(ctx, tx, params)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return batchClaims(p.Keys, rows, nonce), nil
+		}
+	}
+	allNew, err := e.insertBatch(ctx, tx, params, len(p.Keys))
 	if err != nil {
 		return nil, err
 	}
+	if allNew { // every row is the batch's: nothing to read
+		won := make([]driver.BatchRow, len(p.Keys))
+		for i, k := range p.Keys {
+			won[i] = driver.BatchRow{Key: k, Won: true, Token: nonce}
+		}
+		return driver.BatchClaims(p.Keys, won), nil
+	}
+	rows, err := e.getBatch(ctx, tx, mysqldb.KeyGetBatchParams{Now: now, Namespace: int16(p.Namespace), Scope: []byte(p.Scope), KeyList: string(list)})
+	if err != nil {
+		return nil, err
+	}
+	return batchClaims(p.Keys, rows, nonce), nil
+}
+
+// batchClaims tells, among the rows of a batch's keys, those the batch
+// inserted (its nonce) from those that existed.
+func batchClaims(keys []string, rows []mysqldb.KeyGetBatchRow, nonce int64) []driver.BatchClaim {
 	out := make([]driver.BatchRow, len(rows))
 	for i, r := range rows {
 		out[i] = driver.BatchRow{Key: string(r.IdempotencyKey), Won: r.Token == nonce, Token: nonce, Available: r.Available == 1,
 			Existing: driver.Existing{Fingerprint: r.Fingerprint, Response: r.Response, Leased: r.State == driver.StateLeased}}
 	}
-	return driver.BatchClaims(p.Keys, out), nil
+	return driver.BatchClaims(keys, out)
 }

@@ -143,8 +143,9 @@ func New(db *sql.DB, opts ...Option) *Driver {
 	if db != nil {
 		e.stmts = cacheFor(db)
 		e.wsrep = e.stmts.wsrep // shared by the drivers on db
+		e.batch = e.stmts.batch
 	} else {
-		e.wsrep = &wsrepCheck{}
+		e.wsrep, e.batch = &wsrepCheck{}, &batchShape{}
 	}
 	return &Driver{e: e, check: checkDialect(db), optErr: optErr}
 }
@@ -178,6 +179,8 @@ type engine struct {
 	q     *mysqldb.Queries
 	stmts *stmtCache // nil without db: statements run unprepared
 	wsrep *wsrepCheck
+	// batch: the batch claim's shapes the server refused (batchjson.go).
+	batch *batchShape
 	// schema qualifies every statement (WithDatabase); nil: unqualified.
 	schema *driver.Schema
 }

@@ -33,6 +33,8 @@ type stmtCache struct {
 	// driver on db: a service that builds a driver per request pays for
 	// the probe once.
 	wsrep *wsrepCheck
+	// batch: the batch claim's shapes db's server refused (batchjson.go).
+	batch *batchShape
 }
 
 // stmts is the part of a stmtCache that its cleanup closes: it must not
@@ -79,7 +81,7 @@ func cacheFor(db *sql.DB) *stmtCache {
 	if c := caches.m[k].Value(); c != nil {
 		return c
 	}
-	c := &stmtCache{db: db, stmts: &stmts{}, wsrep: &wsrepCheck{}}
+	c := &stmtCache{db: db, stmts: &stmts{}, wsrep: &wsrepCheck{}, batch: &batchShape{}}
 	self := weak.Make(c)
 	caches.m[k] = self
 	runtime.AddCleanup(c, func(s *stmts) {

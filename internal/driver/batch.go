@@ -5,8 +5,9 @@ import (
 	"time"
 )
 
-// MaxBatch is the most keys a batch claim takes: the MySQL driver walks a
-// batch's JSON array with a table of the numbers 0 to 999.
+// MaxBatch is the most keys a batch claim takes: on a server without
+// JSON_TABLE (MariaDB 10.5) the MySQL driver walks a batch's JSON array
+// with a table of the numbers 0 to 999.
 const MaxBatch = 1000
 
 // BatchClaimer is implemented by engines that claim the keys of a batch in

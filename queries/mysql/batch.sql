@@ -2,6 +2,8 @@
 -- The keys travel as one JSON array of strings; sqlc's MySQL parser knows
 -- neither JSON_TABLE nor recursive CTEs, so the array is walked by a
 -- derived table of the numbers 0 to 999 (a batch holds at most 1000 keys).
+-- These are the statements of a server without JSON_TABLE (MariaDB 10.5):
+-- the driver's own, in mysqldriver/batchjson.go, walk the array once.
 
 -- name: KeyInsertBatch :execrows
 -- Claims the keys of a batch, each new row named by the batch's nonce as

@@ -64,6 +64,9 @@ type backend[TTx any] interface {
 	orders(ctx context.Context, ids []int64) (map[int64]orderRow, error)
 	// server describes the server: version and durability settings.
 	server(ctx context.Context) (Server, error)
+	// workStart starts measuring what the server writes; nil when the
+	// server cannot tell (see Work).
+	workStart(ctx context.Context) (meter, error)
 	close()
 }
 
@@ -102,6 +105,9 @@ type pgBackend struct {
 	drv      *pgxdriver.Driver
 	adminDSN string // the server, for the drop
 	schema   string
+	// walinspect is the schema holding pg_walinspect; "" when the server
+	// does not offer it.
+	walinspect string
 }
 
 func openPostgres(ctx context.Context, server string, maxConns int) (*pgBackend, error) {
@@ -141,6 +147,9 @@ func openPostgres(ctx context.Context, server string, maxConns int) (*pgBackend,
 	if err := bizdb.Migrate(ctx, db, "postgres"); err != nil {
 		return fail(fmt.Errorf("postgres: %w", err))
 	}
+	// Without pg_walinspect (not installed, not a superuser) the run
+	// goes on without the work columns.
+	_ = b.enableWork(ctx)
 	b.drv = pgxdriver.New(b.pool)
 	return b, nil
 }
@@ -330,6 +339,8 @@ type myBackend struct {
 	drv      *mysqldriver.Driver
 	adminDSN string
 	dbName   string
+	// work: table statistics are on; userstatSet: this run turned them on.
+	work, userstatSet bool
 }
 
 func openMySQL(ctx context.Context, server string, maxConns int) (*myBackend, error) {
@@ -366,6 +377,9 @@ func openMySQL(ctx context.Context, server string, maxConns int) (*myBackend, er
 	if err := bizdb.Migrate(ctx, b.db, "mysql"); err != nil {
 		return fail(fmt.Errorf("mysql: %w", err))
 	}
+	// Without the right to set userstat the run goes on without the work
+	// columns.
+	_ = b.enableWork(ctx)
 	b.drv = mysqldriver.New(b.db)
 	return b, nil
 }
@@ -489,6 +503,7 @@ func (b *myBackend) close() {
 		return
 	}
 	defer a.Close()
+	b.disableWork(ctx, a)
 	_, _ = a.ExecContext(ctx, "DROP DATABASE "+b.dbName)
 }
 

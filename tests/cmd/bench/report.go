@@ -63,6 +63,7 @@ func WriteTable(w io.Writer, rep *Report) error {
 				fmt.Sprintf("%.2f", r.TimeRatio), fmt.Sprintf("(%.2f-%.2f)", r.TimeRatioMin, r.TimeRatioMax), fmt.Sprintf("%.2f", r.SameWriteRatio),
 				cells[0], cells[1], cells[2], cells[3], cells[4])
 		}
+		writeWork(p, width, db)
 	}
 	p("")
 	p("x base: time per request relative to the bare INSERT (baseline) in the same round (1.25 = 25%% more); median over")
@@ -72,7 +73,42 @@ func WriteTable(w io.Writer, rep *Report) error {
 	p("faults: requests sent under fault injection; crashes: server died after the check and the write, before the commit;")
 	p("        dups: a duplicate sent while the first was in flight. Counted from the database after the clients' retries:")
 	p("        lost: the write is not there; doubled: it is there more than once.")
+	p("work:   the server's writes per request, medians over rounds. PostgreSQL: read back from the WAL (pg_walinspect),")
+	p("        the run's own relations and transactions only; rows = heap inserts, updates, deletes; HOT = updates that")
+	p("        wrote no index entry; locks = rows locked, not written; index = B-tree leaf inserts and BRIN changes.")
+	p("        MariaDB: rows changed and rows x indexes (userstat, the run's database only); redo bytes are the whole")
+	p("        server's (Innodb_lsn_current), other sessions included.")
 	return nil
+}
+
+// writeWork writes the server's work per request, when the server told it.
+func writeWork(p func(string, ...any), width int, db DBReport) {
+	if !slices.ContainsFunc(db.Results, func(r Result) bool { return r.Work != nil }) {
+		return
+	}
+	var base *Work
+	for _, r := range db.Results {
+		if r.ID == "baseline" {
+			base = r.Work
+		}
+	}
+	logName := "WAL B"
+	if db.Database == "mysql" {
+		logName = "redo B"
+	}
+	p("")
+	p("%-*s %8s %6s %7s %6s %5s %6s %6s %7s", width, "server work per request", logName, "x base", "FPI B", "rows", "HOT", "locks", "index", "commits")
+	for _, r := range db.Results {
+		w := r.Work
+		if w == nil {
+			continue
+		}
+		x := "-"
+		if base != nil && base.LogBytes > 0 {
+			x = fmt.Sprintf("%.2f", w.LogBytes/base.LogBytes)
+		}
+		p("%-*s %8.0f %6s %7.0f %6.2f %5.2f %6.2f %6.2f %7.2f", width, r.Name, w.LogBytes, x, w.FPIBytes, w.Rows, w.HOT, w.Locks, w.IndexEntries, w.Commits)
+	}
 }
 
 func msDur(ms float64) string {
@@ -106,7 +142,8 @@ func WriteCSV(w io.Writer, rep *Report) error {
 	cw := csv.NewWriter(w)
 	_ = cw.Write([]string{"database", "server_version", "technique", "name", "kind", "clients", "rounds",
 		"tps", "p50_ms", "p99_ms", "mean_ms", "x_baseline", "x_baseline_min", "x_baseline_max", "throughput_vs_baseline", "same_write_as", "x_same_write", "ops", "retries",
-		"fault_requests", "crashes", "duplicates", "lost", "doubled", "gave_up"})
+		"fault_requests", "crashes", "duplicates", "lost", "doubled", "gave_up",
+		"log_bytes", "fpi_bytes", "rows", "hot", "locks", "index_entries", "commits"})
 	f := func(x float64) string { return strconv.FormatFloat(x, 'f', 3, 64) }
 	for _, db := range rep.Databases {
 		for _, r := range db.Results {
@@ -120,6 +157,13 @@ func WriteCSV(w io.Writer, rep *Report) error {
 				}
 			} else {
 				row = append(row, "", "", "", "", "", "")
+			}
+			if w := r.Work; w != nil {
+				for _, x := range []float64{w.LogBytes, w.FPIBytes, w.Rows, w.HOT, w.Locks, w.IndexEntries, w.Commits} {
+					row = append(row, f(x))
+				}
+			} else {
+				row = append(row, "", "", "", "", "", "", "")
 			}
 			_ = cw.Write(row)
 		}

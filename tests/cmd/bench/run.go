@@ -158,9 +158,12 @@ type Result struct {
 	RoundTPS       []float64 `json:"round_tps"`
 	// Ops counts timed requests over all rounds; Retries the attempts
 	// they needed beyond the first.
-	Ops     int64        `json:"ops"`
-	Retries int64        `json:"retries"`
-	Fault   *FaultResult `json:"fault,omitempty"`
+	Ops     int64 `json:"ops"`
+	Retries int64 `json:"retries"`
+	// Work is the server's work per request, medians over rounds; nil
+	// when the server cannot tell.
+	Work  *Work        `json:"work,omitempty"`
+	Fault *FaultResult `json:"fault,omitempty"`
 }
 
 // FaultResult counts, from the database, what fault injection did to one
@@ -300,6 +303,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 type roundResult struct {
 	tps, p50, p99, mean float64 // ms for the latencies
 	ops, retries        int64
+	work                *Work
 }
 
 func runOn[TTx any](ctx context.Context, cfg Config, b backend[TTx], rdb *redis.Client, redisPrefix string) (DBReport, error) {
@@ -389,7 +393,11 @@ func runOn[TTx any](ctx context.Context, cfg Config, b backend[TTx], rdb *redis.
 		res := Result{ID: v.ID, Name: v.Name, Kind: v.Kind, Write: v.Write, SameWriteAs: v.bare}
 		same := index[v.bare] // used only when v.bare is set
 		var tps, p50, p99, mean, timeRatio, tputRatio, sameRatio []float64
+		var work []Work
 		for r, rr := range rounds[i] {
+			if rr.work != nil {
+				work = append(work, *rr.work)
+			}
 			base := rounds[index["baseline"]][r]
 			tps = append(tps, rr.tps)
 			p50 = append(p50, rr.p50)
@@ -404,6 +412,7 @@ func runOn[TTx any](ctx context.Context, cfg Config, b backend[TTx], rdb *redis.
 			res.Retries += rr.retries
 		}
 		res.RoundTPS = tps
+		res.Work = medianWork(work)
 		res.TPS, res.P50Ms, res.P99Ms, res.MeanMs = median(tps), median(p50), median(p99), median(mean)
 		res.TimeRatio, res.ThroughputRatio = median(timeRatio), median(tputRatio)
 		res.TimeRatioMin, res.TimeRatioMax = slices.Min(timeRatio), slices.Max(timeRatio)
@@ -496,6 +505,10 @@ func timed[TTx any](ctx context.Context, cfg Config, b backend[TTx], v *variant,
 		firstErr error
 		wg       sync.WaitGroup
 	)
+	end, err := b.workStart(ctx)
+	if err != nil {
+		return roundResult{}, fmt.Errorf("server work: %w", err)
+	}
 	start := time.Now()
 	deadline := start.Add(d)
 	for range cfg.Clients {
@@ -554,7 +567,19 @@ func timed[TTx any](ctx context.Context, cfg Config, b backend[TTx], v *variant,
 	for _, l := range lat {
 		sum += l
 	}
+	var work *Work
+	if end != nil {
+		// The work columns are a reading beside the timing: a failed
+		// reading (another run dropped the pg_walinspect it shared) leaves
+		// this round out of their medians, not the run.
+		if w, err := end(ctx, int64(len(lat))); err != nil {
+			cfg.logf("%s: %s: server work not measured: %v", b.name(), v.ID, err)
+		} else {
+			work = &w
+		}
+	}
 	return roundResult{
+		work:    work,
 		tps:     float64(len(lat)) / elapsed.Seconds(),
 		p50:     percentile(lat, 0.50),
 		p99:     percentile(lat, 0.99),
