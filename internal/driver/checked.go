@@ -181,3 +181,31 @@ func (c Checked) on(tx *sql.Tx) querier {
 	}
 	return tx
 }
+
+func (c Checked) StepGet(ctx context.Context, tx *sql.Tx, k Key, now time.Time) (StepRow, bool, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return StepRow{}, false, err
+	}
+	return c.Engine.StepGet(ctx, tx, k, now)
+}
+
+func (c Checked) StepResume(ctx context.Context, tx *sql.Tx, k Key, token int64, recovery []byte, lease time.Duration, now time.Time) (bool, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return false, err
+	}
+	return c.Engine.StepResume(ctx, tx, k, token, recovery, lease, now)
+}
+
+func (c Checked) StepSave(ctx context.Context, tx *sql.Tx, k Key, token int64, recovery []byte, lease time.Duration, now time.Time) (bool, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return false, err
+	}
+	return c.Engine.StepSave(ctx, tx, k, token, recovery, lease, now)
+}
+
+func (c Checked) StepStuck(ctx context.Context, tx *sql.Tx, ns Namespace, limit int, now time.Time) ([]Key, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return nil, err
+	}
+	return c.Engine.StepStuck(ctx, tx, ns, limit, now)
+}

@@ -64,6 +64,7 @@ type Engine[TTx any] interface {
 	InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
 
 	Tokens[TTx]
+	Steps[TTx]
 }
 
 // DuplicateInTx is implemented by engines that need the transaction to

@@ -152,4 +152,17 @@ func (r Refused[TTx]) TokenPurge(context.Context, TTx, int, time.Time) (int64, e
 	return 0, r.Err
 }
 
+func (r Refused[TTx]) StepGet(context.Context, TTx, Key, time.Time) (StepRow, bool, error) {
+	return StepRow{}, false, r.Err
+}
+func (r Refused[TTx]) StepResume(context.Context, TTx, Key, int64, []byte, time.Duration, time.Time) (bool, error) {
+	return false, r.Err
+}
+func (r Refused[TTx]) StepSave(context.Context, TTx, Key, int64, []byte, time.Duration, time.Time) (bool, error) {
+	return false, r.Err
+}
+func (r Refused[TTx]) StepStuck(context.Context, TTx, Namespace, int, time.Time) ([]Key, error) {
+	return nil, r.Err
+}
+
 var _ Engine[int] = Refused[int]{}
