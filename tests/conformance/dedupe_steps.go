@@ -398,6 +398,90 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		svc.effectsOnce(t, 2*keys)
 	})
 
+	// Runs stopped inside the charge, then retries from many goroutines
+	// and two completers, all at once, past the leases.
+	t.Run("RaceWithCompleter", func(t *testing.T) {
+		ctx := ctxT(t)
+		const workers, keys, completers = 12, 6, 2
+		db := f(t, workers+completers+4)
+		s, err := dedupe.New(db.Driver())
+		must(t, err)
+		svc := newOutsideService(t)
+		faults := &stepFaults{}
+		op := paymentOp(db, svc, faults, lease)
+		t0 := clockBase()
+		for k := range keys {
+			key := fmt.Sprintf("stuck-%d", k)
+			runCtx, cancel := context.WithCancel(at(ctx, t0, 0))
+			faults.mu.Lock()
+			faults.fault, faults.cancel = &stepFault{step: "charge", inside: true, mode: "cancel"}, cancel
+			faults.mu.Unlock()
+			_, err := s.RunSteps(runCtx, dedupe.Request{Scope: "steps", Key: key, Fingerprint: []byte(key)}, []byte(key), op)
+			cancel()
+			wantErr(t, "stopped run", err, context.Canceled)
+		}
+		later := at(ctx, t0, 2*lease)
+		var wg sync.WaitGroup
+		var finished, first atomic.Int64
+		errs := make(chan error, workers*keys+completers)
+		answers := sync.Map{}
+		for range completers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 20 {
+					done, _, err := s.CompleteStuck(later, 3, op)
+					if err != nil && !errors.Is(err, sqlonce.ErrLeaseLost) {
+						errs <- fmt.Errorf("completer: %w", err)
+						return
+					}
+					finished.Add(int64(done))
+				}
+			}()
+		}
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := range keys {
+					key := fmt.Sprintf("stuck-%d", (k+w)%keys)
+					req := dedupe.Request{Scope: "steps", Key: key, Fingerprint: []byte(key)}
+					for {
+						res, err := s.RunSteps(later, req, []byte(key), op)
+						if errors.Is(err, sqlonce.ErrInProgress) || errors.Is(err, sqlonce.ErrLeaseLost) {
+							time.Sleep(time.Millisecond)
+							continue
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+						if res.FirstRun() {
+							first.Add(1)
+						}
+						if prev, loaded := answers.LoadOrStore(key, string(res.Response)); loaded && prev != string(res.Response) {
+							errs <- fmt.Errorf("key %s answered %q and %q", key, prev, res.Response)
+						}
+						break
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if n := first.Load() + finished.Load(); n != keys {
+			t.Fatalf("%d resumed by retries, %d by completers, want %d in all", first.Load(), finished.Load(), keys)
+		}
+		for k := range keys {
+			wantLedgerOnce(t, ctx, db, fmt.Sprintf("stuck-%d", k))
+		}
+		svc.effectsOnce(t, 2*keys)
+		t.Logf("%d keys: %d finished by retries, %d by completers; outside service got %d calls", keys, first.Load(), finished.Load(), svc.calls.Load())
+	})
+
 	t.Run("CompleteEvery", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
