@@ -204,9 +204,14 @@ func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op
 			return sqlonce.Result{}, fmt.Errorf("sqlonce/dedupe: run steps of key %q: %w", req.Key, err)
 		}
 		if !found || row.Expired {
-			token, res, won, err := s.stepClaim(ctx, k, req, ttl, op, fresh, &o)
-			if err != nil || !won {
-				return res, err
+			// A new key, or an expired one: start from the first step.
+			// Never over a lapsed lease, which holds a recovery point.
+			token, ok, err := s.stepStart(ctx, k, row, found, req, ttl, op.lease(), fresh, &o)
+			if err != nil {
+				return sqlonce.Result{}, err
+			}
+			if !ok {
+				continue // someone else started it: read it again
 			}
 			o.Decided()
 			return s.runStepsFrom(ctx, k, token, fresh, op, ttl, &o)
@@ -249,37 +254,25 @@ func replaySteps(req Request, response []byte) (sqlonce.Result, error) {
 	return sqlonce.Result{Outcome: sqlonce.AlreadyDone, Response: resp}, nil
 }
 
-// stepClaim claims k for a first run and stores its recovery point, in one
-// transaction. won is false when the key turned out live: res or err is
-// then the answer.
-func (s *Store[TTx]) stepClaim(ctx context.Context, k driver.Key, req Request, ttl time.Duration, op *Operation[TTx], rec recovery, o *obs.Op) (token int64, res sqlonce.Result, won bool, err error) {
-	lease := op.lease()
-	var lost error // the answer for a key found live
-	err = owntx.RunObserved(ctx, s.engine, o, func(ctx context.Context, tx TTx) error {
+// stepStart records k, new (found false) or in place of its expired row,
+// leased, with rec as its recovery point, and returns its token. ok is
+// false when the key turned out taken since it was read.
+func (s *Store[TTx]) stepStart(ctx context.Context, k driver.Key, row driver.StepRow, found bool, req Request, ttl, lease time.Duration, rec recovery, o *obs.Op) (token int64, ok bool, err error) {
+	ttl = max(ttl, lease) // keeps locked_until <= expires_at
+	err = owntx.RunStatements(ctx, s.engine, o, func(ctx context.Context, tx TTx) (err error) {
 		now := testclock.Now(ctx)
-		c, err := s.engine.Claim(ctx, tx, driver.ClaimParams{Key: k, Fingerprint: req.Fingerprint, TTL: max(ttl, lease), Lease: lease, Now: now})
-		if err != nil {
+		if !found {
+			token, ok, err = s.engine.StepStart(ctx, tx, k, req.Fingerprint, rec.encode(), lease, ttl, now)
 			return err
 		}
-		if won = c.Won; !won {
-			if c.Existing.Leased || !bytes.Equal(c.Existing.Fingerprint, req.Fingerprint) {
-				res, lost = existing(req, c.Existing)
-			} else {
-				res, lost = replaySteps(req, c.Existing.Response)
-			}
-			return nil
-		}
-		token = c.Token
-		ok, err := s.engine.StepSave(ctx, tx, k, token, rec.encode(), lease, now)
-		if err == nil && !ok {
-			err = fmt.Errorf("%w: key %q: the claim vanished", sqlonce.ErrLeaseLost, k.Key)
-		}
+		token = row.Token + 1
+		ok, err = s.engine.StepRestart(ctx, tx, k, row.Token, row.Response, req.Fingerprint, rec.encode(), lease, ttl, now)
 		return err
 	})
 	if err != nil {
-		return 0, sqlonce.Result{}, false, fmt.Errorf("sqlonce/dedupe: claim steps of key %q: %w", k.Key, err)
+		return 0, false, fmt.Errorf("sqlonce/dedupe: start steps of key %q: %w", k.Key, err)
 	}
-	return token, res, won, lost
+	return token, ok, nil
 }
 
 // recoveryOf decodes row's recovery point, one attempt more; fresh when
@@ -301,7 +294,7 @@ func recoveryOf(k driver.Key, row driver.StepRow, fresh recovery) (recovery, err
 // changed since it was read.
 func (s *Store[TTx]) stepResume(ctx context.Context, k driver.Key, row driver.StepRow, rec recovery, lease time.Duration, o *obs.Op) (token int64, ok bool, err error) {
 	err = owntx.RunStatements(ctx, s.engine, o, func(ctx context.Context, tx TTx) (err error) {
-		ok, err = s.engine.StepResume(ctx, tx, k, row.Token, rec.encode(), lease, testclock.Now(ctx))
+		ok, err = s.engine.StepResume(ctx, tx, k, row.Token, row.Response, rec.encode(), lease, testclock.Now(ctx))
 		return err
 	})
 	if err != nil {

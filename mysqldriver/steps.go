@@ -26,12 +26,42 @@ func (e engine) StepGet(ctx context.Context, tx *sql.Tx, k driver.Key, now time.
 
 // StepResume changes the token, and StepSave the recovery point, which
 // grows at every step: MySQL, which counts changed rows, counts the row.
-func (e engine) StepResume(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, recovery []byte, lease time.Duration, now time.Time) (bool, error) {
+func (e engine) StepStart(ctx context.Context, tx *sql.Tx, k driver.Key, fingerprint, recovery []byte, lease, ttl time.Duration, now time.Time) (int64, bool, error) {
+	if err := e.checkTx(ctx, tx); err != nil {
+		return 0, false, err
+	}
+	res, err := e.q.KeyStepStart(ctx, e.on(tx), mysqldb.KeyStepStartParams{
+		Namespace: int16(k.Namespace), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Fingerprint: driver.NonNil(fingerprint),
+		Recovery: recovery, Now: myNow(now), LeaseUs: lease.Microseconds(), TtlUs: ttl.Microseconds(),
+	})
+	if duplicate(err, "PRIMARY") {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, err
+	}
+	// No RETURNING on MySQL: LAST_INSERT_ID(token) in the INSERT answers it.
+	token, err := res.LastInsertId()
+	return token, err == nil, err
+}
+
+func (e engine) StepRestart(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, read, fingerprint, recovery []byte, lease, ttl time.Duration, now time.Time) (bool, error) {
+	if err := e.checkTx(ctx, tx); err != nil {
+		return false, err
+	}
+	n, err := e.q.KeyStepRestart(ctx, e.on(tx), mysqldb.KeyStepRestartParams{
+		ReadRecovery: read, Fingerprint: driver.NonNil(fingerprint), Recovery: recovery, Now: myNow(now), LeaseUs: lease.Microseconds(), TtlUs: ttl.Microseconds(),
+		Namespace: int16(k.Namespace), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token,
+	})
+	return n == 1, err
+}
+
+func (e engine) StepResume(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, read, recovery []byte, lease time.Duration, now time.Time) (bool, error) {
 	if err := e.checkTx(ctx, tx); err != nil {
 		return false, err
 	}
 	n, err := e.q.KeyStepResume(ctx, e.on(tx), mysqldb.KeyStepResumeParams{
-		Recovery: recovery, Now: myNow(now), LeaseUs: lease.Microseconds(),
+		ReadRecovery: read, Recovery: recovery, Now: myNow(now), LeaseUs: lease.Microseconds(),
 		Namespace: int16(k.Namespace), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token,
 	})
 	return n == 1, err

@@ -22,10 +22,31 @@ func (e engine) StepGet(ctx context.Context, tx *sql.Tx, k driver.Key, now time.
 	return driver.StepRow{Fingerprint: r.Fingerprint, Response: r.Response, State: r.State, Token: r.Token, Leased: r.Leased, Expired: r.Expired}, true, nil
 }
 
-func (e engine) StepResume(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, recovery []byte, lease time.Duration, now time.Time) (_ bool, err error) {
+func (e engine) StepStart(ctx context.Context, tx *sql.Tx, k driver.Key, fingerprint, recovery []byte, lease, ttl time.Duration, now time.Time) (_ int64, _ bool, err error) {
+	defer func() { err = canceled(ctx, err) }()
+	token, err := e.q.KeyStepStart(ctx, e.on(tx), pgsqldb.KeyStepStartParams{
+		Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Fingerprint: driver.NonNil(fingerprint),
+		Recovery: recovery, Now: pgNow(now), LeaseUs: lease.Microseconds(), TtlUs: ttl.Microseconds(),
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	return token, err == nil, err
+}
+
+func (e engine) StepRestart(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, read, fingerprint, recovery []byte, lease, ttl time.Duration, now time.Time) (_ bool, err error) {
+	defer func() { err = canceled(ctx, err) }()
+	n, err := e.q.KeyStepRestart(ctx, e.on(tx), pgsqldb.KeyStepRestartParams{
+		ReadRecovery: read, Fingerprint: driver.NonNil(fingerprint), Recovery: recovery, Now: pgNow(now), LeaseUs: lease.Microseconds(), TtlUs: ttl.Microseconds(),
+		Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	return n == 1, err
+}
+
+func (e engine) StepResume(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, read, recovery []byte, lease time.Duration, now time.Time) (_ bool, err error) {
 	defer func() { err = canceled(ctx, err) }()
 	n, err := e.q.KeyStepResume(ctx, e.on(tx), pgsqldb.KeyStepResumeParams{
-		Recovery: recovery, Now: pgNow(now), LeaseUs: lease.Microseconds(),
+		ReadRecovery: read, Recovery: recovery, Now: pgNow(now), LeaseUs: lease.Microseconds(),
 		Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err

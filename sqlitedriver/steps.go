@@ -21,9 +21,28 @@ func (e engine) StepGet(ctx context.Context, tx *sql.Tx, k driver.Key, now time.
 	return driver.StepRow{Fingerprint: r.Fingerprint, Response: r.Response, State: int16(r.State), Token: r.Token, Leased: r.Leased == 1, Expired: r.Expired == 1}, true, nil
 }
 
-func (e engine) StepResume(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, recovery []byte, lease time.Duration, now time.Time) (bool, error) {
+func (e engine) StepStart(ctx context.Context, tx *sql.Tx, k driver.Key, fingerprint, recovery []byte, lease, ttl time.Duration, now time.Time) (int64, bool, error) {
+	token, err := e.q.KeyStepStart(ctx, e.on(tx), sqlitedb.KeyStepStartParams{
+		Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Fingerprint: driver.NonNil(fingerprint),
+		Recovery: recovery, Now: liteNow(now), LeaseUs: lease.Microseconds(), TtlUs: ttl.Microseconds(),
+	})
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	return token, err == nil, err
+}
+
+func (e engine) StepRestart(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, read, fingerprint, recovery []byte, lease, ttl time.Duration, now time.Time) (bool, error) {
+	n, err := e.q.KeyStepRestart(ctx, e.on(tx), sqlitedb.KeyStepRestartParams{
+		ReadRecovery: read, Fingerprint: driver.NonNil(fingerprint), Recovery: recovery, Now: liteNow(now), LeaseUs: lease.Microseconds(), TtlUs: ttl.Microseconds(),
+		Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	return n == 1, err
+}
+
+func (e engine) StepResume(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, read, recovery []byte, lease time.Duration, now time.Time) (bool, error) {
 	n, err := e.q.KeyStepResume(ctx, e.on(tx), sqlitedb.KeyStepResumeParams{
-		Recovery: recovery, Now: liteNow(now), LeaseUs: lease.Microseconds(),
+		ReadRecovery: read, Recovery: recovery, Now: liteNow(now), LeaseUs: lease.Microseconds(),
 		Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
 	})
 	return n == 1, err

@@ -66,6 +66,57 @@ func (q *Queries) KeyStepGet(ctx context.Context, db DBTX, arg KeyStepGetParams)
 	return i, err
 }
 
+const keyStepRestart = `-- name: KeyStepRestart :execrows
+UPDATE sqlonce_keys
+SET fingerprint  = ?,
+    response     = ?,
+    state        = 2,
+    token        = token + 1,
+    locked_until = DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND),
+    created_at   = COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
+    expires_at   = DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND)
+WHERE namespace = ? AND scope = ? AND idempotency_key = ?
+  AND token = ? AND response = ? AND expires_at <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+`
+
+type KeyStepRestartParams struct {
+	Fingerprint    []byte
+	Recovery       []byte
+	Now            sql.NullTime
+	LeaseUs        interface{}
+	TtlUs          interface{}
+	Namespace      int16
+	Scope          []byte
+	IdempotencyKey []byte
+	Token          int64
+	ReadRecovery   []byte
+}
+
+// Starts a step operation anew on an expired key read with token and read
+// in its response column. The new
+// token is token + 1, which makes the row count as changed.
+func (q *Queries) KeyStepRestart(ctx context.Context, db DBTX, arg KeyStepRestartParams) (int64, error) {
+	result, err := db.ExecContext(ctx, keyStepRestart,
+		arg.Fingerprint,
+		arg.Recovery,
+		arg.Now,
+		arg.LeaseUs,
+		arg.Now,
+		arg.Now,
+		arg.TtlUs,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Token,
+		arg.ReadRecovery,
+		arg.Now,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const keyStepResume = `-- name: KeyStepResume :execrows
 UPDATE sqlonce_keys
 SET token        = token + 1,
@@ -73,7 +124,7 @@ SET token        = token + 1,
     locked_until = DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND),
     expires_at   = GREATEST(expires_at, DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND))
 WHERE namespace = ? AND scope = ? AND idempotency_key = ?
-  AND token = ? AND state = 2
+  AND token = ? AND state = 2 AND response = ?
   AND locked_until <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
   AND expires_at > COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
 `
@@ -86,10 +137,12 @@ type KeyStepResumeParams struct {
 	Scope          []byte
 	IdempotencyKey []byte
 	Token          int64
+	ReadRecovery   []byte
 }
 
 // Takes over a lapsed lease read with token, keeping its recovery point
-// (rewritten as recovery: one more attempt). The new token is token + 1;
+// (rewritten as recovery: one more attempt), if that recovery point is
+// still read: a step that committed since changed it, though not the token. The new token is token + 1;
 // the token's change makes the row count as changed.
 func (q *Queries) KeyStepResume(ctx context.Context, db DBTX, arg KeyStepResumeParams) (int64, error) {
 	result, err := db.ExecContext(ctx, keyStepResume,
@@ -102,6 +155,7 @@ func (q *Queries) KeyStepResume(ctx context.Context, db DBTX, arg KeyStepResumeP
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
+		arg.ReadRecovery,
 		arg.Now,
 		arg.Now,
 	)
@@ -149,6 +203,55 @@ func (q *Queries) KeyStepSave(ctx context.Context, db DBTX, arg KeyStepSaveParam
 		return 0, err
 	}
 	return result.RowsAffected()
+}
+
+const keyStepStart = `-- name: KeyStepStart :execresult
+INSERT INTO sqlonce_keys (
+    namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
+) VALUES (
+    ?,
+    ?,
+    ?,
+    ?,
+    ?,
+    2,
+    LAST_INSERT_ID(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))),
+    DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND),
+    COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
+    DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND)
+)
+`
+
+type KeyStepStartParams struct {
+	Namespace      int16
+	Scope          []byte
+	IdempotencyKey []byte
+	Fingerprint    []byte
+	Recovery       []byte
+	Now            sql.NullTime
+	LeaseUs        interface{}
+	TtlUs          interface{}
+}
+
+// Inserts the key of a new step operation, leased, with its first
+// recovery point. LAST_INSERT_ID(token) hands the token (the database
+// clock in microseconds, as a lease's) back in the result's LastInsertId.
+// A duplicate-key error: the key exists; the caller reads it again. Never
+// a takeover: a lapsed lease holds a recovery point to resume from.
+func (q *Queries) KeyStepStart(ctx context.Context, db DBTX, arg KeyStepStartParams) (sql.Result, error) {
+	return db.ExecContext(ctx, keyStepStart,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Fingerprint,
+		arg.Recovery,
+		arg.Now,
+		arg.Now,
+		arg.LeaseUs,
+		arg.Now,
+		arg.Now,
+		arg.TtlUs,
+	)
 }
 
 const keyStepStuck = `-- name: KeyStepStuck :many

@@ -64,6 +64,54 @@ func (q *Queries) KeyStepGet(ctx context.Context, db DBTX, arg KeyStepGetParams)
 	return i, err
 }
 
+const keyStepRestart = `-- name: KeyStepRestart :execrows
+UPDATE sqlonce_keys
+SET fingerprint  = $1,
+    response     = $2,
+    state        = 2,
+    token        = token + 1,
+    locked_until = coalesce($3::timestamptz, now()) + $4::bigint * interval '1 microsecond',
+    created_at   = coalesce($3::timestamptz, now()),
+    expires_at   = coalesce($3::timestamptz, now()) + $5::bigint * interval '1 microsecond'
+WHERE namespace = $6 AND scope = $7 AND idempotency_key = $8
+  AND token = $9 AND response = $10 AND expires_at <= coalesce($3::timestamptz, now())
+`
+
+type KeyStepRestartParams struct {
+	Fingerprint    []byte
+	Recovery       []byte
+	Now            pgtype.Timestamptz
+	LeaseUs        int64
+	TtlUs          int64
+	Namespace      int16
+	Scope          string
+	IdempotencyKey string
+	Token          int64
+	ReadRecovery   []byte
+}
+
+// Starts a step operation anew on an expired key read with token and read
+// in its response column. The new
+// token is token + 1.
+func (q *Queries) KeyStepRestart(ctx context.Context, db DBTX, arg KeyStepRestartParams) (int64, error) {
+	result, err := db.Exec(ctx, keyStepRestart,
+		arg.Fingerprint,
+		arg.Recovery,
+		arg.Now,
+		arg.LeaseUs,
+		arg.TtlUs,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Token,
+		arg.ReadRecovery,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const keyStepResume = `-- name: KeyStepResume :execrows
 UPDATE sqlonce_keys
 SET token        = token + 1,
@@ -71,7 +119,7 @@ SET token        = token + 1,
     locked_until = coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond',
     expires_at   = greatest(expires_at, coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond')
 WHERE namespace = $4 AND scope = $5 AND idempotency_key = $6
-  AND token = $7 AND state = 2
+  AND token = $7 AND state = 2 AND response = $8
   AND locked_until <= coalesce($2::timestamptz, now())
   AND expires_at > coalesce($2::timestamptz, now())
 `
@@ -84,10 +132,12 @@ type KeyStepResumeParams struct {
 	Scope          string
 	IdempotencyKey string
 	Token          int64
+	ReadRecovery   []byte
 }
 
 // Takes over a lapsed lease read with token, keeping its recovery point
-// (rewritten as recovery: one more attempt). The new token is token + 1.
+// (rewritten as recovery: one more attempt), if that recovery point is
+// still read: a step that committed since changed it, though not the token. The new token is token + 1.
 func (q *Queries) KeyStepResume(ctx context.Context, db DBTX, arg KeyStepResumeParams) (int64, error) {
 	result, err := db.Exec(ctx, keyStepResume,
 		arg.Recovery,
@@ -97,6 +147,7 @@ func (q *Queries) KeyStepResume(ctx context.Context, db DBTX, arg KeyStepResumeP
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
+		arg.ReadRecovery,
 	)
 	if err != nil {
 		return 0, err
@@ -139,6 +190,57 @@ func (q *Queries) KeyStepSave(ctx context.Context, db DBTX, arg KeyStepSaveParam
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const keyStepStart = `-- name: KeyStepStart :one
+INSERT INTO sqlonce_keys (
+    namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
+) VALUES (
+    $1,
+    $2,
+    $3,
+    $4,
+    $5,
+    2,
+    (extract(epoch FROM coalesce($6::timestamptz, now())) * 1000000)::bigint,
+    coalesce($6::timestamptz, now()) + $7::bigint * interval '1 microsecond',
+    coalesce($6::timestamptz, now()),
+    coalesce($6::timestamptz, now()) + $8::bigint * interval '1 microsecond'
+)
+ON CONFLICT (namespace, scope, idempotency_key) DO NOTHING
+RETURNING token
+`
+
+type KeyStepStartParams struct {
+	Namespace      int16
+	Scope          string
+	IdempotencyKey string
+	Fingerprint    []byte
+	Recovery       []byte
+	Now            pgtype.Timestamptz
+	LeaseUs        int64
+	TtlUs          int64
+}
+
+// Inserts the key of a new step operation, leased, with its first
+// recovery point, and returns its token (the database clock in
+// microseconds, as a lease's). No row: the key exists; the caller reads it
+// again. Never a takeover: a lapsed lease holds a recovery point to resume
+// from.
+func (q *Queries) KeyStepStart(ctx context.Context, db DBTX, arg KeyStepStartParams) (int64, error) {
+	row := db.QueryRow(ctx, keyStepStart,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Fingerprint,
+		arg.Recovery,
+		arg.Now,
+		arg.LeaseUs,
+		arg.TtlUs,
+	)
+	var token int64
+	err := row.Scan(&token)
+	return token, err
 }
 
 const keyStepStuck = `-- name: KeyStepStuck :many

@@ -63,6 +63,54 @@ func (q *Queries) KeyStepGet(ctx context.Context, db DBTX, arg KeyStepGetParams)
 	return i, err
 }
 
+const keyStepRestart = `-- name: KeyStepRestart :execrows
+UPDATE sqlonce_keys
+SET fingerprint  = ?1,
+    response     = ?2,
+    state        = 2,
+    token        = token + 1,
+    locked_until = coalesce(CAST(?3 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(?4 AS INTEGER),
+    created_at   = coalesce(CAST(?3 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000),
+    expires_at   = coalesce(CAST(?3 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(?5 AS INTEGER)
+WHERE namespace = ?6 AND scope = ?7 AND idempotency_key = ?8
+  AND token = ?9 AND response = ?10 AND expires_at <= coalesce(CAST(?3 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)
+`
+
+type KeyStepRestartParams struct {
+	Fingerprint    []byte
+	Recovery       []byte
+	Now            sql.NullInt64
+	LeaseUs        int64
+	TtlUs          int64
+	Namespace      int64
+	Scope          string
+	IdempotencyKey string
+	Token          int64
+	ReadRecovery   []byte
+}
+
+// Starts a step operation anew on an expired key read with token and read
+// in its response column. The new
+// token is token + 1.
+func (q *Queries) KeyStepRestart(ctx context.Context, db DBTX, arg KeyStepRestartParams) (int64, error) {
+	result, err := db.ExecContext(ctx, keyStepRestart,
+		arg.Fingerprint,
+		arg.Recovery,
+		arg.Now,
+		arg.LeaseUs,
+		arg.TtlUs,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Token,
+		arg.ReadRecovery,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const keyStepResume = `-- name: KeyStepResume :execrows
 UPDATE sqlonce_keys
 SET token        = token + 1,
@@ -70,7 +118,7 @@ SET token        = token + 1,
     locked_until = coalesce(CAST(?2 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(?3 AS INTEGER),
     expires_at   = max(expires_at, coalesce(CAST(?2 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(?3 AS INTEGER))
 WHERE namespace = ?4 AND scope = ?5 AND idempotency_key = ?6
-  AND token = ?7 AND state = 2
+  AND token = ?7 AND state = 2 AND response = ?8
   AND locked_until <= coalesce(CAST(?2 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)
   AND expires_at > coalesce(CAST(?2 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)
 `
@@ -83,10 +131,12 @@ type KeyStepResumeParams struct {
 	Scope          string
 	IdempotencyKey string
 	Token          int64
+	ReadRecovery   []byte
 }
 
 // Takes over a lapsed lease read with token, keeping its recovery point
-// (rewritten as recovery: one more attempt). The new token is token + 1.
+// (rewritten as recovery: one more attempt), if that recovery point is
+// still read: a step that committed since changed it, though not the token. The new token is token + 1.
 func (q *Queries) KeyStepResume(ctx context.Context, db DBTX, arg KeyStepResumeParams) (int64, error) {
 	result, err := db.ExecContext(ctx, keyStepResume,
 		arg.Recovery,
@@ -96,6 +146,7 @@ func (q *Queries) KeyStepResume(ctx context.Context, db DBTX, arg KeyStepResumeP
 		arg.Scope,
 		arg.IdempotencyKey,
 		arg.Token,
+		arg.ReadRecovery,
 	)
 	if err != nil {
 		return 0, err
@@ -138,6 +189,57 @@ func (q *Queries) KeyStepSave(ctx context.Context, db DBTX, arg KeyStepSaveParam
 		return 0, err
 	}
 	return result.RowsAffected()
+}
+
+const keyStepStart = `-- name: KeyStepStart :one
+INSERT INTO sqlonce_keys (
+    namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
+) VALUES (
+    ?1,
+    ?2,
+    ?3,
+    ?4,
+    ?5,
+    2,
+    coalesce(CAST(?6 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000),
+    coalesce(CAST(?6 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(?7 AS INTEGER),
+    coalesce(CAST(?6 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000),
+    coalesce(CAST(?6 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(?8 AS INTEGER)
+)
+ON CONFLICT (namespace, scope, idempotency_key) DO NOTHING
+RETURNING token
+`
+
+type KeyStepStartParams struct {
+	Namespace      int64
+	Scope          string
+	IdempotencyKey string
+	Fingerprint    []byte
+	Recovery       []byte
+	Now            sql.NullInt64
+	LeaseUs        int64
+	TtlUs          int64
+}
+
+// Inserts the key of a new step operation, leased, with its first
+// recovery point, and returns its token (the database clock in
+// microseconds, as a lease's). No row: the key exists; the caller reads it
+// again. Never a takeover: a lapsed lease holds a recovery point to resume
+// from.
+func (q *Queries) KeyStepStart(ctx context.Context, db DBTX, arg KeyStepStartParams) (int64, error) {
+	row := db.QueryRowContext(ctx, keyStepStart,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Fingerprint,
+		arg.Recovery,
+		arg.Now,
+		arg.LeaseUs,
+		arg.TtlUs,
+	)
+	var token int64
+	err := row.Scan(&token)
+	return token, err
 }
 
 const keyStepStuck = `-- name: KeyStepStuck :many
