@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 )
 
@@ -175,6 +177,29 @@ func paymentOp[TTx any](db harness.DB[TTx], svc *outsideService, f *stepFaults, 
 		},
 	}
 }
+
+// resumeHook calls before ahead of the first StepResume, once.
+type resumeHook[TTx any] struct {
+	driver.Engine[TTx]
+	once   *sync.Once
+	before func()
+}
+
+func (e resumeHook[TTx]) Autocommit(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+	if a, ok := e.Engine.(driver.Autocommitter[TTx]); ok {
+		return a.Autocommit(ctx, fn)
+	}
+	return driver.ErrNoRun
+}
+
+func (e resumeHook[TTx]) StepResume(ctx context.Context, tx TTx, k driver.Key, token int64, read, recovery []byte, lease time.Duration, now time.Time) (bool, error) {
+	e.once.Do(e.before)
+	return e.Engine.StepResume(ctx, tx, k, token, read, recovery, lease, now)
+}
+
+type hookDriver[TTx any] struct{ e resumeHook[TTx] }
+
+func (d hookDriver[TTx]) Engine() driver.Engine[TTx] { return d.e }
 
 // runCaught runs RunSteps and turns a panic into an error.
 func runCaught[TTx any](ctx context.Context, s *dedupe.Store[TTx], req dedupe.Request, input []byte, op *dedupe.Operation[TTx]) (res sqlonce.Result, err error) {
@@ -480,6 +505,78 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 		svc.effectsOnce(t, 2*keys)
 		t.Logf("%d keys: %d finished by retries, %d by completers; outside service got %d calls", keys, first.Load(), finished.Load(), svc.calls.Load())
+	})
+
+	// A run whose lease lapsed commits a database step after a retry read
+	// the key and before the retry takes it over: the retry must not write
+	// back the recovery point it read, which lacks that step.
+	t.Run("ResumeAfterAStepCommitted", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		slow, err := dedupe.New(db.Driver())
+		must(t, err)
+		bRead, aCommitted := make(chan struct{}), make(chan struct{})
+		hooked := resumeHook[TTx]{Engine: db.Driver().Engine(), once: new(sync.Once), before: func() {
+			close(bRead)
+			<-aCommitted
+		}}
+		retrier, err := dedupe.New(hookDriver[TTx]{hooked})
+		must(t, err)
+		svc := newOutsideService(t)
+		t0 := clockBase()
+		op := paymentOp(db, svc, &stepFaults{}, lease)
+		// Run A: its reserve step waits until B has read the key (lapsed
+		// at B's clock), then commits; its charge step tells B so.
+		aOp := *op
+		aOp.Steps = slices.Clone(op.Steps)
+		reserve, charge := aOp.Steps[0].InTx, aOp.Steps[1].Outside
+		aOp.Steps[0].InTx = func(ctx context.Context, tx TTx, st dedupe.StepState) ([]byte, error) {
+			<-bRead
+			return reserve(ctx, tx, st)
+		}
+		aOp.Steps[1].Outside = func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+			select {
+			case <-aCommitted:
+			default:
+				close(aCommitted)
+			}
+			return charge(ctx, st)
+		}
+		req := dedupe.Request{Scope: "steps", Key: "late-step", Fingerprint: []byte("fp")}
+		// A claims the key, then stops before its first step; its lease
+		// lapses at B's clock.
+		aDone := make(chan error, 1)
+		go func() {
+			_, err := slow.RunSteps(at(ctx, t0, 0), req, []byte("late-step"), &aOp)
+			aDone <- err
+		}()
+		// B starts once A holds the key.
+		for {
+			row, ok, err := db.Key(ctx, "steps", "late-step")
+			must(t, err)
+			if ok && row.State == 2 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		// B resumes after A's reserve (FirstRun), or finds A finished
+		// (AlreadyDone), or still moving (ErrInProgress).
+		_, err = retrier.RunSteps(at(ctx, t0, 2*lease), req, []byte("late-step"), op)
+		if err != nil && !errors.Is(err, sqlonce.ErrInProgress) {
+			t.Fatalf("retry: %v", err)
+		}
+		if err := <-aDone; err != nil && !errors.Is(err, sqlonce.ErrLeaseLost) {
+			t.Fatalf("run A: %v", err)
+		}
+		res, err := retrier.RunSteps(at(ctx, t0, 4*lease), req, []byte("late-step"), op)
+		if err != nil {
+			t.Fatalf("after both: %v, %v", res, err)
+		}
+		if want := "email_" + dedupe.StepKey("steps", "late-step", "email")[:12]; string(res.Response) != want {
+			t.Fatalf("response %q, want %q", res.Response, want)
+		}
+		wantLedgerOnce(t, ctx, db, "late-step")
+		svc.effectsOnce(t, 2)
 	})
 
 	t.Run("CompleteEvery", func(t *testing.T) {
