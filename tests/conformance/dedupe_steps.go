@@ -579,6 +579,43 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		svc.effectsOnce(t, 2)
 	})
 
+	// Three instances run CompleteEvery: one is elected and runs the
+	// rounds, the others skip theirs.
+	t.Run("CompleteEveryElects", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		op := paymentOp(db, newOutsideService(t), &stepFaults{}, lease)
+		var ran, skipped atomic.Int64
+		cctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for range 3 {
+			d := sqlonce.Observe(db.Driver(), sqlonce.ObserverFunc(func(_ context.Context, e sqlonce.Event) {
+				if e.Operation != "CompleteEvery" {
+					return
+				}
+				switch e.Outcome {
+				case sqlonce.EventFirstRun:
+					ran.Add(1)
+				case sqlonce.EventAlreadyDone:
+					skipped.Add(1)
+				}
+			}))
+			s, err := dedupe.New(d)
+			must(t, err)
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = s.CompleteEvery(cctx, 100*time.Millisecond, 3, op) }()
+		}
+		deadline := time.Now().Add(time.Minute)
+		for (ran.Load() < 3 || skipped.Load() < 3) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		stop()
+		wg.Wait()
+		if ran.Load() < 3 || skipped.Load() < 3 {
+			t.Fatalf("%d rounds run, %d skipped", ran.Load(), skipped.Load())
+		}
+	})
+
 	t.Run("CompleteEvery", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
