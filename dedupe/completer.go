@@ -144,8 +144,9 @@ func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts 
 // Operation "CompleteEvery": EventFirstRun and the operations finished or
 // given up in Rows when this instance ran the round, EventAlreadyDone
 // when another holds the lease, EventError with the error otherwise; and
-// each key it resumes or gives up as an Event with Operation
-// "CompleteStuck".
+// each key it looks at as an Event with Operation "CompleteStuck":
+// EventTakeover for a key it resumed and finished, EventFirstRun for one
+// it gave up, the error for one it could not finish.
 func (s *Store[TTx]) CompleteEvery(ctx context.Context, interval time.Duration, maxAttempts int, ops ...*Operation[TTx]) error {
 	if interval < time.Millisecond {
 		return fmt.Errorf("%w: completer interval %v is shorter than 1ms", sqlonce.ErrInvalidArgument, interval)

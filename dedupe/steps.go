@@ -177,7 +177,9 @@ func (op *Operation[TTx]) lease() time.Duration {
 // Store's limit.
 //
 // The operation's keys are apart from the Store's other keys (Do, Run,
-// Claim): the same scope and key may name both.
+// Claim): the same scope and key may name both. Each call is reported to
+// the driver's Observer as an Event with Operation "RunSteps"
+// (EventTakeover when it resumed a stopped run).
 func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op *Operation[TTx]) (res sqlonce.Result, err error) {
 	o := obs.Start(s.observer, "dedupe", "RunSteps", req.Scope, req.Key)
 	defer func() { err = driver.ReadOnlyError(err); o.End(ctx, res, err) }()

@@ -619,10 +619,17 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("CompleteEvery", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
-		var rounds atomic.Int64
+		var rounds, runErrs, replays, resumed atomic.Int64
 		obsDriver := sqlonce.Observe(db.Driver(), sqlonce.ObserverFunc(func(_ context.Context, e sqlonce.Event) {
-			if e.Operation == "CompleteEvery" && e.Outcome == sqlonce.EventFirstRun {
+			switch {
+			case e.Operation == "CompleteEvery" && e.Outcome == sqlonce.EventFirstRun:
 				rounds.Add(e.Rows)
+			case e.Operation == "CompleteStuck" && e.Outcome == sqlonce.EventTakeover:
+				resumed.Add(1)
+			case e.Operation == "RunSteps" && e.Outcome == sqlonce.EventError:
+				runErrs.Add(1)
+			case e.Operation == "RunSteps" && e.Outcome == sqlonce.EventReplayed:
+				replays.Add(1)
 			}
 		}))
 		s, err := dedupe.New(obsDriver)
@@ -650,5 +657,8 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 		wantLedgerOnce(t, ctx, db, "every")
 		svc.effectsOnce(t, 2)
+		if runErrs.Load() != 1 || replays.Load() != 1 || resumed.Load() != 1 {
+			t.Fatalf("events: RunSteps %d errors, %d replays; CompleteStuck %d resumed; want 1 each", runErrs.Load(), replays.Load(), resumed.Load())
+		}
 	})
 }
