@@ -176,6 +176,13 @@ func (op *Operation[TTx]) lease() time.Duration {
 // sqlonce.ErrResponseTooLarge for a recovery point or a response over the
 // Store's limit.
 //
+// The key lives for the Request's TTL (the Store's by default) from the
+// first call, and at least as long as each lease; an expired key counts as
+// absent, done or not, so an operation still stopped when its key expires
+// starts anew at its first step. Keep the TTL well above the time an
+// operation may stay stopped (CompleteEvery's interval times its
+// attempts).
+//
 // The operation's keys are apart from the Store's other keys (Do, Run,
 // Claim): the same scope and key may name both. Each call is reported to
 // the driver's Observer as an Event with Operation "RunSteps"

@@ -329,6 +329,57 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		svc.effectsOnce(t, 2)
 	})
 
+	// An expired key counts as absent: done or stopped, it starts anew.
+	t.Run("ExpiredKeyStartsAnew", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s, err := dedupe.New(db.Driver(), dedupe.WithTTL(time.Hour))
+		must(t, err)
+		svc := newOutsideService(t)
+		faults := &stepFaults{}
+		op := paymentOp(db, svc, faults, lease)
+		t0 := clockBase()
+		req := dedupe.Request{Scope: "steps", Key: "exp", Fingerprint: []byte("a")}
+		res, err := s.RunSteps(at(ctx, t0, 0), req, []byte("exp"), op)
+		if err != nil || !res.FirstRun() {
+			t.Fatalf("first: %v, %v", res, err)
+		}
+		// Expired and done, with another body: a new operation.
+		other := req
+		other.Fingerprint = []byte("b")
+		res, err = s.RunSteps(at(ctx, t0, 2*time.Hour), other, []byte("exp"), op)
+		if err != nil || !res.FirstRun() {
+			t.Fatalf("after expiry: %v, %v", res, err)
+		}
+		// Stopped, then expired: starts anew too.
+		runCtx, cancel := context.WithCancel(at(ctx, t0, 4*time.Hour))
+		faults.fault, faults.cancel = &stepFault{step: "order", mode: "cancel"}, cancel
+		_, err = s.RunSteps(runCtx, req, []byte("exp"), op)
+		cancel()
+		wantErr(t, "stopped", err, context.Canceled)
+		res, err = s.RunSteps(at(ctx, t0, 6*time.Hour), req, []byte("exp"), op)
+		if err != nil || !res.FirstRun() {
+			t.Fatalf("after a stopped run expired: %v, %v", res, err)
+		}
+		for step, want := range map[string]int64{"reserve": 4, "order": 3} {
+			n, err := db.Pool().LedgerCountByRef(ctx, "exp/"+step)
+			must(t, err)
+			if n != want {
+				t.Fatalf("step %s wrote %d rows, want %d (one per operation started)", step, n, want)
+			}
+		}
+		// Another operation on a key stopped mid-way: refused.
+		runCtx, cancel = context.WithCancel(at(ctx, t0, 8*time.Hour))
+		faults.fault, faults.cancel = &stepFault{step: "charge", mode: "cancel"}, cancel
+		_, err = s.RunSteps(runCtx, req, []byte("exp"), op)
+		cancel()
+		wantErr(t, "stopped", err, context.Canceled)
+		renamed := *op
+		renamed.Name = "refund"
+		_, err = s.RunSteps(at(ctx, t0, 8*time.Hour+2*lease), req, []byte("exp"), &renamed)
+		wantErr(t, "another operation", err, sqlonce.ErrKeyReuse)
+	})
+
 	t.Run("GiveUpAfterAttempts", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
