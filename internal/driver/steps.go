@@ -5,11 +5,6 @@ import (
 	"time"
 )
 
-// NamespaceSteps holds the keys of dedupe's operations of several steps
-// (Store.RunSteps). While such a key is leased, its response column holds
-// the operation's recovery point, not a response.
-const NamespaceSteps Namespace = 4
-
 // Steps is what a driver does for dedupe's operations of several steps,
 // on the keys of NamespaceSteps.
 type Steps[TTx any] interface {
