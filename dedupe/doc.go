@@ -137,6 +137,25 @@
 // lease then ends at most a margin after ctx's deadline, so that a retry
 // after the caller timed out is not kept out for the whole lease.
 //
+// # Operations of several steps: RunSteps and the completer
+//
+// An [Operation] is a list of named steps run under one key by
+// [Store.RunSteps]: reserve the stock, charge the card, write the order,
+// send the receipt. A database step ([Step].InTx) runs in a transaction
+// that also records its result as the key's recovery point, fenced by the
+// run's lease token, so its writes commit exactly once; an outside step
+// ([Step].Outside) runs between transactions with [StepState].Key, derived
+// from the request key and the step name ([StepKey]), to hand to the
+// outside system as its idempotency key, and its result is recorded before
+// the next step. A later step reads an earlier one's result with
+// [StepState.Result]. A run that stops (a crash, a cancelled context, a
+// lost connection, a step's error) leaves the key leased with its recovery
+// point: once the lease lapses, a retry with the same key resumes after
+// the last recovery point, and [Store.CompleteEvery] (or one round of it,
+// [Store.CompleteStuck]) finishes it for a caller that went away, or gives
+// it up after a number of attempts ([ErrOperationFailed]). The last step's
+// result is recorded as the response and replayed, byte for byte.
+//
 // # Inspecting and forgetting a key
 //
 // [Store.Inspect] reads one key of the Store's (its [KeyState]: done,

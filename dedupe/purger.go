@@ -135,7 +135,7 @@ func (s *Store[TTx]) purgeRound(ctx context.Context, lease time.Duration, batch 
 		op.Rows(total)
 		op.End(ctx, res, err)
 	}()
-	held, err := s.purgerLease(ctx, lease, token, &op)
+	held, err := s.electLease(ctx, purgerKey, lease, token, &op)
 	if err != nil {
 		return token // kept: the next round tries it again
 	}
@@ -171,29 +171,30 @@ func (s *Store[TTx]) purgeRound(ctx context.Context, lease time.Duration, batch 
 	return token
 }
 
-// purgerLease returns the token of the purger's lease when this instance
-// holds it: the one it held (token), extended, or one it claimed now,
-// for lease; 0 when another instance holds it.
-func (s *Store[TTx]) purgerLease(ctx context.Context, lease time.Duration, token int64, op *obs.Op) (int64, error) {
+// electLease returns the token of the lease on key (the purger's, the
+// completer's) when this instance holds it: the one it held (token),
+// extended, or one it claimed now, for lease; 0 when another instance
+// holds it.
+func (s *Store[TTx]) electLease(ctx context.Context, key driver.Key, lease time.Duration, token int64, op *obs.Op) (int64, error) {
 	var held int64
 	err := owntx.RunStatements(ctx, s.engine, op, func(ctx context.Context, tx TTx) error {
 		now := testclock.Now(ctx)
 		held = 0
 		if token != 0 {
-			ok, err := s.engine.Extend(ctx, tx, purgerKey, token, lease, now)
+			ok, err := s.engine.Extend(ctx, tx, key, token, lease, now)
 			if err != nil || ok {
 				held = token
 				return err
 			}
 		}
-		c, err := s.engine.Claim(ctx, tx, driver.ClaimParams{Key: purgerKey, TTL: lease, Lease: lease, Now: now})
+		c, err := s.engine.Claim(ctx, tx, driver.ClaimParams{Key: key, TTL: lease, Lease: lease, Now: now})
 		if err == nil && c.Won {
 			held = c.Token
 		}
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("sqlonce/dedupe: purger lease: %w", err)
+		return 0, fmt.Errorf("sqlonce/dedupe: %s lease: %w", key.Scope, err)
 	}
 	return held, nil
 }

@@ -181,3 +181,45 @@ func (c Checked) on(tx *sql.Tx) querier {
 	}
 	return tx
 }
+
+func (c Checked) StepGet(ctx context.Context, tx *sql.Tx, k Key, now time.Time) (StepRow, bool, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return StepRow{}, false, err
+	}
+	return c.Engine.StepGet(ctx, tx, k, now)
+}
+
+func (c Checked) StepResume(ctx context.Context, tx *sql.Tx, k Key, token int64, read, recovery []byte, lease time.Duration, now time.Time) (bool, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return false, err
+	}
+	return c.Engine.StepResume(ctx, tx, k, token, read, recovery, lease, now)
+}
+
+func (c Checked) StepSave(ctx context.Context, tx *sql.Tx, k Key, token int64, recovery []byte, lease time.Duration, now time.Time) (bool, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return false, err
+	}
+	return c.Engine.StepSave(ctx, tx, k, token, recovery, lease, now)
+}
+
+func (c Checked) StepStuck(ctx context.Context, tx *sql.Tx, ns Namespace, limit int, now time.Time) ([]Key, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return nil, err
+	}
+	return c.Engine.StepStuck(ctx, tx, ns, limit, now)
+}
+
+func (c Checked) StepStart(ctx context.Context, tx *sql.Tx, k Key, fingerprint, recovery []byte, lease, ttl time.Duration, now time.Time) (int64, bool, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return 0, false, err
+	}
+	return c.Engine.StepStart(ctx, tx, k, fingerprint, recovery, lease, ttl, now)
+}
+
+func (c Checked) StepRestart(ctx context.Context, tx *sql.Tx, k Key, token int64, read, fingerprint, recovery []byte, lease, ttl time.Duration, now time.Time) (bool, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return false, err
+	}
+	return c.Engine.StepRestart(ctx, tx, k, token, read, fingerprint, recovery, lease, ttl, now)
+}

@@ -64,6 +64,7 @@ type Engine[TTx any] interface {
 	InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
 
 	Tokens[TTx]
+	Steps[TTx]
 }
 
 // DuplicateInTx is implemented by engines that need the transaction to
@@ -96,9 +97,14 @@ const (
 	NamespaceInbox Namespace = 1
 	// NamespaceHTTP holds httpidem request keys.
 	NamespaceHTTP Namespace = 2
-	// NamespacePurger holds the lease of dedupe's Store.PurgeEvery, the
-	// one row that elects the instance that purges.
+	// NamespacePurger holds the leases that elect one instance among
+	// many: dedupe's Store.PurgeEvery (one row, never purged) and
+	// Store.CompleteEvery.
 	NamespacePurger Namespace = 3
+	// NamespaceSteps holds the keys of dedupe's operations of several
+	// steps (Store.RunSteps). While such a key is leased, its response
+	// column holds the operation's recovery point, not a response.
+	NamespaceSteps Namespace = 4
 )
 
 // Key identifies a row of sqlonce_keys.

@@ -152,4 +152,23 @@ func (r Refused[TTx]) TokenPurge(context.Context, TTx, int, time.Time) (int64, e
 	return 0, r.Err
 }
 
+func (r Refused[TTx]) StepGet(context.Context, TTx, Key, time.Time) (StepRow, bool, error) {
+	return StepRow{}, false, r.Err
+}
+func (r Refused[TTx]) StepStart(context.Context, TTx, Key, []byte, []byte, time.Duration, time.Duration, time.Time) (int64, bool, error) {
+	return 0, false, r.Err
+}
+func (r Refused[TTx]) StepRestart(context.Context, TTx, Key, int64, []byte, []byte, []byte, time.Duration, time.Duration, time.Time) (bool, error) {
+	return false, r.Err
+}
+func (r Refused[TTx]) StepResume(context.Context, TTx, Key, int64, []byte, []byte, time.Duration, time.Time) (bool, error) {
+	return false, r.Err
+}
+func (r Refused[TTx]) StepSave(context.Context, TTx, Key, int64, []byte, time.Duration, time.Time) (bool, error) {
+	return false, r.Err
+}
+func (r Refused[TTx]) StepStuck(context.Context, TTx, Namespace, int, time.Time) ([]Key, error) {
+	return nil, r.Err
+}
+
 var _ Engine[int] = Refused[int]{}

@@ -51,7 +51,7 @@ const (
 )
 
 // AllOps lists every workload.
-var AllOps = []string{Do, DoResponse, DoPair, DoNested, DoNestedText, Unique, UniqueOne, UniqueRows, Optimistic, StateMachine, Lease, StoreRun, DoBatch, RunBatch, LeaseDeadline}
+var AllOps = []string{Do, DoResponse, DoPair, DoNested, DoNestedText, Unique, UniqueOne, UniqueRows, Optimistic, StateMachine, Lease, StoreRun, DoBatch, RunBatch, LeaseDeadline, Steps}
 
 // DurationEnv overrides the run length of every checker run (a Go
 // duration: "5m").
@@ -267,6 +267,9 @@ type run[TTx any] struct {
 	// Run calls: the package's lists, with the network faults when
 	// Config.Proxy is set.
 	txFaults, runFaults []Fault
+
+	steps           *stepsState // the Steps workload's
+	stepsViolations []Violation // guarded by steps.mu
 }
 
 func (r *run[TTx]) tick() int64 { return r.lclock.Add(1) }
@@ -331,6 +334,12 @@ func Run[TTx any](t testing.TB, db harness.DB[TTx], cfg Config[TTx]) *Report {
 	start := time.Now()
 	r.vclock = newVirtualClock(cfg.ClockSpeed)
 	var wg sync.WaitGroup
+	stepsDone := make(chan struct{})
+	if r.enabled(Steps) {
+		r.steps = newStepsState()
+		wg.Add(1)
+		go func() { defer wg.Done(); r.completeSteps(stepsDone) }()
+	}
 	for i := range cfg.Workers {
 		wg.Add(1)
 		go func() {
@@ -348,6 +357,7 @@ func Run[TTx any](t testing.TB, db harness.DB[TTx], cfg Config[TTx]) *Report {
 	}()
 	time.Sleep(cfg.Duration)
 	r.stop.Store(true)
+	close(stepsDone)
 	wg.Wait()
 	<-duringDone
 	elapsed := time.Since(start)
@@ -357,6 +367,9 @@ func Run[TTx any](t testing.TB, db harness.DB[TTx], cfg Config[TTx]) *Report {
 	vEnd := r.vclock.Now()
 	if r.enabled(Lease) {
 		r.recoverLeases(rep, vEnd)
+	}
+	if r.enabled(Steps) {
+		r.settleSteps(rep, vEnd)
 	}
 	r.vclock.Stop()
 	settled := time.Since(start) - elapsed

@@ -49,6 +49,8 @@ func (w *worker[TTx]) loop() {
 			w.batchOp(false)
 		case RunBatch:
 			w.batchOp(true)
+		case Steps:
+			w.stepsOp()
 		default:
 			panic("checker: unknown workload " + op)
 		}

@@ -192,7 +192,9 @@ func (r *Report) summarize() {
 		add("  %-34s %8d %13d %11d %9d %8d %8d", name, c.attempts, c.first[Committed], c.first[Unknown],
 			c.first[NoCommit]+c.first[RolledBack], c.done, c.errs)
 	}
-	if slow := slices.MaxFunc(r.Attempts, func(a, b *Attempt) int { return int(a.Took - b.Took) }); slow != nil {
+	if len(r.Attempts) == 0 {
+		// Only workloads that record no attempts ran (Steps).
+	} else if slow := slices.MaxFunc(r.Attempts, func(a, b *Attempt) int { return int(a.Took - b.Took) }); slow != nil {
 		iso := string(slow.Iso)
 		if slow.Run {
 			iso = "Run's own transaction"

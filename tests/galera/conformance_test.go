@@ -57,7 +57,7 @@ var singleNode = map[string]string{
 // minute. Every database the suite creates is a round of DDL through the
 // whole cluster, which makes the whole suite take about three minutes;
 // AllEnv=all runs it.
-var ciGroups = []string{"DedupeLease", "DedupeLeaseDeadline", "Token", "Inbox", "InboxBatch", "DedupeSameTx", "DedupeResponseNil", "NilTx", "Observe"}
+var ciGroups = []string{"DedupeLease", "DedupeLeaseDeadline", "DedupeSteps", "Token", "Inbox", "InboxBatch", "DedupeSameTx", "DedupeResponseNil", "NilTx", "Observe"}
 
 // AllEnv, set to "all", runs every conformance group on the cluster.
 const AllEnv = "SQLONCE_GALERA_CONFORMANCE"

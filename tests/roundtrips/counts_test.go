@@ -27,6 +27,8 @@ var documented = map[string]struct{ pgRT, pgSt, pgsqlRT, pgsqlSt, myRT, mySt, li
 	"lease Claim":                                           {1, 1, 1, 1, 1, 1, 1},
 	"lease Complete":                                        {1, 1, 1, 1, 1, 1, 1},
 	"lease Release":                                         {1, 1, 1, 1, 1, 1, 1},
+	"dedupe.RunSteps first run, two steps":                  {7, 7, 7, 7, 7, 7, 7},
+	"dedupe.RunSteps replay":                                {1, 1, 1, 1, 1, 1, 1},
 	"unique.Insert first run":                               {4, 4, 4, 4, 4, 4, 5},
 	"unique.Insert duplicate":                               {6, 5, 6, 5, 5, 5, 7},
 	"unique.InsertOrGet duplicate":                          {7, 6, 7, 6, 6, 6, 8},

@@ -30,6 +30,8 @@ var docRow = map[string]string{
 	"lease Claim":                                           "lease Claim",
 	"lease Complete":                                        "lease Complete",
 	"lease Release":                                         "lease Release",
+	"dedupe.RunSteps first run, two steps":                  "dedupe.RunSteps, first run: a database and an outside step",
+	"dedupe.RunSteps replay":                                "dedupe.RunSteps, replay",
 	"unique.Insert first run":                               "unique.Insert, first run",
 	"unique.Insert duplicate":                               "unique.Insert, duplicate",
 	"unique.InsertOrGet duplicate":                          "unique.InsertOrGet, duplicate",

@@ -190,6 +190,17 @@ type status string
 
 var machine = statemachine.Must(statemachine.New(statemachine.Edge(status("created"), status("paid"))))
 
+// stepsOp is an operation of a database step (a ledger row) and an
+// outside step that calls nothing.
+func stepsOp[TTx any](e *env[TTx], n int) *dedupe.Operation[TTx] {
+	return &dedupe.Operation[TTx]{Name: "rt", Steps: []dedupe.Step[TTx]{
+		{Name: "write", InTx: func(ctx context.Context, tx TTx, st dedupe.StepState) ([]byte, error) {
+			return nil, e.h.Tx(tx).LedgerInsert(ctx, fmt.Sprint("steps", n), 100)
+		}},
+		{Name: "call", Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) { return response, nil }},
+	}}
+}
+
 func paths[TTx any]() []path[TTx] {
 	store := func(e *env[TTx]) *dedupe.Store[TTx] {
 		s, err := dedupe.New(e.d)
@@ -483,6 +494,21 @@ func paths[TTx any]() []path[TTx] {
 				return err
 			}
 			return e.measure(func() error { return store(e).Release(ctx, l) })
+		}},
+		{"dedupe.RunSteps first run, two steps", func(ctx context.Context, e *env[TTx], n int) error {
+			return e.measure(func() error {
+				res, err := store(e).RunSteps(ctx, req(n), nil, stepsOp(e, n))
+				return want(res, err, true)
+			})
+		}},
+		{"dedupe.RunSteps replay", func(ctx context.Context, e *env[TTx], n int) error {
+			if _, err := store(e).RunSteps(ctx, req(n), nil, stepsOp(e, n)); err != nil {
+				return err
+			}
+			return e.measure(func() error {
+				res, err := store(e).RunSteps(ctx, req(n), nil, stepsOp(e, n))
+				return want(res, err, false)
+			})
 		}},
 		{"unique.Insert first run", func(ctx context.Context, e *env[TTx], n int) error {
 			return e.measure(func() error { return insert(ctx, e, n, true) })

@@ -1,0 +1,205 @@
+package dedupe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/obs"
+	"github.com/sqlonce/sqlonce/internal/owntx"
+	"github.com/sqlonce/sqlonce/internal/testclock"
+)
+
+// completerKey is the row of sqlonce_keys whose lease elects the instance
+// that runs CompleteEvery's rounds (beside the purger's, never purged).
+var completerKey = driver.Key{Namespace: driver.NamespacePurger, Scope: "completer", Key: "sqlonce_keys"}
+
+// completeBatch bounds the keys one CompleteStuck looks at.
+const completeBatch = 100
+
+// CompleteStuck finishes operations of several steps whose run stopped:
+// keys whose lease lapsed, their caller gone (a crash, a cancelled
+// context) or its step failed, and that no retry took over since. It
+// looks at up to 100 of them, longest stuck first, and resumes each as
+// RunSteps would, with the steps of the operation in ops whose Name it
+// recorded, the input stored at its first call, and the Store's TTL for
+// the response. An operation already run maxAttempts times (the first
+// run counts) is given up instead: its key is recorded failed, and
+// RunSteps answers ErrOperationFailed for it until it expires.
+//
+// It reports how many operations it finished and how many it gave up.
+// A key it cannot finish (a step's error, an operation not in ops, a
+// lease taken over meanwhile) stays for the next call; the errors are
+// joined in err, and the other keys go on. maxAttempts under 1 and a bad
+// operation are sqlonce.ErrInvalidArgument. Each call of it resumes a key
+// only by taking its lapsed lease, so that calls on several instances at
+// once never run one step twice; CompleteEvery elects one instance anyway.
+func (s *Store[TTx]) CompleteStuck(ctx context.Context, maxAttempts int, ops ...*Operation[TTx]) (finished, failed int, err error) {
+	if maxAttempts < 1 {
+		return 0, 0, fmt.Errorf("%w: max attempts %d is under 1", sqlonce.ErrInvalidArgument, maxAttempts)
+	}
+	byName := make(map[string]*Operation[TTx], len(ops))
+	for _, op := range ops {
+		if err := op.check(); err != nil {
+			return 0, 0, err
+		}
+		byName[op.Name] = op
+	}
+	var stuck []driver.Key
+	err = owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) (err error) {
+		stuck, err = s.engine.StepStuck(ctx, tx, driver.NamespaceSteps, completeBatch, testclock.Now(ctx))
+		return err
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("sqlonce/dedupe: find stuck steps: %w", err)
+	}
+	var errs []error
+	for _, k := range stuck {
+		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
+			break
+		}
+		done, gaveUp, err := s.completeOne(ctx, k, maxAttempts, byName)
+		if done {
+			finished++
+		}
+		if gaveUp {
+			failed++
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return finished, failed, errors.Join(errs...)
+}
+
+func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts int, byName map[string]*Operation[TTx]) (done, gaveUp bool, err error) {
+	o := obs.Start(s.observer, "dedupe", "CompleteStuck", k.Scope, k.Key)
+	var res sqlonce.Result
+	defer func() { o.End(ctx, res, err) }()
+	var row driver.StepRow
+	var found bool
+	err = owntx.RunStatements(ctx, s.engine, &o, func(ctx context.Context, tx TTx) (err error) {
+		row, found, err = s.engine.StepGet(ctx, tx, k, testclock.Now(ctx))
+		return err
+	})
+	if err != nil || !found || row.State != driver.StateLeased || row.Leased || row.Expired {
+		return false, false, err // finished or taken over since it was listed
+	}
+	rec, err := recoveryOf(k, row, recovery{})
+	if err == nil && row.Response == nil {
+		err = fmt.Errorf("sqlonce/dedupe: key %q has no recovery point", k.Key)
+	}
+	var reason string
+	switch {
+	case err != nil:
+		reason = err.Error()
+	case rec.attempts > maxAttempts:
+		reason = fmt.Sprintf("operation %q given up after %d attempts", rec.op, rec.attempts-1)
+	}
+	if reason != "" {
+		var ok bool
+		err = owntx.RunStatements(ctx, s.engine, &o, func(ctx context.Context, tx TTx) (err error) {
+			ok, err = s.engine.Complete(ctx, tx, k, row.Token, final(finalFailed, []byte(reason)), s.ttl, testclock.Now(ctx))
+			return err
+		})
+		if err != nil || !ok {
+			return false, false, err
+		}
+		res.Outcome = sqlonce.FirstRun
+		return false, true, nil
+	}
+	op := byName[rec.op]
+	if op == nil {
+		return false, false, fmt.Errorf("%w: key %q in scope %q runs operation %q, which the completer was not given", sqlonce.ErrInvalidArgument, k.Key, k.Scope, rec.op)
+	}
+	token, ok, err := s.stepResume(ctx, k, row, rec, op.lease(), &o)
+	if err != nil || !ok {
+		return false, false, err
+	}
+	o.Decided()
+	o.Takeover()
+	res, err = s.runStepsFrom(ctx, k, token, rec, op, s.ttl, &o)
+	return err == nil, false, err
+}
+
+// CompleteEvery runs CompleteStuck every interval, until ctx is done, and
+// then returns ctx's error; bad input (an interval under a millisecond,
+// maxAttempts under 1, a bad operation) returns an error matching
+// sqlonce.ErrInvalidArgument at once. Start it once per program, in a
+// goroutine of its own, with every Operation the program runs:
+//
+//	go store.CompleteEvery(ctx, time.Minute, 5, checkout)
+//
+// Every instance may run it: they elect one among them as PurgeEvery does
+// (a lease on a row of sqlonce_keys, held for two intervals and extended
+// at every round), and the others skip the round. An operation is taken
+// up once its lease has lapsed: Operation.Lease is the bound on how long
+// it may stay between steps.
+//
+// Each round is reported to the driver's Observer as an Event with
+// Operation "CompleteEvery": EventFirstRun and the operations finished or
+// given up in Rows when this instance ran the round, EventAlreadyDone
+// when another holds the lease, EventError with the error otherwise; and
+// each key it looks at as an Event with Operation "CompleteStuck":
+// EventTakeover for a key it resumed and finished, EventFirstRun for one
+// it gave up, the error for one it could not finish.
+func (s *Store[TTx]) CompleteEvery(ctx context.Context, interval time.Duration, maxAttempts int, ops ...*Operation[TTx]) error {
+	if interval < time.Millisecond {
+		return fmt.Errorf("%w: completer interval %v is shorter than 1ms", sqlonce.ErrInvalidArgument, interval)
+	}
+	if maxAttempts < 1 {
+		return fmt.Errorf("%w: max attempts %d is under 1", sqlonce.ErrInvalidArgument, maxAttempts)
+	}
+	for _, op := range ops {
+		if err := op.check(); err != nil {
+			return err
+		}
+	}
+	lease := purgerLeaseFor(interval)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	var token int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		token = s.completeRound(ctx, lease, token, maxAttempts, ops)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+func (s *Store[TTx]) completeRound(ctx context.Context, lease time.Duration, token int64, maxAttempts int, ops []*Operation[TTx]) int64 {
+	op := obs.Start(s.observer, "dedupe", "CompleteEvery", "", "")
+	var (
+		res sqlonce.Result
+		n   int
+		err error
+	)
+	defer func() {
+		op.Rows(int64(n))
+		op.End(ctx, res, err)
+	}()
+	held, err := s.electLease(ctx, completerKey, lease, token, &op)
+	if err != nil {
+		return token
+	}
+	if token = held; token == 0 {
+		res.Outcome = sqlonce.AlreadyDone
+		return 0
+	}
+	op.Decided()
+	finished, failed, err := s.CompleteStuck(ctx, maxAttempts, ops...)
+	n = finished + failed
+	if err == nil {
+		res.Outcome = sqlonce.FirstRun
+	}
+	return token
+}

@@ -1,0 +1,409 @@
+package dedupe
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/keys"
+	"github.com/sqlonce/sqlonce/internal/obs"
+	"github.com/sqlonce/sqlonce/internal/owntx"
+	"github.com/sqlonce/sqlonce/internal/testclock"
+)
+
+// DefaultStepLease is how long an Operation's run holds its key between
+// recovery points when the Operation sets no Lease.
+const DefaultStepLease = time.Minute
+
+// ErrOperationFailed is returned by RunSteps for a key whose operation
+// CompleteStuck gave up after its attempts, and for every repeat of that
+// key until it expires.
+var ErrOperationFailed = errors.New("sqlonce/dedupe: the operation was given up")
+
+// Operation is an operation made of named steps, run under one
+// idempotency key by Store.RunSteps and finished, when its caller went
+// away, by Store.CompleteStuck. Each step records a recovery point: a run
+// that stopped (a crash, a cancelled context, a lost connection, an
+// error) is resumed after the last step recorded, by a retry with the same
+// key or by the completer, and the steps before it do not run again.
+type Operation[TTx any] struct {
+	// Name identifies the operation: it is stored with the recovery
+	// point, and the completer finds the steps of a stuck key by it.
+	// Required; at most 255 bytes.
+	Name string
+	// Steps run in order; at least one. Their names are unique within the
+	// operation. The last step's result is the operation's response.
+	Steps []Step[TTx]
+	// Lease is how long a run holds the key past each recovery point
+	// (DefaultStepLease for 0): a run that stops leaves the key to a retry
+	// or the completer once it lapses. Choose it longer than the slowest
+	// step.
+	Lease time.Duration
+}
+
+// Step is one step of an Operation: a database step (InTx) or an outside
+// step (Outside), exactly one of the two.
+type Step[TTx any] struct {
+	// Name names the step; required, unique within the operation, at most
+	// 255 bytes. It goes into StepState.Key.
+	Name string
+	// InTx is a database step: it runs in a transaction of the Store's
+	// own that also records its result as the recovery point, fenced by
+	// the run's lease, so that its writes commit exactly once. It does its
+	// work through tx only and never commits or rolls back tx; returning
+	// an error rolls it back. It may run more than once (a deadlock, a
+	// takeover), but only one run commits.
+	InTx func(ctx context.Context, tx TTx, st StepState) ([]byte, error)
+	// Outside is an outside step: it calls a system the database cannot
+	// roll back (a payment provider, a mail server), between
+	// transactions. It runs at least once: when a run stops after the call
+	// and before its result is recorded, the next run calls again. Pass
+	// st.Key to that system as its idempotency key, so that the repeat
+	// changes nothing there.
+	Outside func(ctx context.Context, st StepState) ([]byte, error)
+}
+
+// StepState is what a step gets: the operation's input and the results of
+// the steps before it.
+type StepState struct {
+	// Input is the input given to RunSteps, as it was stored with the key.
+	Input []byte
+	// Key is derived from the request's scope and key and the step's
+	// name: the same in every run of the step, different for every step
+	// and every key (64 hexadecimal digits). Give it to the outside
+	// system as its idempotency key.
+	Key string
+	// Attempt counts the runs of the operation that held its key, this
+	// one included: 1 for the first.
+	Attempt int
+
+	names   []string
+	results [][]byte
+}
+
+// Result returns the result of the earlier step named step, and false
+// when no such step has run.
+func (st StepState) Result(step string) ([]byte, bool) {
+	for i, n := range st.names {
+		if n == step {
+			return st.results[i], true
+		}
+	}
+	return nil, false
+}
+
+// StepKey is the key a step named step of the operation under scope and
+// key gets in StepState.Key: a hex SHA-256 of the three.
+func StepKey(scope, key, step string) string {
+	h := sha256.New()
+	for _, s := range []string{scope, key, step} {
+		var n [8]byte
+		for i := range n {
+			n[i] = byte(uint64(len(s)) >> (8 * i))
+		}
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func (op *Operation[TTx]) check() error {
+	if op == nil {
+		return fmt.Errorf("%w: nil operation", sqlonce.ErrInvalidArgument)
+	}
+	if err := keys.Check("operation name", op.Name); err != nil {
+		return err
+	}
+	if len(op.Steps) == 0 {
+		return fmt.Errorf("%w: operation %q has no steps", sqlonce.ErrInvalidArgument, op.Name)
+	}
+	if op.Lease < 0 || (op.Lease > 0 && op.Lease < time.Microsecond) {
+		return fmt.Errorf("%w: operation %q: lease %v", sqlonce.ErrInvalidArgument, op.Name, op.Lease)
+	}
+	seen := map[string]bool{}
+	for i, st := range op.Steps {
+		if err := keys.Check("step name", st.Name); err != nil {
+			return fmt.Errorf("operation %q, step %d: %w", op.Name, i, err)
+		}
+		if seen[st.Name] {
+			return fmt.Errorf("%w: operation %q has two steps named %q", sqlonce.ErrInvalidArgument, op.Name, st.Name)
+		}
+		seen[st.Name] = true
+		if (st.InTx == nil) == (st.Outside == nil) {
+			return fmt.Errorf("%w: operation %q, step %q: set exactly one of InTx and Outside", sqlonce.ErrInvalidArgument, op.Name, st.Name)
+		}
+	}
+	return nil
+}
+
+func (op *Operation[TTx]) lease() time.Duration {
+	if op.Lease == 0 {
+		return DefaultStepLease
+	}
+	return op.Lease
+}
+
+// RunSteps runs op under req's key, with input, once: each step exactly
+// once for a database step, at least once with the same StepState.Key for
+// an outside step, and answers with the last step's result, recorded with
+// the key and replayed, byte for byte, to every repeat (AlreadyDone)
+// until the key expires. It needs a driver built with a database handle
+// (sqlonce.ErrNoDB).
+//
+// The first call claims the key with a lease (op.Lease) and stores input
+// and the fingerprint with it, then runs the steps, recording after each
+// one its result as the key's recovery point and extending the lease. A
+// call that finds the key's lease lapsed, its run stopped between or
+// inside steps, takes it over and resumes after the last recovery point,
+// with the input stored at the first call (FirstRun: this call finished
+// the work). A step that returns an error stops the run: RunSteps
+// releases the lease, so that the next call resumes at that step at once,
+// and returns the error. A panic in a step stops the run too, and the
+// lease lapses.
+//
+// Other answers: sqlonce.ErrKeyReuse for a key recorded, or in progress,
+// with another fingerprint or by another operation; sqlonce.ErrInProgress
+// while another run holds the lease; sqlonce.ErrLeaseLost when this run's
+// lease was taken over (it stops at once: the other run goes on);
+// ErrOperationFailed once CompleteStuck gave the operation up;
+// sqlonce.ErrInvalidKey, sqlonce.ErrInvalidArgument for bad input, and
+// sqlonce.ErrResponseTooLarge for a recovery point or a response over the
+// Store's limit.
+//
+// The key lives for the Request's TTL (the Store's by default) from the
+// first call, and at least as long as each lease; an expired key counts as
+// absent, done or not, so an operation still stopped when its key expires
+// starts anew at its first step. Keep the TTL well above the time an
+// operation may stay stopped (CompleteEvery's interval times its
+// attempts).
+//
+// The operation's keys are apart from the Store's other keys (Do, Run,
+// Claim): the same scope and key may name both. Each call is reported to
+// the driver's Observer as an Event with Operation "RunSteps"
+// (EventTakeover when it resumed a stopped run).
+func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op *Operation[TTx]) (res sqlonce.Result, err error) {
+	o := obs.Start(s.observer, "dedupe", "RunSteps", req.Scope, req.Key)
+	defer func() { err = driver.ReadOnlyError(err); o.End(ctx, res, err) }()
+	if err := op.check(); err != nil {
+		return sqlonce.Result{}, err
+	}
+	ttl, err := s.check(req)
+	if err != nil {
+		return sqlonce.Result{}, err
+	}
+	k := driver.Key{Namespace: driver.NamespaceSteps, Scope: req.Scope, Key: req.Key}
+	fresh := recovery{op: op.Name, attempts: 1, input: input}
+	if rec := fresh.encode(); len(rec) > s.maxResponse {
+		return sqlonce.Result{}, fmt.Errorf("%w: input of %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(input), req.Key, s.maxResponse)
+	}
+	for range 3 {
+		var row driver.StepRow
+		var found bool
+		err := owntx.RunStatements(ctx, s.engine, &o, func(ctx context.Context, tx TTx) (err error) {
+			row, found, err = s.engine.StepGet(ctx, tx, k, testclock.Now(ctx))
+			return err
+		})
+		if err != nil {
+			return sqlonce.Result{}, fmt.Errorf("sqlonce/dedupe: run steps of key %q: %w", req.Key, err)
+		}
+		if !found || row.Expired {
+			// A new key, or an expired one: start from the first step.
+			// Never over a lapsed lease, which holds a recovery point.
+			token, ok, err := s.stepStart(ctx, k, row, found, req, ttl, op.lease(), fresh, &o)
+			if err != nil {
+				return sqlonce.Result{}, err
+			}
+			if !ok {
+				continue // someone else started it: read it again
+			}
+			o.Decided()
+			return s.runStepsFrom(ctx, k, token, fresh, op, ttl, &o)
+		}
+		if !bytes.Equal(row.Fingerprint, req.Fingerprint) {
+			return sqlonce.Result{}, fmt.Errorf("%w: key %q in scope %q", sqlonce.ErrKeyReuse, req.Key, req.Scope)
+		}
+		if row.State == driver.StateDone {
+			return replaySteps(req, row.Response)
+		}
+		if row.Leased {
+			return sqlonce.Result{}, fmt.Errorf("%w: key %q in scope %q is running its steps", sqlonce.ErrInProgress, req.Key, req.Scope)
+		}
+		rec, err := recoveryOf(k, row, fresh)
+		if err != nil {
+			return sqlonce.Result{}, err
+		}
+		if rec.op != op.Name {
+			return sqlonce.Result{}, fmt.Errorf("%w: key %q in scope %q runs operation %q, not %q", sqlonce.ErrKeyReuse, req.Key, req.Scope, rec.op, op.Name)
+		}
+		token, ok, err := s.stepResume(ctx, k, row, rec, op.lease(), &o)
+		if err != nil {
+			return sqlonce.Result{}, err
+		}
+		if !ok {
+			continue // someone else moved the key: read it again
+		}
+		o.Decided()
+		o.Takeover()
+		return s.runStepsFrom(ctx, k, token, rec, op, ttl, &o)
+	}
+	return sqlonce.Result{}, fmt.Errorf("%w: key %q in scope %q changed hands while being read", sqlonce.ErrInProgress, req.Key, req.Scope)
+}
+
+func replaySteps(req Request, response []byte) (sqlonce.Result, error) {
+	resp, err := decodeFinal(response, req.Scope, req.Key)
+	if err != nil {
+		return sqlonce.Result{}, err
+	}
+	return sqlonce.Result{Outcome: sqlonce.AlreadyDone, Response: resp}, nil
+}
+
+// stepStart records k, new (found false) or in place of its expired row,
+// leased, with rec as its recovery point, and returns its token. ok is
+// false when the key turned out taken since it was read.
+func (s *Store[TTx]) stepStart(ctx context.Context, k driver.Key, row driver.StepRow, found bool, req Request, ttl, lease time.Duration, rec recovery, o *obs.Op) (token int64, ok bool, err error) {
+	ttl = max(ttl, lease) // keeps locked_until <= expires_at
+	err = owntx.RunStatements(ctx, s.engine, o, func(ctx context.Context, tx TTx) (err error) {
+		now := testclock.Now(ctx)
+		if !found {
+			token, ok, err = s.engine.StepStart(ctx, tx, k, req.Fingerprint, rec.encode(), lease, ttl, now)
+			return err
+		}
+		token = row.Token + 1
+		ok, err = s.engine.StepRestart(ctx, tx, k, row.Token, row.Response, req.Fingerprint, rec.encode(), lease, ttl, now)
+		return err
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("sqlonce/dedupe: start steps of key %q: %w", k.Key, err)
+	}
+	return token, ok, nil
+}
+
+// recoveryOf decodes row's recovery point, one attempt more; fresh when
+// the row has none.
+func recoveryOf(k driver.Key, row driver.StepRow, fresh recovery) (recovery, error) {
+	if row.Response == nil {
+		return fresh, nil
+	}
+	rec, err := decodeRecovery(row.Response)
+	if err != nil {
+		return rec, fmt.Errorf("sqlonce/dedupe: key %q: %w", k.Key, err)
+	}
+	rec.attempts++
+	return rec, nil
+}
+
+// stepResume takes over row's lapsed lease for lease, storing rec as the
+// recovery point, and returns the new token. ok is false when the row
+// changed since it was read.
+func (s *Store[TTx]) stepResume(ctx context.Context, k driver.Key, row driver.StepRow, rec recovery, lease time.Duration, o *obs.Op) (token int64, ok bool, err error) {
+	err = owntx.RunStatements(ctx, s.engine, o, func(ctx context.Context, tx TTx) (err error) {
+		ok, err = s.engine.StepResume(ctx, tx, k, row.Token, row.Response, rec.encode(), lease, testclock.Now(ctx))
+		return err
+	})
+	if err != nil {
+		return 0, false, fmt.Errorf("sqlonce/dedupe: resume steps of key %q: %w", k.Key, err)
+	}
+	return row.Token + 1, ok, nil
+}
+
+// runStepsFrom runs op's steps after those rec holds, holding k's lease
+// with token, and records the last one's result as the response.
+func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64, rec recovery, op *Operation[TTx], ttl time.Duration, o *obs.Op) (sqlonce.Result, error) {
+	if len(rec.names) > len(op.Steps) {
+		return sqlonce.Result{}, fmt.Errorf("%w: key %q recorded %d steps, operation %q has %d", sqlonce.ErrInvalidArgument, k.Key, len(rec.names), op.Name, len(op.Steps))
+	}
+	for i, n := range rec.names {
+		if op.Steps[i].Name != n {
+			return sqlonce.Result{}, fmt.Errorf("%w: key %q recorded step %q where operation %q has %q", sqlonce.ErrInvalidArgument, k.Key, n, op.Name, op.Steps[i].Name)
+		}
+	}
+	lease := op.lease()
+	var resp []byte
+	if len(rec.results) > 0 {
+		resp = rec.results[len(rec.results)-1]
+	}
+	o.WorkStart()
+	defer o.WorkEnd()
+	for i := len(rec.names); i < len(op.Steps); i++ {
+		step := op.Steps[i]
+		last := i == len(op.Steps)-1
+		st := StepState{Input: rec.input, Key: StepKey(k.Scope, k.Key, step.Name), Attempt: rec.attempts, names: rec.names, results: rec.results}
+		var pending recovery
+		// record saves the step's result with the lease held (token), or,
+		// for the last step, records the response and ends the lease.
+		record := func(ctx context.Context, tx TTx, result []byte) error {
+			next := rec
+			next.names = append(rec.names[:len(rec.names):len(rec.names)], step.Name)
+			next.results = append(rec.results[:len(rec.results):len(rec.results)], result)
+			var ok bool
+			var err error
+			if last {
+				f := final(finalResponse, result)
+				if len(f) > s.maxResponse {
+					return fmt.Errorf("%w: %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(result), k.Key, s.maxResponse)
+				}
+				ok, err = s.engine.Complete(ctx, tx, k, token, f, ttl, testclock.Now(ctx))
+			} else {
+				b := next.encode()
+				if len(b) > s.maxResponse {
+					return fmt.Errorf("%w: recovery point of %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(b), k.Key, s.maxResponse)
+				}
+				ok, err = s.engine.StepSave(ctx, tx, k, token, b, lease, testclock.Now(ctx))
+			}
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("%w: steps of key %q in scope %q, token %d, at step %q", sqlonce.ErrLeaseLost, k.Key, k.Scope, token, step.Name)
+			}
+			pending = next
+			return nil
+		}
+		var err error
+		var stepErr bool
+		if step.InTx != nil {
+			err = owntx.RunObserved(ctx, s.engine, o, func(ctx context.Context, tx TTx) error {
+				result, err := step.InTx(ctx, tx, st)
+				if err != nil {
+					stepErr = true
+					return err
+				}
+				resp = result
+				return record(ctx, tx, result)
+			})
+		} else {
+			var result []byte
+			if result, err = step.Outside(ctx, st); err != nil {
+				stepErr = true
+			} else {
+				resp = result
+				err = owntx.RunStatements(ctx, s.engine, o, func(ctx context.Context, tx TTx) error {
+					return record(ctx, tx, result)
+				})
+			}
+		}
+		if err == nil {
+			rec = pending
+		}
+		if err != nil {
+			if stepErr && ctx.Err() == nil {
+				// Let the next call resume at this step at once.
+				_ = owntx.RunStatements(ctx, s.engine, o, func(ctx context.Context, tx TTx) error {
+					_, err := s.engine.Release(ctx, tx, k, token, testclock.Now(ctx))
+					return err
+				})
+			}
+			return sqlonce.Result{}, err
+		}
+	}
+	if resp == nil {
+		resp = []byte{}
+	}
+	return sqlonce.Result{Outcome: sqlonce.FirstRun, Response: resp}, nil
+}

@@ -1,0 +1,89 @@
+-- The queries of dedupe's operations of several steps (namespace 4). While
+-- such a key is leased, response holds its recovery point: the results of
+-- the steps done so far.
+
+-- name: KeyStepGet :one
+-- Reads a step operation's key with its recovery point, and whether its
+-- lease holds and whether it has expired, as of the database's now.
+SELECT
+    fingerprint,
+    response,
+    state,
+    token,
+    CAST(coalesce(state = 2 AND locked_until > coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000), 0) AS INTEGER) AS leased,
+    CAST(expires_at <= coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) AS INTEGER) AS expired
+FROM sqlonce_keys
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key');
+
+-- name: KeyStepResume :execrows
+-- Takes over a lapsed lease read with token, keeping its recovery point
+-- (rewritten as recovery: one more attempt), if that recovery point is
+-- still read: a step that committed since changed it, though not the token. The new token is token + 1.
+UPDATE sqlonce_keys
+SET token        = token + 1,
+    response     = sqlc.arg('recovery'),
+    locked_until = coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('lease_us') AS INTEGER),
+    expires_at   = max(expires_at, coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('lease_us') AS INTEGER))
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key')
+  AND token = sqlc.arg('token') AND state = 2 AND response = sqlc.arg('read_recovery')
+  AND locked_until <= coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)
+  AND expires_at > coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000);
+
+-- name: KeyStepSave :execrows
+-- Advances the recovery point of a lease held with token and extends the
+-- lease; in a database step's transaction, it commits with the step.
+UPDATE sqlonce_keys
+SET response     = sqlc.arg('recovery'),
+    locked_until = coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('lease_us') AS INTEGER),
+    expires_at   = max(expires_at, coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('lease_us') AS INTEGER))
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key')
+  AND token = sqlc.arg('token') AND state = 2;
+
+-- name: KeyStepStuck :many
+-- Lists step operations whose lease lapsed (their holder stopped between
+-- or inside steps) and that have not expired, longest stuck first.
+SELECT scope, idempotency_key
+FROM sqlonce_keys
+WHERE namespace = sqlc.arg('namespace') AND state = 2
+  AND locked_until <= coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)
+  AND expires_at > coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)
+ORDER BY locked_until
+LIMIT sqlc.arg('max_rows');
+
+-- name: KeyStepStart :one
+-- Inserts the key of a new step operation, leased, with its first
+-- recovery point, and returns its token (the database clock in
+-- microseconds, as a lease's). No row: the key exists; the caller reads it
+-- again. Never a takeover: a lapsed lease holds a recovery point to resume
+-- from.
+INSERT INTO sqlonce_keys (
+    namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
+) VALUES (
+    sqlc.arg('namespace'),
+    sqlc.arg('scope'),
+    sqlc.arg('idempotency_key'),
+    sqlc.arg('fingerprint'),
+    sqlc.arg('recovery'),
+    2,
+    coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000),
+    coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('lease_us') AS INTEGER),
+    coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000),
+    coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('ttl_us') AS INTEGER)
+)
+ON CONFLICT (namespace, scope, idempotency_key) DO NOTHING
+RETURNING token;
+
+-- name: KeyStepRestart :execrows
+-- Starts a step operation anew on an expired key read with token and read
+-- in its response column. The new
+-- token is token + 1.
+UPDATE sqlonce_keys
+SET fingerprint  = sqlc.arg('fingerprint'),
+    response     = sqlc.arg('recovery'),
+    state        = 2,
+    token        = token + 1,
+    locked_until = coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('lease_us') AS INTEGER),
+    created_at   = coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000),
+    expires_at   = coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('ttl_us') AS INTEGER)
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key')
+  AND token = sqlc.arg('token') AND response = sqlc.arg('read_recovery') AND expires_at <= coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000);

@@ -1,0 +1,715 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/tests/internal/harness"
+)
+
+// outsideService is the outside system of an operation's outside steps: an
+// HTTP server that dedupes by the Idempotency-Key header, as a payment
+// provider does. It counts the calls it gets and the effects it makes.
+type outsideService struct {
+	srv     *httptest.Server
+	calls   atomic.Int64
+	mu      sync.Mutex
+	effects map[string]int // effects per idempotency key
+}
+
+func newOutsideService(t testing.TB) *outsideService {
+	o := &outsideService{effects: map[string]int{}}
+	o.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.calls.Add(1)
+		key := r.Header.Get("Idempotency-Key")
+		if key == "" {
+			http.Error(w, "no key", http.StatusBadRequest)
+			return
+		}
+		o.mu.Lock()
+		if o.effects[key] == 0 {
+			o.effects[key] = 1
+		}
+		o.mu.Unlock()
+		fmt.Fprintf(w, "%s_%s", strings.TrimPrefix(r.URL.Path, "/"), key[:12])
+	}))
+	t.Cleanup(o.srv.Close)
+	return o
+}
+
+func (o *outsideService) call(ctx context.Context, what, key string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.srv.URL+"/"+what, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := o.srv.Client().Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("outside service: %s", resp.Status)
+	}
+	return b, err
+}
+
+// effectsOnce fails unless every key the service saw made one effect, and
+// it saw want keys.
+func (o *outsideService) effectsOnce(t testing.TB, want int) {
+	t.Helper()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.effects) != want {
+		t.Fatalf("outside service saw %d keys, want %d", len(o.effects), want)
+	}
+	for k, n := range o.effects {
+		if n != 1 {
+			t.Fatalf("outside service: key %s made %d effects", k, n)
+		}
+	}
+}
+
+// stepFault is where a run of the payment operation is made to stop.
+type stepFault struct {
+	step   string // the step it strikes
+	inside bool   // after the step's effect, before it returns; else at its start
+	mode   string // "cancel", "panic", "kill" (cut the connection), "error"
+}
+
+type stepFaults struct {
+	mu     sync.Mutex
+	fault  *stepFault
+	cancel context.CancelFunc
+}
+
+var errInjected = errors.New("injected step failure")
+
+// strike stops the run if the fault is armed for step at this point,
+// once.
+func strike[TTx any](ctx context.Context, f *stepFaults, db harness.DB[TTx], tx *TTx, step string, inside bool) error {
+	f.mu.Lock()
+	fault := f.fault
+	if fault == nil || fault.step != step || fault.inside != inside {
+		f.mu.Unlock()
+		return nil
+	}
+	f.fault = nil
+	f.mu.Unlock()
+	switch fault.mode {
+	case "panic":
+		panic(fmt.Sprintf("injected panic in step %s", step))
+	case "cancel":
+		f.cancel()
+		return ctx.Err()
+	case "kill":
+		id, err := db.ConnID(context.Background(), *tx)
+		if err != nil {
+			return err
+		}
+		if err := db.Kill(context.Background(), id); err != nil {
+			return err
+		}
+		return nil // the next statement finds the connection cut
+	}
+	return errInjected
+}
+
+// paymentOp is the payment of the README: reserve stock (database), charge
+// the card (outside), write the order (database), send the receipt
+// (outside). Database steps write one ledger row each, ref "<key>/<step>".
+func paymentOp[TTx any](db harness.DB[TTx], svc *outsideService, f *stepFaults, lease time.Duration) *dedupe.Operation[TTx] {
+	inTx := func(name string, result func(st dedupe.StepState) string) dedupe.Step[TTx] {
+		return dedupe.Step[TTx]{Name: name, InTx: func(ctx context.Context, tx TTx, st dedupe.StepState) ([]byte, error) {
+			if err := strike(ctx, f, db, &tx, name, false); err != nil {
+				return nil, err
+			}
+			if err := db.Tx(tx).LedgerInsert(ctx, string(st.Input)+"/"+name, 1); err != nil {
+				return nil, err
+			}
+			if err := strike(ctx, f, db, &tx, name, true); err != nil {
+				return nil, err
+			}
+			return []byte(result(st)), nil
+		}}
+	}
+	outside := func(name string) dedupe.Step[TTx] {
+		return dedupe.Step[TTx]{Name: name, Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+			if err := strike[TTx](ctx, f, db, nil, name, false); err != nil {
+				return nil, err
+			}
+			b, err := svc.call(ctx, name, st.Key)
+			if err != nil {
+				return nil, err
+			}
+			if err := strike[TTx](ctx, f, db, nil, name, true); err != nil {
+				return nil, err
+			}
+			return b, nil
+		}}
+	}
+	return &dedupe.Operation[TTx]{
+		Name:  "payment",
+		Lease: lease,
+		Steps: []dedupe.Step[TTx]{
+			inTx("reserve", func(dedupe.StepState) string { return "reserved" }),
+			outside("charge"),
+			inTx("order", func(st dedupe.StepState) string {
+				charge, _ := st.Result("charge")
+				return fmt.Sprintf(`{"order":%q,"charge":%q}`, st.Input, charge)
+			}),
+			outside("email"),
+		},
+	}
+}
+
+// resumeHook calls before ahead of the first StepResume, once.
+type resumeHook[TTx any] struct {
+	driver.Engine[TTx]
+	once   *sync.Once
+	before func()
+}
+
+func (e resumeHook[TTx]) Autocommit(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+	if a, ok := e.Engine.(driver.Autocommitter[TTx]); ok {
+		return a.Autocommit(ctx, fn)
+	}
+	return driver.ErrNoRun
+}
+
+func (e resumeHook[TTx]) StepResume(ctx context.Context, tx TTx, k driver.Key, token int64, read, recovery []byte, lease time.Duration, now time.Time) (bool, error) {
+	e.once.Do(e.before)
+	return e.Engine.StepResume(ctx, tx, k, token, read, recovery, lease, now)
+}
+
+type hookDriver[TTx any] struct{ e resumeHook[TTx] }
+
+func (d hookDriver[TTx]) Engine() driver.Engine[TTx] { return d.e }
+
+// runCaught runs RunSteps and turns a panic into an error.
+func runCaught[TTx any](ctx context.Context, s *dedupe.Store[TTx], req dedupe.Request, input []byte, op *dedupe.Operation[TTx]) (res sqlonce.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("panic: %v", p)
+		}
+	}()
+	return s.RunSteps(ctx, req, input, op)
+}
+
+// wantLedgerOnce fails unless each of key's database steps wrote one row.
+func wantLedgerOnce[TTx any](t testing.TB, ctx context.Context, db harness.DB[TTx], key string) {
+	t.Helper()
+	for _, step := range []string{"reserve", "order"} {
+		n, err := db.Pool().LedgerCountByRef(ctx, key+"/"+step)
+		must(t, err)
+		if n != 1 {
+			t.Fatalf("key %s: step %s wrote %d ledger rows, want 1", key, step, n)
+		}
+	}
+}
+
+func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	const lease = time.Minute
+	steps := []string{"reserve", "charge", "order", "email"}
+	isDB := map[string]bool{"reserve": true, "order": true}
+
+	for _, by := range []string{"Retry", "Completer"} {
+		t.Run("StopEverywhereThen"+by, func(t *testing.T) {
+			ctx := ctxT(t)
+			db := f(t, 0)
+			s, err := dedupe.New(db.Driver())
+			must(t, err)
+			svc := newOutsideService(t)
+			faults := &stepFaults{}
+			op := paymentOp(db, svc, faults, lease)
+			t0 := clockBase()
+			clock := time.Duration(0)
+			var cases []stepFault
+			for _, step := range steps {
+				for _, inside := range []bool{false, true} {
+					modes := []string{"cancel", "panic", "error"}
+					if isDB[step] && db.Dialect() != "sqlite" {
+						modes = append(modes, "kill")
+					}
+					for _, mode := range modes {
+						cases = append(cases, stepFault{step: step, inside: inside, mode: mode})
+					}
+				}
+			}
+			for i, c := range cases {
+				key := fmt.Sprintf("pay-%d", i)
+				req := dedupe.Request{Scope: "steps", Key: key, Fingerprint: []byte("fp-" + key)}
+				runCtx, cancel := context.WithCancel(at(ctx, t0, clock))
+				faults.mu.Lock()
+				fault := c
+				faults.fault, faults.cancel = &fault, cancel
+				faults.mu.Unlock()
+				_, err := runCaught(runCtx, s, req, []byte(key), op)
+				cancel()
+				if err == nil {
+					t.Fatalf("%+v: the run did not stop", c)
+				}
+				// The lease lapses (an error releases it at once).
+				clock += lease + time.Second
+				var res sqlonce.Result
+				switch by {
+				case "Retry":
+					res, err = s.RunSteps(at(ctx, t0, clock), req, []byte(key), op)
+					if err != nil || !res.FirstRun() {
+						t.Fatalf("%+v: retry: %v, %v", c, res, err)
+					}
+				case "Completer":
+					done, failed, err := s.CompleteStuck(at(ctx, t0, clock), 3, op)
+					if err != nil || done != 1 || failed != 0 {
+						t.Fatalf("%+v: completer: %d done, %d failed, %v", c, done, failed, err)
+					}
+				}
+				replay, err := s.RunSteps(at(ctx, t0, clock), req, []byte(key), op)
+				if err != nil || !replay.AlreadyDone() {
+					t.Fatalf("%+v: replay: %v, %v", c, replay, err)
+				}
+				if res.FirstRun() && !bytes.Equal(replay.Response, res.Response) {
+					t.Fatalf("%+v: replay %q, first answer %q", c, replay.Response, res.Response)
+				}
+				want := fmt.Sprintf(`email_%s`, dedupe.StepKey(req.Scope, key, "email")[:12])
+				if string(replay.Response) != want {
+					t.Fatalf("%+v: response %q, want %q", c, replay.Response, want)
+				}
+				wantLedgerOnce(t, ctx, db, key)
+				clock += time.Second
+			}
+			svc.effectsOnce(t, 2*len(cases))
+			t.Logf("%d stopped runs, then the %s: outside service got %d calls for %d keys", len(cases), strings.ToLower(by), svc.calls.Load(), 2*len(cases))
+		})
+	}
+
+	t.Run("KeyReuseAndInProgress", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s, err := dedupe.New(db.Driver())
+		must(t, err)
+		svc := newOutsideService(t)
+		faults := &stepFaults{}
+		op := paymentOp(db, svc, faults, lease)
+		t0 := clockBase()
+		req := dedupe.Request{Scope: "steps", Key: "pay-x", Fingerprint: []byte("a")}
+		runCtx, cancel := context.WithCancel(at(ctx, t0, 0))
+		faults.fault, faults.cancel = &stepFault{step: "order", mode: "cancel"}, cancel
+		_, err = s.RunSteps(runCtx, req, []byte("pay-x"), op)
+		wantErr(t, "stopped run", err, context.Canceled)
+		cancel()
+		_, err = s.RunSteps(at(ctx, t0, time.Second), req, []byte("pay-x"), op)
+		wantErr(t, "retry within the lease", err, sqlonce.ErrInProgress)
+		other := req
+		other.Fingerprint = []byte("b")
+		_, err = s.RunSteps(at(ctx, t0, 2*lease), other, []byte("pay-x"), op)
+		wantErr(t, "other body", err, sqlonce.ErrKeyReuse)
+		res, err := s.RunSteps(at(ctx, t0, 2*lease), req, []byte("pay-x"), op)
+		if err != nil || !res.FirstRun() {
+			t.Fatalf("resume: %v, %v", res, err)
+		}
+		_, err = s.RunSteps(at(ctx, t0, 2*lease), other, []byte("pay-x"), op)
+		wantErr(t, "other body after", err, sqlonce.ErrKeyReuse)
+		wantLedgerOnce(t, ctx, db, "pay-x")
+		svc.effectsOnce(t, 2)
+	})
+
+	// An expired key counts as absent: done or stopped, it starts anew.
+	t.Run("ExpiredKeyStartsAnew", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s, err := dedupe.New(db.Driver(), dedupe.WithTTL(time.Hour))
+		must(t, err)
+		svc := newOutsideService(t)
+		faults := &stepFaults{}
+		op := paymentOp(db, svc, faults, lease)
+		t0 := clockBase()
+		req := dedupe.Request{Scope: "steps", Key: "exp", Fingerprint: []byte("a")}
+		res, err := s.RunSteps(at(ctx, t0, 0), req, []byte("exp"), op)
+		if err != nil || !res.FirstRun() {
+			t.Fatalf("first: %v, %v", res, err)
+		}
+		// Expired and done, with another body: a new operation.
+		other := req
+		other.Fingerprint = []byte("b")
+		res, err = s.RunSteps(at(ctx, t0, 2*time.Hour), other, []byte("exp"), op)
+		if err != nil || !res.FirstRun() {
+			t.Fatalf("after expiry: %v, %v", res, err)
+		}
+		// Stopped, then expired: starts anew too.
+		runCtx, cancel := context.WithCancel(at(ctx, t0, 4*time.Hour))
+		faults.fault, faults.cancel = &stepFault{step: "order", mode: "cancel"}, cancel
+		_, err = s.RunSteps(runCtx, req, []byte("exp"), op)
+		cancel()
+		wantErr(t, "stopped", err, context.Canceled)
+		res, err = s.RunSteps(at(ctx, t0, 6*time.Hour), req, []byte("exp"), op)
+		if err != nil || !res.FirstRun() {
+			t.Fatalf("after a stopped run expired: %v, %v", res, err)
+		}
+		for step, want := range map[string]int64{"reserve": 4, "order": 3} {
+			n, err := db.Pool().LedgerCountByRef(ctx, "exp/"+step)
+			must(t, err)
+			if n != want {
+				t.Fatalf("step %s wrote %d rows, want %d (one per operation started)", step, n, want)
+			}
+		}
+		// Another operation on a key stopped mid-way: refused.
+		runCtx, cancel = context.WithCancel(at(ctx, t0, 8*time.Hour))
+		faults.fault, faults.cancel = &stepFault{step: "charge", mode: "cancel"}, cancel
+		_, err = s.RunSteps(runCtx, req, []byte("exp"), op)
+		cancel()
+		wantErr(t, "stopped", err, context.Canceled)
+		renamed := *op
+		renamed.Name = "refund"
+		_, err = s.RunSteps(at(ctx, t0, 8*time.Hour+2*lease), req, []byte("exp"), &renamed)
+		wantErr(t, "another operation", err, sqlonce.ErrKeyReuse)
+	})
+
+	t.Run("GiveUpAfterAttempts", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s, err := dedupe.New(db.Driver())
+		must(t, err)
+		var tries atomic.Int64
+		op := &dedupe.Operation[TTx]{Name: "doomed", Lease: lease, Steps: []dedupe.Step[TTx]{
+			{Name: "write", InTx: func(ctx context.Context, tx TTx, st dedupe.StepState) ([]byte, error) {
+				return nil, db.Tx(tx).LedgerInsert(ctx, "doomed/write", 1)
+			}},
+			{Name: "fail", Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+				tries.Add(1)
+				return nil, errInjected
+			}},
+		}}
+		t0 := clockBase()
+		req := dedupe.Request{Scope: "steps", Key: "doomed"}
+		_, err = s.RunSteps(at(ctx, t0, 0), req, nil, op)
+		wantErr(t, "first run", err, errInjected)
+		for i := 1; i <= 3; i++ {
+			done, failed, err := s.CompleteStuck(at(ctx, t0, time.Duration(i)*time.Second), 3, op)
+			switch {
+			case i < 3 && (done != 0 || failed != 0 || !errors.Is(err, errInjected)):
+				t.Fatalf("round %d: %d done, %d failed, %v", i, done, failed, err)
+			case i == 3 && (done != 0 || failed != 1 || err != nil):
+				t.Fatalf("round %d: %d done, %d failed, %v", i, done, failed, err)
+			}
+		}
+		if n := tries.Load(); n != 3 {
+			t.Fatalf("the failing step ran %d times, want 3", n)
+		}
+		_, err = s.RunSteps(at(ctx, t0, time.Hour), req, nil, op)
+		wantErr(t, "after giving up", err, dedupe.ErrOperationFailed)
+		n, err := db.Pool().LedgerCountByRef(ctx, "doomed/write")
+		must(t, err)
+		if n != 1 {
+			t.Fatalf("the database step wrote %d rows, want 1", n)
+		}
+	})
+
+	t.Run("Race", func(t *testing.T) {
+		ctx := ctxT(t)
+		const workers, keys = 16, 4
+		db := f(t, workers+4)
+		s, err := dedupe.New(db.Driver())
+		must(t, err)
+		svc := newOutsideService(t)
+		op := paymentOp(db, svc, &stepFaults{}, lease)
+		var first atomic.Int64
+		var wg sync.WaitGroup
+		errs := make(chan error, workers*keys)
+		answers := sync.Map{}
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := range keys {
+					key := fmt.Sprintf("race-%d", (k+w)%keys)
+					req := dedupe.Request{Scope: "steps", Key: key, Fingerprint: []byte(key)}
+					for {
+						res, err := s.RunSteps(ctx, req, []byte(key), op)
+						if errors.Is(err, sqlonce.ErrInProgress) {
+							time.Sleep(time.Millisecond)
+							continue
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+						if res.FirstRun() {
+							first.Add(1)
+						}
+						if prev, loaded := answers.LoadOrStore(key, string(res.Response)); loaded && prev != string(res.Response) {
+							errs <- fmt.Errorf("key %s answered %q and %q (%v)", key, prev, res.Response, res)
+						}
+						break
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if n := first.Load(); n != keys {
+			t.Fatalf("%d first runs, want %d", n, keys)
+		}
+		for k := range keys {
+			wantLedgerOnce(t, ctx, db, fmt.Sprintf("race-%d", k))
+		}
+		svc.effectsOnce(t, 2*keys)
+	})
+
+	// Runs stopped inside the charge, then retries from many goroutines
+	// and two completers, all at once, past the leases.
+	t.Run("RaceWithCompleter", func(t *testing.T) {
+		ctx := ctxT(t)
+		const workers, keys, completers = 12, 6, 2
+		db := f(t, workers+completers+4)
+		s, err := dedupe.New(db.Driver())
+		must(t, err)
+		svc := newOutsideService(t)
+		faults := &stepFaults{}
+		op := paymentOp(db, svc, faults, lease)
+		t0 := clockBase()
+		for k := range keys {
+			key := fmt.Sprintf("stuck-%d", k)
+			runCtx, cancel := context.WithCancel(at(ctx, t0, 0))
+			faults.mu.Lock()
+			faults.fault, faults.cancel = &stepFault{step: "charge", inside: true, mode: "cancel"}, cancel
+			faults.mu.Unlock()
+			_, err := s.RunSteps(runCtx, dedupe.Request{Scope: "steps", Key: key, Fingerprint: []byte(key)}, []byte(key), op)
+			cancel()
+			wantErr(t, "stopped run", err, context.Canceled)
+		}
+		later := at(ctx, t0, 2*lease)
+		var wg sync.WaitGroup
+		var finished, first atomic.Int64
+		errs := make(chan error, workers*keys+completers)
+		answers := sync.Map{}
+		for range completers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 20 {
+					done, _, err := s.CompleteStuck(later, 3, op)
+					if err != nil && !errors.Is(err, sqlonce.ErrLeaseLost) {
+						errs <- fmt.Errorf("completer: %w", err)
+						return
+					}
+					finished.Add(int64(done))
+				}
+			}()
+		}
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := range keys {
+					key := fmt.Sprintf("stuck-%d", (k+w)%keys)
+					req := dedupe.Request{Scope: "steps", Key: key, Fingerprint: []byte(key)}
+					for {
+						res, err := s.RunSteps(later, req, []byte(key), op)
+						if errors.Is(err, sqlonce.ErrInProgress) || errors.Is(err, sqlonce.ErrLeaseLost) {
+							time.Sleep(time.Millisecond)
+							continue
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+						if res.FirstRun() {
+							first.Add(1)
+						}
+						if prev, loaded := answers.LoadOrStore(key, string(res.Response)); loaded && prev != string(res.Response) {
+							errs <- fmt.Errorf("key %s answered %q and %q", key, prev, res.Response)
+						}
+						break
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+		if n := first.Load() + finished.Load(); n != keys {
+			t.Fatalf("%d resumed by retries, %d by completers, want %d in all", first.Load(), finished.Load(), keys)
+		}
+		for k := range keys {
+			wantLedgerOnce(t, ctx, db, fmt.Sprintf("stuck-%d", k))
+		}
+		svc.effectsOnce(t, 2*keys)
+		t.Logf("%d keys: %d finished by retries, %d by completers; outside service got %d calls", keys, first.Load(), finished.Load(), svc.calls.Load())
+	})
+
+	// A run whose lease lapsed commits a database step after a retry read
+	// the key and before the retry takes it over: the retry must not write
+	// back the recovery point it read, which lacks that step.
+	t.Run("ResumeAfterAStepCommitted", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		slow, err := dedupe.New(db.Driver())
+		must(t, err)
+		bRead, aCommitted := make(chan struct{}), make(chan struct{})
+		hooked := resumeHook[TTx]{Engine: db.Driver().Engine(), once: new(sync.Once), before: func() {
+			close(bRead)
+			<-aCommitted
+		}}
+		retrier, err := dedupe.New(hookDriver[TTx]{hooked})
+		must(t, err)
+		svc := newOutsideService(t)
+		t0 := clockBase()
+		op := paymentOp(db, svc, &stepFaults{}, lease)
+		// Run A: its reserve step waits until B has read the key (lapsed
+		// at B's clock), then commits; its charge step tells B so.
+		aOp := *op
+		aOp.Steps = slices.Clone(op.Steps)
+		reserve, charge := aOp.Steps[0].InTx, aOp.Steps[1].Outside
+		aOp.Steps[0].InTx = func(ctx context.Context, tx TTx, st dedupe.StepState) ([]byte, error) {
+			<-bRead
+			return reserve(ctx, tx, st)
+		}
+		aOp.Steps[1].Outside = func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+			select {
+			case <-aCommitted:
+			default:
+				close(aCommitted)
+			}
+			return charge(ctx, st)
+		}
+		req := dedupe.Request{Scope: "steps", Key: "late-step", Fingerprint: []byte("fp")}
+		// A claims the key, then stops before its first step; its lease
+		// lapses at B's clock.
+		aDone := make(chan error, 1)
+		go func() {
+			_, err := slow.RunSteps(at(ctx, t0, 0), req, []byte("late-step"), &aOp)
+			aDone <- err
+		}()
+		// B starts once A holds the key.
+		for {
+			row, ok, err := db.Key(ctx, "steps", "late-step")
+			must(t, err)
+			if ok && row.State == 2 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		// B resumes after A's reserve (FirstRun), or finds A finished
+		// (AlreadyDone), or still moving (ErrInProgress).
+		_, err = retrier.RunSteps(at(ctx, t0, 2*lease), req, []byte("late-step"), op)
+		if err != nil && !errors.Is(err, sqlonce.ErrInProgress) {
+			t.Fatalf("retry: %v", err)
+		}
+		if err := <-aDone; err != nil && !errors.Is(err, sqlonce.ErrLeaseLost) {
+			t.Fatalf("run A: %v", err)
+		}
+		res, err := retrier.RunSteps(at(ctx, t0, 4*lease), req, []byte("late-step"), op)
+		if err != nil {
+			t.Fatalf("after both: %v, %v", res, err)
+		}
+		if want := "email_" + dedupe.StepKey("steps", "late-step", "email")[:12]; string(res.Response) != want {
+			t.Fatalf("response %q, want %q", res.Response, want)
+		}
+		wantLedgerOnce(t, ctx, db, "late-step")
+		svc.effectsOnce(t, 2)
+	})
+
+	// Three instances run CompleteEvery: one is elected and runs the
+	// rounds, the others skip theirs.
+	t.Run("CompleteEveryElects", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		op := paymentOp(db, newOutsideService(t), &stepFaults{}, lease)
+		var ran, skipped atomic.Int64
+		cctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for range 3 {
+			d := sqlonce.Observe(db.Driver(), sqlonce.ObserverFunc(func(_ context.Context, e sqlonce.Event) {
+				if e.Operation != "CompleteEvery" {
+					return
+				}
+				switch e.Outcome {
+				case sqlonce.EventFirstRun:
+					ran.Add(1)
+				case sqlonce.EventAlreadyDone:
+					skipped.Add(1)
+				}
+			}))
+			s, err := dedupe.New(d)
+			must(t, err)
+			wg.Add(1)
+			go func() { defer wg.Done(); _ = s.CompleteEvery(cctx, 100*time.Millisecond, 3, op) }()
+		}
+		deadline := time.Now().Add(time.Minute)
+		for (ran.Load() < 3 || skipped.Load() < 3) && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		stop()
+		wg.Wait()
+		if ran.Load() < 3 || skipped.Load() < 3 {
+			t.Fatalf("%d rounds run, %d skipped", ran.Load(), skipped.Load())
+		}
+	})
+
+	t.Run("CompleteEvery", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		var rounds, runErrs, replays, resumed atomic.Int64
+		obsDriver := sqlonce.Observe(db.Driver(), sqlonce.ObserverFunc(func(_ context.Context, e sqlonce.Event) {
+			switch {
+			case e.Operation == "CompleteEvery" && e.Outcome == sqlonce.EventFirstRun:
+				rounds.Add(e.Rows)
+			case e.Operation == "CompleteStuck" && e.Outcome == sqlonce.EventTakeover:
+				resumed.Add(1)
+			case e.Operation == "RunSteps" && e.Outcome == sqlonce.EventError:
+				runErrs.Add(1)
+			case e.Operation == "RunSteps" && e.Outcome == sqlonce.EventReplayed:
+				replays.Add(1)
+			}
+		}))
+		s, err := dedupe.New(obsDriver)
+		must(t, err)
+		svc := newOutsideService(t)
+		faults := &stepFaults{}
+		op := paymentOp(db, svc, faults, 200*time.Millisecond)
+		runCtx, cancel := context.WithCancel(ctx)
+		faults.fault, faults.cancel = &stepFault{step: "charge", inside: true, mode: "cancel"}, cancel
+		req := dedupe.Request{Scope: "steps", Key: "every"}
+		_, err = s.RunSteps(runCtx, req, []byte("every"), op)
+		wantErr(t, "stopped run", err, context.Canceled)
+		cctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- s.CompleteEvery(cctx, 50*time.Millisecond, 3, op) }()
+		deadline := time.Now().Add(time.Minute)
+		for rounds.Load() == 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		stop()
+		<-done
+		res, err := s.RunSteps(ctx, req, []byte("every"), op)
+		if err != nil || !res.AlreadyDone() {
+			t.Fatalf("after the completer: %v, %v", res, err)
+		}
+		wantLedgerOnce(t, ctx, db, "every")
+		svc.effectsOnce(t, 2)
+		if runErrs.Load() != 1 || replays.Load() != 1 || resumed.Load() != 1 {
+			t.Fatalf("events: RunSteps %d errors, %d replays; CompleteStuck %d resumed; want 1 each", runErrs.Load(), replays.Load(), resumed.Load())
+		}
+	})
+}
