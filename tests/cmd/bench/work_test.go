@@ -50,12 +50,22 @@ func TestServerWorkPostgres(t *testing.T) {
 			continue
 		}
 		// A page split, a prune or autovacuum adds a little now and then.
-		for i, got := range []float64{w.Rows, w.HOT, w.IndexEntries, w.Commits} {
-			if math.Abs(got-exp[i]) > 0.1 {
-				t.Errorf("%s: rows, HOT, index entries, commits per request %.2f %.2f %.2f %.2f; want %v",
-					r.ID, w.Rows, w.HOT, w.IndexEntries, w.Commits, exp)
-				break
-			}
+		// An update is HOT only while its page has room: when a page
+		// fills up, the update goes to another page and writes both
+		// index entries of the key (primary key, expires_at) again. So
+		// rows and commits are exact, an update meant to be HOT is HOT
+		// for most requests, and each one that is not adds two entries.
+		got := [4]float64{w.Rows, w.HOT, w.IndexEntries, w.Commits}
+		bad := math.Abs(got[0]-exp[0]) > 0.1 || math.Abs(got[3]-exp[3]) > 0.1
+		if exp[1] > 0 {
+			missed := exp[1] - got[1]
+			bad = bad || got[1] < exp[1]/2 || math.Abs(got[2]-(exp[2]+2*missed)) > 0.15
+		} else {
+			bad = bad || got[1] > 0.1 || math.Abs(got[2]-exp[2]) > 0.1
+		}
+		if bad {
+			t.Errorf("%s: rows, HOT, index entries, commits per request %.2f %.2f %.2f %.2f; want %v",
+				r.ID, w.Rows, w.HOT, w.IndexEntries, w.Commits, exp)
 		}
 		if w.LogBytes <= 0 {
 			t.Errorf("%s: %v WAL bytes per request", r.ID, w.LogBytes)
