@@ -361,6 +361,10 @@ func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token
 		return err
 	}
 	if n != 1 { // NULL to a value always counts as a change
+		if e.wsrep.done.Load() && e.wsrep.vtgate {
+			// The claim was made in tx: vtgate rolled tx back under the work.
+			return fmt.Errorf("%w: the claim to record a response on is gone: %w", sqlonce.ErrLeaseLost, errVtgateClaimGone)
+		}
 		return fmt.Errorf("%w: the claim to record a response on is gone", sqlonce.ErrLeaseLost)
 	}
 	return e.appendRest(ctx, tx, ns, scope, key, token, response)
