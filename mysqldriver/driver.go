@@ -479,13 +479,6 @@ func (e engine) Forget(ctx context.Context, tx *sql.Tx, k driver.Key, force bool
 	return n == 1, err
 }
 
-func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
-	if err := e.checkTx(ctx, tx); err != nil {
-		return 0, err
-	}
-	return e.q.KeyPurge(ctx, e.on(tx), mysqldb.KeyPurgeParams{Now: myNow(now), Limit: int32(limit)})
-}
-
 var _ driver.Autocommitter[*sql.Tx] = engine{}
 
 // Autocommit runs fn's statements on the driver's *sql.DB outside any
@@ -522,5 +515,11 @@ func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	// sqlonce's own statements need no snapshot: with binlog_format=STATEMENT
 	// the server refuses writes at READ COMMITTED (error 1665). The deadlocks
 	// REPEATABLE READ's gap locks bring are retried by the caller (dedupe).
+	if e.wsrep.vtgate {
+		// A purge asked in this transaction may run shard by shard
+		// outside it (see vtgatePurge).
+		inner := fn
+		fn = func(ctx context.Context, tx *sql.Tx) error { return inner(context.WithValue(ctx, ownTxKey{}, tx), tx) }
+	}
 	return driver.SQLInTx(ctx, e.db, fn)
 }
