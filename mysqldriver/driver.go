@@ -68,8 +68,15 @@
 // single statement), and a claim with a bounded lock wait (dedupe's
 // WithNoWait, WithLockWait) is refused with an error matching
 // sqlonce.ErrInvalidArgument: vtgate runs its SET on the keyspace's first
-// shard, inside the transaction. A purge must run on each shard's own
-// handle (a DSN whose database is keyspace:shard).
+// shard, inside the transaction. A purge in a transaction of the
+// driver's own (Purge, PurgeEvery) runs shard by shard, each shard's
+// statement committing on its own; PurgeTx in a caller's transaction
+// is refused with an error matching sqlonce.ErrInvalidArgument, unless
+// the DSN's database is one shard (keyspace:shard). After work that
+// records no response (dedupe's Do, DoBatch, the inbox's Handle) the
+// driver reads the claim by its token, through vtgate only: work that
+// swallowed a cross-shard refusal gets an error (IsCrossShard), never
+// FirstRun for work vtgate rolled back.
 //
 // Return every error of the work's statements. A deadlock (1213), on
 // Galera another node's conflicting write, and through vtgate a statement
