@@ -288,5 +288,12 @@ func (s *Store[TTx]) applyBatch(ctx context.Context, tx TTx, p driver.BatchParam
 		undo(err)
 		return nil, err
 	}
+	// A transaction that lost one claim lost them all: one is asked
+	// (see driver.ClaimChecker).
+	k := fresh[0]
+	if err := driver.CheckClaim(ctx, s.engine, tx, s.key(scope, k), won[k]); err != nil {
+		undo(err)
+		return nil, fmt.Errorf("sqlonce/dedupe: batch in scope %q after the work: %w", scope, err)
+	}
 	return results, nil
 }

@@ -363,6 +363,11 @@ func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx c
 			unclaim(err)
 			return sqlonce.Result{}, fmt.Errorf("sqlonce/dedupe: record response for %q: %w", req.Key, err)
 		}
+	} else if err := driver.CheckClaim(ctx, s.engine, tx, k, c.Token); err != nil {
+		// Nothing wrote by the token after fn: the engine proves, where
+		// it must, that tx still holds the claim (see driver.ClaimChecker).
+		unclaim(err)
+		return sqlonce.Result{}, fmt.Errorf("sqlonce/dedupe: key %q after the work: %w", req.Key, err)
 	}
 	return sqlonce.Result{Outcome: sqlonce.FirstRun, Response: resp}, nil
 }

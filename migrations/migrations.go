@@ -108,6 +108,16 @@ func newProvider(d Dialect, db *sql.DB, schema *driver.Schema, opts ...goose.Pro
 	switch d {
 	case MySQL:
 		gd = goose.DialectMySQL
+		if schema == nil {
+			// goose's own check of the version table fails through
+			// vtgate (see mysqlStore); a qualified table is checked by
+			// its schema's name, which works there.
+			store, err := newMySQLStore(table)
+			if err != nil {
+				return nil, err
+			}
+			gd, base = goose.DialectCustom, []goose.ProviderOption{goose.WithStore(store), goose.WithDisableGlobalRegistry(true)}
+		}
 	case SQLite:
 		// No session locker, as for MySQL: goose has none. Instances that
 		// run Up at once on a fresh file race to create the tables, and

@@ -53,8 +53,11 @@ const (
 // innodb_rollback_on_timeout=ON. MySQL then runs the next statement on
 // that connection outside any transaction, in autocommit.
 func classify(err error) driver.Class {
-	if err == mysql.ErrInvalidConn {
+	switch err {
+	case mysql.ErrInvalidConn:
 		return driver.ConnLost
+	case errVtgateClaimGone:
+		return driver.TxRolledBack // as vtgate's 1317 refusal
 	}
 	myErr, ok := err.(*mysql.MySQLError)
 	if !ok {

@@ -68,8 +68,15 @@
 // single statement), and a claim with a bounded lock wait (dedupe's
 // WithNoWait, WithLockWait) is refused with an error matching
 // sqlonce.ErrInvalidArgument: vtgate runs its SET on the keyspace's first
-// shard, inside the transaction. A purge must run on each shard's own
-// handle (a DSN whose database is keyspace:shard).
+// shard, inside the transaction. A purge in a transaction of the
+// driver's own (Purge, PurgeEvery) runs shard by shard, each shard's
+// statement committing on its own; PurgeTx in a caller's transaction
+// is refused with an error matching sqlonce.ErrInvalidArgument, unless
+// the DSN's database is one shard (keyspace:shard). After work that
+// records no response (dedupe's Do, DoBatch, the inbox's Handle) the
+// driver reads the claim by its token, through vtgate only: work that
+// swallowed a cross-shard refusal gets an error (IsCrossShard), never
+// FirstRun for work vtgate rolled back.
 //
 // Return every error of the work's statements. A deadlock (1213), on
 // Galera another node's conflicting write, and through vtgate a statement
@@ -364,6 +371,10 @@ func (e engine) SetResponse(ctx context.Context, tx *sql.Tx, k driver.Key, token
 		return err
 	}
 	if n != 1 { // NULL to a value always counts as a change
+		if e.wsrep.done.Load() && e.wsrep.vtgate {
+			// The claim was made in tx: vtgate rolled tx back under the work.
+			return fmt.Errorf("%w: the claim to record a response on is gone: %w", sqlonce.ErrLeaseLost, errVtgateClaimGone)
+		}
 		return fmt.Errorf("%w: the claim to record a response on is gone", sqlonce.ErrLeaseLost)
 	}
 	return e.appendRest(ctx, tx, ns, scope, key, token, response)
@@ -478,13 +489,6 @@ func (e engine) Forget(ctx context.Context, tx *sql.Tx, k driver.Key, force bool
 	return n == 1, err
 }
 
-func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
-	if err := e.checkTx(ctx, tx); err != nil {
-		return 0, err
-	}
-	return e.q.KeyPurge(ctx, e.on(tx), mysqldb.KeyPurgeParams{Now: myNow(now), Limit: int32(limit)})
-}
-
 var _ driver.Autocommitter[*sql.Tx] = engine{}
 
 // Autocommit runs fn's statements on the driver's *sql.DB outside any
@@ -521,5 +525,11 @@ func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.T
 	// sqlonce's own statements need no snapshot: with binlog_format=STATEMENT
 	// the server refuses writes at READ COMMITTED (error 1665). The deadlocks
 	// REPEATABLE READ's gap locks bring are retried by the caller (dedupe).
+	if e.wsrep.vtgate {
+		// A purge asked in this transaction may run shard by shard
+		// outside it (see vtgatePurge).
+		inner := fn
+		fn = func(ctx context.Context, tx *sql.Tx) error { return inner(context.WithValue(ctx, ownTxKey{}, tx), tx) }
+	}
 	return driver.SQLInTx(ctx, e.db, fn)
 }

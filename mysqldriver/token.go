@@ -40,10 +40,3 @@ func (e engine) TokenGet(ctx context.Context, tx *sql.Tx, hash []byte, now time.
 	}
 	return driver.TokenState{Scope: string(r.Scope), Consumed: r.Consumed == 1, Expired: r.Expired == 1}, true, nil
 }
-
-func (e engine) TokenPurge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
-	if err := e.checkTx(ctx, tx); err != nil {
-		return 0, err
-	}
-	return e.q.TokenPurge(ctx, e.on(tx), mysqldb.TokenPurgeParams{Now: myNow(now), Limit: int32(limit)})
-}

@@ -2,6 +2,8 @@ package mysqldriver
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -9,8 +11,11 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/dbsqlc/mysqldb"
 	"github.com/sqlonce/sqlonce/internal/driver"
 )
+
+var _ driver.ClaimChecker[*sql.Tx] = engine{}
 
 // Vitess's vtgate speaks MySQL's protocol and passes a tablet's MySQL
 // error on with its number and SQLSTATE, its message wrapped:
@@ -66,11 +71,53 @@ func classifyVtgate(e *mysql.MySQLError) driver.Class {
 // the transaction and a COMMIT would answer OK for work that is gone.
 // Such a transaction never succeeds as written: the rows it touches must
 // be on the shard of its key (see docs/deployments.md, Vitess).
+//
+// It is also true of the error sqlonce returns when it finds, after work
+// that returned no error, that vtgate has rolled the transaction back
+// under it (the work swallowed the refusal and went on): the call fails
+// instead of answering FirstRun for work that is gone.
 func IsCrossShard(err error) bool {
 	return driver.Walk(err, func(e error) bool {
+		if e == errVtgateClaimGone {
+			return true
+		}
 		myErr, ok := e.(*mysql.MySQLError)
 		return ok && myErr.Number == errQueryInterrupted && strings.Contains(myErr.Message, vtMultiDB)
 	})
+}
+
+// errVtgateClaimGone is the answer, through vtgate, when a transaction no
+// longer holds the claim it made before the work, although the work
+// returned no error: vtgate rolled the transaction back during the work
+// (most likely a statement reaching a second shard, refused with 1317
+// under transaction_mode=single, which the work swallowed), and the work's
+// statements after that ran in autocommit. Classified as 1317's refusal:
+// the transaction is gone (TxRolledBack), not retryable (IsCrossShard).
+var errVtgateClaimGone = errors.New("mysqldriver: vtgate rolled the transaction back during the work, which went on: " +
+	"the key's claim is gone and a COMMIT would answer OK on nothing; a statement of the work reached a second shard " +
+	"(1317 multi-db transaction attempted) or its shard's transaction ended, and the work did not return that error; " +
+	"roll back, return every error of the work's statements, and keep its rows on the shard of its key (docs/deployments.md, Vitess)")
+
+// CheckClaim, through vtgate, reads the claim made with token in tx: a
+// plain read, which sees tx's own row while tx holds it, and runs in
+// autocommit and finds none once vtgate has rolled tx back. Elsewhere it
+// answers nil without a round trip: on MySQL and MariaDB a rollback
+// under the work comes with an error the work's statement returned (a
+// deadlock), which the package documents must be returned.
+func (e engine) CheckClaim(ctx context.Context, tx *sql.Tx, k driver.Key, token int64) error {
+	if !e.wsrep.done.Load() || !e.wsrep.vtgate {
+		return nil
+	}
+	held, err := e.q.KeyClaimHeld(ctx, e.on(tx), mysqldb.KeyClaimHeldParams{
+		Namespace: int16(k.Namespace), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token,
+	})
+	if err != nil {
+		return err
+	}
+	if held != 1 {
+		return errVtgateClaimGone
+	}
+	return nil
 }
 
 // vtgateDuplicateKeyName extracts the key name from a 1062 message as

@@ -34,6 +34,9 @@ func TestClassifyVtgate(t *testing.T) {
 		// transaction as it was: not classified.
 		{"mariadb query interrupted", myErr(errQueryInterrupted, "Query execution was interrupted"), 0},
 		{"mariadb unknown error", myErr(errUnknown, "Unknown error"), 0},
+		// The claim found gone after the work: as the refusal it most
+		// likely follows, not retryable.
+		{"claim gone after the work", fmt.Errorf("dedupe: %w", errVtgateClaimGone), sqdriver.TxRolledBack},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := sqdriver.Classify(tc.err); got != tc.want {
@@ -47,6 +50,9 @@ func TestIsCrossShard(t *testing.T) {
 	cross := myErr(errQueryInterrupted, vtMultiDBMsg)
 	if !IsCrossShard(cross) || !IsCrossShard(errors.Join(errors.New("x"), fmt.Errorf("w: %w", cross))) {
 		t.Fatal("vtgate's multi-db refusal not recognised")
+	}
+	if !IsCrossShard(fmt.Errorf("dedupe: %w", errVtgateClaimGone)) {
+		t.Fatal("the claim found gone after the work not recognised")
 	}
 	for _, err := range []error{nil, errors.New(vtMultiDBMsg), myErr(errQueryInterrupted, "Query execution was interrupted"), myErr(errQueryInterrupted, vtTxKilledMsg)} {
 		if IsCrossShard(err) {

@@ -8,9 +8,9 @@ import (
 
 // Checked is an Engine on *sql.Tx whose every call first passes Check: a
 // driver's Engine returns one when its DialectCheck is not settled at New.
-// It forwards Runner, DuplicateInTx and BatchClaimer to the engine when it
-// has them, and otherwise answers as the strategies' fallbacks expect
-// (ErrNoRun, IsDuplicate, every key undecided).
+// It forwards Runner, DuplicateInTx, BatchClaimer and ClaimChecker to the
+// engine when it has them, and otherwise answers as the strategies'
+// fallbacks expect (ErrNoRun, IsDuplicate, every key undecided, nil).
 type Checked struct {
 	Engine[*sql.Tx]
 	Check *DialectCheck
@@ -24,6 +24,7 @@ var (
 	_ Autocommitter[*sql.Tx] = Checked{}
 	_ DuplicateInTx[*sql.Tx] = Checked{}
 	_ BatchClaimer[*sql.Tx]  = Checked{}
+	_ ClaimChecker[*sql.Tx]  = Checked{}
 )
 
 func (c Checked) Guard(ctx context.Context, tx *sql.Tx, single bool, fn func(ctx context.Context) error) error {
@@ -62,6 +63,17 @@ func (c Checked) SetResponse(ctx context.Context, tx *sql.Tx, k Key, token int64
 		return err
 	}
 	return c.Engine.SetResponse(ctx, tx, k, token, response)
+}
+
+func (c Checked) CheckClaim(ctx context.Context, tx *sql.Tx, k Key, token int64) error {
+	cc, ok := c.Engine.(ClaimChecker[*sql.Tx])
+	if !ok {
+		return nil
+	}
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return err
+	}
+	return cc.CheckClaim(ctx, tx, k, token)
 }
 
 func (c Checked) Unclaim(ctx context.Context, tx *sql.Tx, k Key, token int64) error {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"regexp"
+	"strings"
 	"sync"
 	"time"
 )
@@ -172,3 +173,12 @@ func (r Refused[TTx]) StepStuck(context.Context, TTx, Namespace, int, time.Time)
 }
 
 var _ Engine[int] = Refused[int]{}
+
+// NewMySQLTarget returns a Schema that qualifies sqlonce's tables with a
+// name used as written, quoted with backquotes: a Vitess target
+// (keyspace:shard), which vtgate reads in a statement's table qualifier
+// and sends the statement to that shard alone. The name comes from the
+// server (SHOW VITESS_SHARDS), not from a caller.
+func NewMySQLTarget(target string) *Schema {
+	return &Schema{name: target, quoted: "`" + strings.ReplaceAll(target, "`", "``") + "`"}
+}

@@ -153,6 +153,15 @@ FROM sqlonce_keys
 WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token) AND state = 2
 LOCK IN SHARE MODE;
 
+-- name: KeyClaimHeld :one
+-- Whether the transaction still holds a claim it made (its nonce token),
+-- after the work: through Vitess's vtgate a statement that reached a second
+-- shard rolls the whole transaction back, and a plain read then runs in
+-- autocommit and finds no row of that token.
+SELECT CAST(COUNT(*) AS SIGNED) AS held
+FROM sqlonce_keys
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key) AND token = sqlc.arg(token);
+
 -- name: KeyPurge :execrows
 -- Deletes up to the given number of expired keys in expiry order. A live
 -- lease is never expired: locked_until <= expires_at is a table constraint.

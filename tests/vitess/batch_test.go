@@ -3,7 +3,6 @@ package vitess
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,7 +12,6 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/mysqldriver"
-	"github.com/sqlonce/sqlonce/tests/internal/vitess"
 )
 
 // TestBatches: DoBatch and RunBatch through vtgate, goroutines racing on
@@ -95,65 +93,4 @@ func TestBatches(t *testing.T) {
 		}
 	}
 	t.Logf("keys run as fresh (work bodies committed or retried): %d", fresh.Load())
-}
-
-// TestPurgePerShard: a purge through vtgate is a DELETE ... ORDER BY ...
-// LIMIT over every shard, which vtgate refuses (an error, nothing
-// deleted); the same purge on a handle whose database is one shard
-// (keyspace:shard) deletes that shard's expired keys, and both shards'
-// purges together delete every expired key and no live one.
-func TestPurgePerShard(t *testing.T) {
-	c, db := setup(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	short, err := dedupe.New(mysqldriver.New(db), dedupe.WithTTL(time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, err := dedupe.New(mysqldriver.New(db))
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := int64(9_700_000)
-	const tenants = 8
-	for ti := range int64(tenants) {
-		scope := strconv.FormatInt(base+ti, 10)
-		for _, s := range []*dedupe.Store[*sql.Tx]{short, store} {
-			for k := range 3 {
-				key := fmt.Sprintf("p%d-%p", k, s)
-				if _, err := s.Run(ctx, dedupe.Request{Scope: scope, Key: key}, func(context.Context, *sql.Tx) ([]byte, error) { return nil, nil }); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-	}
-	time.Sleep(10 * time.Millisecond)
-	live := count(t, db, "SELECT COUNT(*) FROM sqlonce_keys WHERE expires_at > UTC_TIMESTAMP(6)")
-	if _, err := store.Purge(ctx, 100); err == nil {
-		t.Fatal("a purge across shards through vtgate succeeded; docs/deployments.md says it is refused")
-	} else {
-		t.Logf("purge through vtgate: %v", err)
-	}
-	var purged int64
-	for _, shard := range []string{"-80", "80-"} {
-		sdb := open(t, c.DSN(vitess.Keyspace+":"+shard, single))
-		s, err := dedupe.New(mysqldriver.New(sdb))
-		if err != nil {
-			t.Fatal(err)
-		}
-		n, err := s.Purge(ctx, 100)
-		if err != nil {
-			t.Fatalf("purge of shard %s: %v", shard, err)
-		}
-		purged += n
-	}
-	if purged < tenants*3 {
-		t.Errorf("purged %d keys, want at least the %d expired", purged, tenants*3)
-	}
-	if left := count(t, db, "SELECT COUNT(*) FROM sqlonce_keys WHERE expires_at <= UTC_TIMESTAMP(6)"); left != 0 {
-		t.Errorf("%d expired keys left", left)
-	}
-	if after := count(t, db, "SELECT COUNT(*) FROM sqlonce_keys WHERE expires_at > UTC_TIMESTAMP(6)"); after != live {
-		t.Errorf("live keys %d before, %d after the purge", live, after)
-	}
 }

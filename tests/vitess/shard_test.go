@@ -12,6 +12,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/vitess"
 )
@@ -174,4 +175,17 @@ func doOrder(ctx context.Context, store *dedupe.Store[*sql.Tx], db *sql.DB, tena
 		return res, err
 	}
 	return res, tx.Commit()
+}
+
+// TestMigrationsUpAgain: migrations.Up at every start, as its doc asks,
+// through vtgate: the version table exists and is found (goose's own check
+// compares table_schema with DATABASE(), which vtgate answers with the
+// keyspace's name and never matches), nothing is applied twice.
+func TestMigrationsUpAgain(t *testing.T) {
+	_, db := setup(t)
+	for range 2 {
+		if err := migrations.Up(context.Background(), db, migrations.MySQL); err != nil {
+			t.Fatalf("migrations.Up again: %v", err)
+		}
+	}
 }

@@ -43,6 +43,35 @@ func (q *Queries) KeyAppendResponse(ctx context.Context, db DBTX, arg KeyAppendR
 	return result.RowsAffected()
 }
 
+const keyClaimHeld = `-- name: KeyClaimHeld :one
+SELECT CAST(COUNT(*) AS SIGNED) AS held
+FROM sqlonce_keys
+WHERE namespace = ? AND scope = ? AND idempotency_key = ? AND token = ?
+`
+
+type KeyClaimHeldParams struct {
+	Namespace      int16
+	Scope          []byte
+	IdempotencyKey []byte
+	Token          int64
+}
+
+// Whether the transaction still holds a claim it made (its nonce token),
+// after the work: through Vitess's vtgate a statement that reached a second
+// shard rolls the whole transaction back, and a plain read then runs in
+// autocommit and finds no row of that token.
+func (q *Queries) KeyClaimHeld(ctx context.Context, db DBTX, arg KeyClaimHeldParams) (int64, error) {
+	row := db.QueryRowContext(ctx, keyClaimHeld,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Token,
+	)
+	var held int64
+	err := row.Scan(&held)
+	return held, err
+}
+
 const keyComplete = `-- name: KeyComplete :execrows
 UPDATE sqlonce_keys
 SET state        = 1,
