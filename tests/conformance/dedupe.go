@@ -661,12 +661,20 @@ func ddDeadlockInFn[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	must(t, err)
 	req := dedupe.Request{Scope: "deadlock", Key: "k"}
 
-	// other locks order 2, the victim order 1, then each wants the other's.
-	// other writes many rows first: MySQL rolls back the lighter
-	// transaction.
+	// other locks order 2, the victim order 1, then each wants the other's:
+	// other first, the victim closing the cycle. other writes many rows
+	// first: MySQL rolls back the lighter transaction. PostgreSQL aborts
+	// the waiter whose deadlock check (deadlock_timeout after it began to
+	// wait) finds the cycle: other's is put off for a minute, so that the
+	// victim's finds it however late a loaded machine runs its statement.
 	other, err := db.Begin(ctx, harness.Default)
 	must(t, err)
 	defer func() { _ = db.Rollback(ctx, other) }()
+	if db.Dialect() == "postgres" {
+		must(t, db.TxExec(ctx, other, "SET LOCAL deadlock_timeout = '60s'"))
+	}
+	otherID, err := db.ConnID(ctx, other)
+	must(t, err)
 	for i := range 50 {
 		must(t, db.Tx(other).LedgerInsert(ctx, fmt.Sprintf("weight-%d", i), 1))
 	}
@@ -677,9 +685,8 @@ func ddDeadlockInFn[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	victim, err := db.Begin(ctx, harness.Default)
 	must(t, err)
 	defer func() { _ = db.Rollback(ctx, victim) }()
-	victimID, err := db.ConnID(ctx, victim)
-	must(t, err)
 	holdsOrder1 := make(chan struct{})
+	otherWaits := make(chan struct{})
 	dupClaimed := make(chan struct{})
 	victimDone := make(chan error, 1)
 	go func() {
@@ -688,7 +695,12 @@ func ddDeadlockInFn[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				return err
 			}
 			close(holdsOrder1)
-			_, err := db.Tx(victim).OrderAddAmount(ctx, id2, 1, 1) // waits for other
+			select {
+			case <-otherWaits:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			_, err := db.Tx(victim).OrderAddAmount(ctx, id2, 1, 1) // closes the cycle
 			if err == nil {
 				return errors.New("no deadlock")
 			}
@@ -722,13 +734,13 @@ func ddDeadlockInFn[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			return err
 		})
 	}()
-	// The victim waits first: PostgreSQL's detector aborts the first waiter.
-	must(t, harness.WaitLockWait(ctx, db, victimID))
 	otherDone := make(chan error, 1)
 	go func() {
 		_, err := db.Tx(other).OrderAddAmount(ctx, id1, 1, 1)
 		otherDone <- err
 	}()
+	must(t, harness.WaitLockWait(ctx, db, otherID))
+	close(otherWaits)
 
 	select {
 	case err = <-victimDone:

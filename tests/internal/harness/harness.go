@@ -127,6 +127,9 @@ type DB[TTx any] interface {
 	KeyCount(ctx context.Context) (int64, error)
 	// Exec runs a statement on the pool (test setup only).
 	Exec(ctx context.Context, sql string, args ...any) error
+	// TxExec runs a statement in tx (a session setting for one case:
+	// SET LOCAL deadlock_timeout).
+	TxExec(ctx context.Context, tx TTx, stmt string) error
 	// ConnID returns the server's id for tx's connection
 	// (pg_backend_pid(), CONNECTION_ID()).
 	ConnID(ctx context.Context, tx TTx) (int64, error)

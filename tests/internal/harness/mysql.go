@@ -80,6 +80,11 @@ func (m *myDB) Exec(ctx context.Context, sql string, args ...any) error {
 	return err
 }
 
+func (m *myDB) TxExec(ctx context.Context, tx *sql.Tx, stmt string) error {
+	_, err := tx.ExecContext(ctx, stmt)
+	return err
+}
+
 func (m *myDB) ConnID(ctx context.Context, tx *sql.Tx) (int64, error) {
 	var id int64
 	err := tx.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id)

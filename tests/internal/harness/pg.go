@@ -80,6 +80,11 @@ func (p *pgDB) Exec(ctx context.Context, sql string, args ...any) error {
 	return err
 }
 
+func (p *pgDB) TxExec(ctx context.Context, tx pgx.Tx, stmt string) error {
+	_, err := tx.Exec(ctx, stmt)
+	return err
+}
+
 func (p *pgDB) ConnID(ctx context.Context, tx pgx.Tx) (int64, error) {
 	var id int64
 	err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&id)

@@ -122,6 +122,11 @@ func (p *pgSQLDB) Exec(ctx context.Context, sql string, args ...any) error {
 	return err
 }
 
+func (p *pgSQLDB) TxExec(ctx context.Context, tx *sql.Tx, stmt string) error {
+	_, err := tx.ExecContext(ctx, stmt)
+	return err
+}
+
 func (p *pgSQLDB) ConnID(ctx context.Context, tx *sql.Tx) (int64, error) {
 	var id int64
 	err := tx.QueryRowContext(ctx, "SELECT pg_backend_pid()").Scan(&id)

@@ -78,6 +78,11 @@ func (s *spreadDB) Exec(ctx context.Context, sql string, args ...any) error {
 	return s.nodes[0].Exec(ctx, sql, args...)
 }
 
+func (s *spreadDB) TxExec(ctx context.Context, tx *sql.Tx, stmt string) error {
+	_, err := tx.ExecContext(ctx, stmt)
+	return err
+}
+
 // ConnID returns the connection's id on its node, with the node's index
 // in the low byte, for Kill.
 func (s *spreadDB) ConnID(ctx context.Context, tx *sql.Tx) (int64, error) {

@@ -129,6 +129,11 @@ func (l *liteDB) Exec(ctx context.Context, sql string, args ...any) error {
 // database has no server sessions to name or to kill.
 var ErrNoConnections = errors.New("harness: SQLite has no server connections")
 
+func (l *liteDB) TxExec(ctx context.Context, tx *sql.Tx, stmt string) error {
+	_, err := tx.ExecContext(ctx, stmt)
+	return err
+}
+
 func (l *liteDB) ConnID(context.Context, *sql.Tx) (int64, error) { return 0, ErrNoConnections }
 func (l *liteDB) Kill(context.Context, int64) error              { return ErrNoConnections }
 
