@@ -39,9 +39,10 @@ func TestUnclaimAfterOpaqueDeadlockMySQL(t *testing.T) {
 	unclaimAfterDeadlock(t, db, opaque)
 }
 
-// unclaimAfterDeadlock: A claims key k and, inside its work, updates a row
-// that B holds; B then claims k. The deadlock makes A the victim (B has
-// written more), B takes k over and commits. Whatever A's Do does after its
+// unclaimAfterDeadlock: A claims key k; B, holding a row, claims k and
+// waits; A's work then updates B's row. The deadlock makes A the victim (B
+// has written more, and on PostgreSQL B's deadlock check is put off), B
+// takes k over and commits. Whatever A's Do does after its
 // transaction died must not touch B's marker: k must stay done, and a
 // repeat must be AlreadyDone with B's effect the only one.
 // wrap is how fn reports the deadlock.
@@ -67,6 +68,19 @@ func unclaimAfterDeadlock[TTx any](t *testing.T, db harness.DB[TTx], wrap func(e
 		t.Fatal(err)
 	}
 	defer db.Rollback(ctx, txB)
+	// B waits first, A closes the cycle. PostgreSQL aborts the waiter
+	// whose deadlock check (deadlock_timeout after it began to wait) finds
+	// the cycle: B's is put off for a minute, so that A's finds it however
+	// late a loaded machine runs A's statement.
+	if db.Dialect() == "postgres" {
+		if err := db.TxExec(ctx, txB, "SET LOCAL deadlock_timeout = '60s'"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	idB, err := db.ConnID(ctx, txB)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := db.Tx(txB).OrderSetStatus(ctx, orderID, "created", "held"); err != nil {
 		t.Fatal(err)
 	}
@@ -78,13 +92,10 @@ func unclaimAfterDeadlock[TTx any](t *testing.T, db harness.DB[TTx], wrap func(e
 	}
 
 	aClaimed := make(chan struct{})
+	bWaits := make(chan struct{})
 	aDone := make(chan error, 1)
-	var idA int64 // A's connection, written before aClaimed closes
 	go func() {
 		txA, err := db.Begin(ctx, harness.ReadCommitted)
-		if err == nil {
-			idA, err = db.ConnID(ctx, txA)
-		}
 		if err != nil {
 			close(aClaimed)
 			aDone <- err
@@ -95,6 +106,11 @@ func unclaimAfterDeadlock[TTx any](t *testing.T, db harness.DB[TTx], wrap func(e
 				return err
 			}
 			close(aClaimed)
+			select {
+			case <-bWaits:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
 			// Blocks on B's row lock: the deadlock.
 			_, err := db.Tx(txA).OrderSetStatus(ctx, orderID, "created", "paid")
 			return wrap(err)
@@ -103,13 +119,23 @@ func unclaimAfterDeadlock[TTx any](t *testing.T, db harness.DB[TTx], wrap func(e
 		aDone <- err
 	}()
 	<-aClaimed
-	// A blocks on the order row before B closes the cycle (a fixed pause
+	type answer struct {
+		res sqlonce.Result
+		err error
+	}
+	bDone := make(chan answer, 1)
+	go func() {
+		res, err := store.Do(ctx, txB, req, work(txB)) // waits for A's claim
+		bDone <- answer{res, err}
+	}()
+	// B blocks on A's claim before A closes the cycle (a fixed pause
 	// did that on a quiet machine only).
-	if err := harness.WaitLockWait(ctx, db, idA); err != nil {
+	if err := harness.WaitLockWait(ctx, db, idB); err != nil {
 		t.Fatal(err)
 	}
-
-	resB, errB := store.Do(ctx, txB, req, work(txB))
+	close(bWaits)
+	b := <-bDone
+	resB, errB := b.res, b.err
 	if errB != nil {
 		t.Fatalf("B was chosen as the deadlock victim (%v); the case needs A to be", errB)
 	}
