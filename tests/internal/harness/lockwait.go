@@ -17,8 +17,12 @@ type lockWaiter interface {
 // transaction) waits for a lock held by another transaction, as the
 // server reports it (pg_stat_activity; on MySQL/MariaDB, the processlist).
 // Deadlock cases use it to make one transaction wait before the other
-// closes the cycle: PostgreSQL's detector aborts the transaction that
-// waited first. A fixed pause did that on a quiet machine only. On a DB
+// closes the cycle. PostgreSQL aborts the waiter whose deadlock check,
+// run once deadlock_timeout after it began to wait, finds the cycle: a
+// case that needs the closing transaction to be the victim puts the first
+// waiter's check off (SET LOCAL deadlock_timeout = '60s', TxExec), since
+// on a loaded machine the first waiter's check can come before the cycle
+// closes. A fixed pause did that on a quiet machine only. On a DB
 // without row locks (SQLite) it returns at once.
 func WaitLockWait[TTx any](ctx context.Context, db DB[TTx], connID int64) error {
 	w, ok := any(db).(lockWaiter)
