@@ -328,6 +328,13 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 	if len(rec.results) > 0 {
 		resp = rec.results[len(rec.results)-1]
 	}
+	if len(rec.names) == len(op.Steps) {
+		// Every step is recorded, the last one too, but not as the
+		// response: the operation lost its last steps since this key's
+		// run stopped. Record the response now, so that a repeat replays
+		// it instead of finding the key leased.
+		return s.finishSteps(ctx, k, token, resp, ttl, op, o)
+	}
 	o.WorkStart()
 	defer o.WorkEnd()
 	for i := len(rec.names); i < len(op.Steps); i++ {
@@ -401,6 +408,31 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 			}
 			return sqlonce.Result{}, err
 		}
+	}
+	if resp == nil {
+		resp = []byte{}
+	}
+	return sqlonce.Result{Outcome: sqlonce.FirstRun, Response: resp}, nil
+}
+
+// finishSteps records resp, the result of op's last step, recorded
+// earlier as a recovery point, as k's response, with the lease held with
+// token.
+func (s *Store[TTx]) finishSteps(ctx context.Context, k driver.Key, token int64, resp []byte, ttl time.Duration, op *Operation[TTx], o *obs.Op) (sqlonce.Result, error) {
+	f := final(finalResponse, resp)
+	if len(f) > s.maxResponse {
+		return sqlonce.Result{}, fmt.Errorf("%w: %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(resp), k.Key, s.maxResponse)
+	}
+	var ok bool
+	err := owntx.RunStatements(ctx, s.engine, o, func(ctx context.Context, tx TTx) (err error) {
+		ok, err = s.engine.Complete(ctx, tx, k, token, f, ttl, testclock.Now(ctx))
+		return err
+	})
+	if err != nil {
+		return sqlonce.Result{}, err
+	}
+	if !ok {
+		return sqlonce.Result{}, fmt.Errorf("%w: steps of key %q in scope %q, token %d, at the end of operation %q", sqlonce.ErrLeaseLost, k.Key, k.Scope, token, op.Name)
 	}
 	if resp == nil {
 		resp = []byte{}

@@ -420,6 +420,43 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 
+	// A key stopped after what is now the operation's last step (the
+	// operation lost its later steps since): the resume records that
+	// step's result as the response, so that a repeat replays it rather
+	// than finding the key leased.
+	t.Run("NoStepLeft", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s, err := dedupe.New(db.Driver())
+		must(t, err)
+		write := dedupe.Step[TTx]{Name: "write", InTx: func(ctx context.Context, tx TTx, st dedupe.StepState) ([]byte, error) {
+			return []byte("written"), db.Tx(tx).LedgerInsert(ctx, "shrunk/write", 1)
+		}}
+		long := &dedupe.Operation[TTx]{Name: "shrunk", Lease: lease, Steps: []dedupe.Step[TTx]{write,
+			{Name: "gone", Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+				return nil, errInjected
+			}},
+		}}
+		short := &dedupe.Operation[TTx]{Name: "shrunk", Lease: lease, Steps: []dedupe.Step[TTx]{write}}
+		t0 := clockBase()
+		req := dedupe.Request{Scope: "steps", Key: "shrunk"}
+		_, err = s.RunSteps(at(ctx, t0, 0), req, nil, long)
+		wantErr(t, "first run", err, errInjected)
+		res, err := s.RunSteps(at(ctx, t0, time.Second), req, nil, short)
+		if err != nil || !res.FirstRun() || string(res.Response) != "written" {
+			t.Fatalf("resume with no step left: %v, %v", res, err)
+		}
+		replay, err := s.RunSteps(at(ctx, t0, 2*time.Second), req, nil, short)
+		if err != nil || !replay.AlreadyDone() || string(replay.Response) != "written" {
+			t.Fatalf("repeat: %v, %v; want AlreadyDone %q", replay, err, "written")
+		}
+		n, err := db.Pool().LedgerCountByRef(ctx, "shrunk/write")
+		must(t, err)
+		if n != 1 {
+			t.Fatalf("the database step wrote %d rows, want 1", n)
+		}
+	})
+
 	t.Run("Race", func(t *testing.T) {
 		ctx := ctxT(t)
 		const workers, keys = 16, 4
