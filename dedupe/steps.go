@@ -118,7 +118,10 @@ func (op *Operation[TTx]) check() error {
 		return fmt.Errorf("%w: nil operation", sqlonce.ErrInvalidArgument)
 	}
 	if err := keys.Check("operation name", op.Name); err != nil {
-		return err
+		// A bad operation is an invalid argument, as the doc of
+		// CompleteStuck and CompleteEvery says; ErrInvalidKey still
+		// matches.
+		return fmt.Errorf("%w: %w", sqlonce.ErrInvalidArgument, err)
 	}
 	if len(op.Steps) == 0 {
 		return fmt.Errorf("%w: operation %q has no steps", sqlonce.ErrInvalidArgument, op.Name)
@@ -129,7 +132,7 @@ func (op *Operation[TTx]) check() error {
 	seen := map[string]bool{}
 	for i, st := range op.Steps {
 		if err := keys.Check("step name", st.Name); err != nil {
-			return fmt.Errorf("operation %q, step %d: %w", op.Name, i, err)
+			return fmt.Errorf("%w: operation %q, step %d: %w", sqlonce.ErrInvalidArgument, op.Name, i, err)
 		}
 		if seen[st.Name] {
 			return fmt.Errorf("%w: operation %q has two steps named %q", sqlonce.ErrInvalidArgument, op.Name, st.Name)
