@@ -79,7 +79,7 @@ func (s *Store[TTx]) CompleteStuck(ctx context.Context, maxAttempts int, ops ...
 func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts int, byName map[string]*Operation[TTx]) (done, gaveUp bool, err error) {
 	o := obs.Start(s.observer, "dedupe", "CompleteStuck", k.Scope, k.Key)
 	var res sqlonce.Result
-	defer func() { o.End(ctx, res, err) }()
+	defer func() { err = o.End(ctx, res, err) }()
 	var row driver.StepRow
 	var found bool
 	err = owntx.RunStatements(ctx, s.engine, &o, func(ctx context.Context, tx TTx) (err error) {

@@ -192,7 +192,7 @@ func (op *Operation[TTx]) lease() time.Duration {
 // (EventTakeover when it resumed a stopped run).
 func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op *Operation[TTx]) (res sqlonce.Result, err error) {
 	o := obs.Start(s.observer, "dedupe", "RunSteps", req.Scope, req.Key)
-	defer func() { err = driver.ReadOnlyError(err); o.End(ctx, res, err) }()
+	defer func() { err = o.End(ctx, res, err) }()
 	if err := op.check(); err != nil {
 		return sqlonce.Result{}, err
 	}
