@@ -25,8 +25,8 @@ const completeBatch = 100
 // context) or its step failed, and that no retry took over since. It
 // looks at up to 100 of them, longest stuck first, and resumes each as
 // RunSteps would, with the steps of the operation in ops whose Name it
-// recorded, the input stored at its first call, and the Store's TTL for
-// the response. An operation already run maxAttempts times (the first
+// recorded, the input stored at its first call, and the TTL of its first
+// call (its Request's, or the Store's) for the response. An operation already run maxAttempts times (the first
 // run counts) is given up instead: its key is recorded failed, and
 // RunSteps answers ErrOperationFailed for it until it expires.
 //
@@ -93,6 +93,13 @@ func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts 
 	if err == nil && row.Response == nil {
 		err = fmt.Errorf("sqlonce/dedupe: key %q has no recovery point", k.Key)
 	}
+	// The response lives for the TTL of the key's first call, not the
+	// Store's, which may be shorter: a repeat within that TTL must find
+	// it.
+	ttl := s.ttl
+	if rec.ttl > 0 {
+		ttl = rec.ttl
+	}
 	var reason string
 	switch {
 	case err != nil:
@@ -103,7 +110,7 @@ func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts 
 	if reason != "" {
 		var ok bool
 		err = owntx.RunStatements(ctx, s.engine, &o, func(ctx context.Context, tx TTx) (err error) {
-			ok, err = s.engine.Complete(ctx, tx, k, row.Token, final(finalFailed, []byte(reason)), s.ttl, testclock.Now(ctx))
+			ok, err = s.engine.Complete(ctx, tx, k, row.Token, final(finalFailed, []byte(reason)), ttl, testclock.Now(ctx))
 			return err
 		})
 		if err != nil || !ok {
@@ -122,7 +129,7 @@ func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts 
 	}
 	o.Decided()
 	o.Takeover()
-	res, err = s.runStepsFrom(ctx, k, token, rec, op, s.ttl, &o)
+	res, err = s.runStepsFrom(ctx, k, token, rec, op, ttl, &o)
 	return err == nil, false, err
 }
 

@@ -420,6 +420,36 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 
+	// The completer finishes a key under the TTL its first call asked for,
+	// longer than the Store's: a repeat within that TTL replays the
+	// response rather than running the operation again.
+	t.Run("CompleterKeepsTheRequestTTL", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s, err := dedupe.New(db.Driver(), dedupe.WithTTL(time.Hour))
+		must(t, err)
+		svc := newOutsideService(t)
+		faults := &stepFaults{}
+		op := paymentOp(db, svc, faults, lease)
+		t0 := clockBase()
+		req := dedupe.Request{Scope: "steps", Key: "long-ttl", TTL: 10 * time.Hour}
+		runCtx, cancel := context.WithCancel(at(ctx, t0, 0))
+		faults.fault, faults.cancel = &stepFault{step: "charge", inside: true, mode: "cancel"}, cancel
+		_, err = s.RunSteps(runCtx, req, []byte("long-ttl"), op)
+		cancel()
+		wantErr(t, "stopped run", err, context.Canceled)
+		done, failed, err := s.CompleteStuck(at(ctx, t0, 2*lease), 3, op)
+		if err != nil || done != 1 || failed != 0 {
+			t.Fatalf("completer: %d done, %d failed, %v", done, failed, err)
+		}
+		// Past the Store's TTL from the completion, within the request's.
+		res, err := s.RunSteps(at(ctx, t0, 5*time.Hour), req, []byte("long-ttl"), op)
+		if err != nil || !res.AlreadyDone() {
+			t.Fatalf("repeat within the request's TTL: %v, %v; want AlreadyDone", res, err)
+		}
+		wantLedgerOnce(t, ctx, db, "long-ttl")
+	})
+
 	// A key stopped after what is now the operation's last step (the
 	// operation lost its later steps since): the resume records that
 	// step's result as the response, so that a repeat replays it rather
