@@ -33,20 +33,18 @@ const completeBatch = 100
 // It reports how many operations it finished and how many it gave up.
 // A key it cannot finish (a step's error, an operation not in ops, a
 // lease taken over meanwhile) stays for the next call; the errors are
-// joined in err, and the other keys go on. maxAttempts under 1 and a bad
-// operation are sqlonce.ErrInvalidArgument. Each call of it resumes a key
+// joined in err, and the other keys go on. maxAttempts under 1, a bad
+// operation and two operations of one name are
+// sqlonce.ErrInvalidArgument. Each call of it resumes a key
 // only by taking its lapsed lease, so that calls on several instances at
 // once never run one step twice; CompleteEvery elects one instance anyway.
 func (s *Store[TTx]) CompleteStuck(ctx context.Context, maxAttempts int, ops ...*Operation[TTx]) (finished, failed int, err error) {
 	if maxAttempts < 1 {
 		return 0, 0, fmt.Errorf("%w: max attempts %d is under 1", sqlonce.ErrInvalidArgument, maxAttempts)
 	}
-	byName := make(map[string]*Operation[TTx], len(ops))
-	for _, op := range ops {
-		if err := op.check(); err != nil {
-			return 0, 0, err
-		}
-		byName[op.Name] = op
+	byName, err := operations(ops)
+	if err != nil {
+		return 0, 0, err
 	}
 	var stuck []driver.Key
 	err = owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) (err error) {
@@ -74,6 +72,22 @@ func (s *Store[TTx]) CompleteStuck(ctx context.Context, maxAttempts int, ops ...
 		}
 	}
 	return finished, failed, errors.Join(errs...)
+}
+
+// operations checks ops and indexes them by name: two operations of one
+// name would leave the completer to resume a key with either one's steps.
+func operations[TTx any](ops []*Operation[TTx]) (map[string]*Operation[TTx], error) {
+	byName := make(map[string]*Operation[TTx], len(ops))
+	for _, op := range ops {
+		if err := op.check(); err != nil {
+			return nil, err
+		}
+		if byName[op.Name] != nil {
+			return nil, fmt.Errorf("%w: two operations named %q", sqlonce.ErrInvalidArgument, op.Name)
+		}
+		byName[op.Name] = op
+	}
+	return byName, nil
 }
 
 func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts int, byName map[string]*Operation[TTx]) (done, gaveUp bool, err error) {
@@ -135,9 +149,10 @@ func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts 
 
 // CompleteEvery runs CompleteStuck every interval, until ctx is done, and
 // then returns ctx's error; bad input (an interval under a millisecond,
-// maxAttempts under 1, a bad operation) returns an error matching
-// sqlonce.ErrInvalidArgument at once. Start it once per program, in a
-// goroutine of its own, with every Operation the program runs:
+// maxAttempts under 1, a bad operation, two operations of one name)
+// returns an error matching sqlonce.ErrInvalidArgument at once. Start it
+// once per program, in a goroutine of its own, with every Operation the
+// program runs:
 //
 //	go store.CompleteEvery(ctx, time.Minute, 5, checkout)
 //
@@ -161,10 +176,8 @@ func (s *Store[TTx]) CompleteEvery(ctx context.Context, interval time.Duration, 
 	if maxAttempts < 1 {
 		return fmt.Errorf("%w: max attempts %d is under 1", sqlonce.ErrInvalidArgument, maxAttempts)
 	}
-	for _, op := range ops {
-		if err := op.check(); err != nil {
-			return err
-		}
+	if _, err := operations(ops); err != nil {
+		return err
 	}
 	lease := purgerLeaseFor(interval)
 	tick := time.NewTicker(interval)
