@@ -123,8 +123,21 @@ func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts 
 	}
 	if reason != "" {
 		var ok bool
-		err = owntx.RunStatements(ctx, s.engine, &o, func(ctx context.Context, tx TTx) (err error) {
-			ok, err = s.engine.Complete(ctx, tx, k, row.Token, final(finalFailed, []byte(reason)), ttl, testclock.Now(ctx))
+		err = owntx.RunObserved(ctx, s.engine, &o, func(ctx context.Context, tx TTx) (err error) {
+			now := testclock.Now(ctx)
+			token := row.Token
+			if row.Response != nil {
+				// Take the lapsed lease over first, as a resume does, and
+				// only if the recovery point is still the one read: a run
+				// gone past its lease but alive may have recorded a step
+				// since, and the decision was made on what was read.
+				// The next round looks at the key again.
+				if ok, err = s.engine.StepResume(ctx, tx, k, row.Token, row.Response, row.Response, DefaultStepLease, now); err != nil || !ok {
+					return err
+				}
+				token++
+			}
+			ok, err = s.engine.Complete(ctx, tx, k, token, final(finalFailed, []byte(reason)), ttl, now)
 			return err
 		})
 		if err != nil || !ok {

@@ -197,6 +197,43 @@ func (e resumeHook[TTx]) StepResume(ctx context.Context, tx TTx, k driver.Key, t
 	return e.Engine.StepResume(ctx, tx, k, token, read, recovery, lease, now)
 }
 
+// readHook calls after once the first transaction (or statement) that
+// read a step key with StepGet has ended, so that it holds no lock.
+type readHook[TTx any] struct {
+	driver.Engine[TTx]
+	read  *atomic.Bool
+	once  *sync.Once
+	after func()
+}
+
+func (e readHook[TTx]) StepGet(ctx context.Context, tx TTx, k driver.Key, now time.Time) (driver.StepRow, bool, error) {
+	e.read.Store(true)
+	return e.Engine.StepGet(ctx, tx, k, now)
+}
+
+func (e readHook[TTx]) ended() {
+	if e.read.Load() {
+		e.once.Do(e.after)
+	}
+}
+
+func (e readHook[TTx]) InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+	defer e.ended()
+	return e.Engine.InTx(ctx, fn)
+}
+
+func (e readHook[TTx]) Autocommit(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+	defer e.ended()
+	if a, ok := e.Engine.(driver.Autocommitter[TTx]); ok {
+		return a.Autocommit(ctx, fn)
+	}
+	return driver.ErrNoRun
+}
+
+type readHookDriver[TTx any] struct{ e readHook[TTx] }
+
+func (d readHookDriver[TTx]) Engine() driver.Engine[TTx] { return d.e }
+
 type hookDriver[TTx any] struct{ e resumeHook[TTx] }
 
 func (d hookDriver[TTx]) Engine() driver.Engine[TTx] { return d.e }
@@ -448,6 +485,64 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			t.Fatalf("repeat within the request's TTL: %v, %v; want AlreadyDone", res, err)
 		}
 		wantLedgerOnce(t, ctx, db, "long-ttl")
+	})
+
+	// The completer reads a key past its lease and decides to give it up;
+	// before it does, the run, alive past its lease, records a step. The
+	// completer must not give up on what it read: the run goes on and
+	// finishes.
+	t.Run("GiveUpRereads", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		runner, err := dedupe.New(db.Driver())
+		must(t, err)
+		cRead, aRecorded, cDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		hook := readHook[TTx]{Engine: db.Driver().Engine(), read: new(atomic.Bool), once: new(sync.Once), after: func() {
+			close(cRead)
+			<-aRecorded
+		}}
+		completer, err := dedupe.New(readHookDriver[TTx]{hook})
+		must(t, err)
+		op := &dedupe.Operation[TTx]{Name: "alive", Lease: lease, Steps: []dedupe.Step[TTx]{
+			{Name: "first", Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+				<-cRead
+				return []byte("first"), nil
+			}},
+			{Name: "second", Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+				close(aRecorded) // the first step is recorded
+				<-cDone
+				return []byte("second"), nil
+			}},
+		}}
+		t0 := clockBase()
+		req := dedupe.Request{Scope: "steps", Key: "alive"}
+		aDone := make(chan error, 1)
+		go func() {
+			_, err := runner.RunSteps(at(ctx, t0, 0), req, nil, op)
+			aDone <- err
+		}()
+		for {
+			row, ok, err := db.Key(ctx, "steps", "alive")
+			must(t, err)
+			if ok && row.State == 2 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		// Past the run's lease at the completer's clock; one attempt
+		// allowed, so the key read is one to give up.
+		done, failed, err := completer.CompleteStuck(at(ctx, t0, 2*lease), 1, op)
+		close(cDone)
+		if err != nil || done != 0 || failed != 0 {
+			t.Fatalf("completer: %d done, %d given up, %v; want neither", done, failed, err)
+		}
+		if err := <-aDone; err != nil {
+			t.Fatalf("the run: %v", err)
+		}
+		res, err := runner.RunSteps(at(ctx, t0, time.Second), req, nil, op)
+		if err != nil || !res.AlreadyDone() || string(res.Response) != "second" {
+			t.Fatalf("repeat: %v, %v; want AlreadyDone %q", res, err, "second")
+		}
 	})
 
 	// A key stopped after what is now the operation's last step (the
