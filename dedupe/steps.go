@@ -88,7 +88,8 @@ type StepState struct {
 }
 
 // Result returns the result of the earlier step named step, and false
-// when no such step has run.
+// when no such step has run. The slice is the recorded result, which the
+// next recovery point stores again: read it, do not modify it.
 func (st StepState) Result(step string) ([]byte, bool) {
 	for i, n := range st.names {
 		if n == step {
