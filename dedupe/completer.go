@@ -25,28 +25,26 @@ const completeBatch = 100
 // context) or its step failed, and that no retry took over since. It
 // looks at up to 100 of them, longest stuck first, and resumes each as
 // RunSteps would, with the steps of the operation in ops whose Name it
-// recorded, the input stored at its first call, and the Store's TTL for
-// the response. An operation already run maxAttempts times (the first
+// recorded, the input stored at its first call, and the TTL of its first
+// call (its Request's, or the Store's) for the response. An operation already run maxAttempts times (the first
 // run counts) is given up instead: its key is recorded failed, and
 // RunSteps answers ErrOperationFailed for it until it expires.
 //
 // It reports how many operations it finished and how many it gave up.
 // A key it cannot finish (a step's error, an operation not in ops, a
 // lease taken over meanwhile) stays for the next call; the errors are
-// joined in err, and the other keys go on. maxAttempts under 1 and a bad
-// operation are sqlonce.ErrInvalidArgument. Each call of it resumes a key
+// joined in err, and the other keys go on. maxAttempts under 1, a bad
+// operation and two operations of one name are
+// sqlonce.ErrInvalidArgument. Each call of it resumes a key
 // only by taking its lapsed lease, so that calls on several instances at
 // once never run one step twice; CompleteEvery elects one instance anyway.
 func (s *Store[TTx]) CompleteStuck(ctx context.Context, maxAttempts int, ops ...*Operation[TTx]) (finished, failed int, err error) {
 	if maxAttempts < 1 {
 		return 0, 0, fmt.Errorf("%w: max attempts %d is under 1", sqlonce.ErrInvalidArgument, maxAttempts)
 	}
-	byName := make(map[string]*Operation[TTx], len(ops))
-	for _, op := range ops {
-		if err := op.check(); err != nil {
-			return 0, 0, err
-		}
-		byName[op.Name] = op
+	byName, err := operations(ops)
+	if err != nil {
+		return 0, 0, err
 	}
 	var stuck []driver.Key
 	err = owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) (err error) {
@@ -76,10 +74,26 @@ func (s *Store[TTx]) CompleteStuck(ctx context.Context, maxAttempts int, ops ...
 	return finished, failed, errors.Join(errs...)
 }
 
+// operations checks ops and indexes them by name: two operations of one
+// name would leave the completer to resume a key with either one's steps.
+func operations[TTx any](ops []*Operation[TTx]) (map[string]*Operation[TTx], error) {
+	byName := make(map[string]*Operation[TTx], len(ops))
+	for _, op := range ops {
+		if err := op.check(); err != nil {
+			return nil, err
+		}
+		if byName[op.Name] != nil {
+			return nil, fmt.Errorf("%w: two operations named %q", sqlonce.ErrInvalidArgument, op.Name)
+		}
+		byName[op.Name] = op
+	}
+	return byName, nil
+}
+
 func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts int, byName map[string]*Operation[TTx]) (done, gaveUp bool, err error) {
 	o := obs.Start(s.observer, "dedupe", "CompleteStuck", k.Scope, k.Key)
 	var res sqlonce.Result
-	defer func() { o.End(ctx, res, err) }()
+	defer func() { err = o.End(ctx, res, err) }()
 	var row driver.StepRow
 	var found bool
 	err = owntx.RunStatements(ctx, s.engine, &o, func(ctx context.Context, tx TTx) (err error) {
@@ -93,6 +107,13 @@ func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts 
 	if err == nil && row.Response == nil {
 		err = fmt.Errorf("sqlonce/dedupe: key %q has no recovery point", k.Key)
 	}
+	// The response lives for the TTL of the key's first call, not the
+	// Store's, which may be shorter: a repeat within that TTL must find
+	// it.
+	ttl := s.ttl
+	if rec.ttl > 0 {
+		ttl = rec.ttl
+	}
 	var reason string
 	switch {
 	case err != nil:
@@ -102,8 +123,21 @@ func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts 
 	}
 	if reason != "" {
 		var ok bool
-		err = owntx.RunStatements(ctx, s.engine, &o, func(ctx context.Context, tx TTx) (err error) {
-			ok, err = s.engine.Complete(ctx, tx, k, row.Token, final(finalFailed, []byte(reason)), s.ttl, testclock.Now(ctx))
+		err = owntx.RunObserved(ctx, s.engine, &o, func(ctx context.Context, tx TTx) (err error) {
+			now := testclock.Now(ctx)
+			token := row.Token
+			if row.Response != nil {
+				// Take the lapsed lease over first, as a resume does, and
+				// only if the recovery point is still the one read: a run
+				// gone past its lease but alive may have recorded a step
+				// since, and the decision was made on what was read.
+				// The next round looks at the key again.
+				if ok, err = s.engine.StepResume(ctx, tx, k, row.Token, row.Response, row.Response, DefaultStepLease, now); err != nil || !ok {
+					return err
+				}
+				token++
+			}
+			ok, err = s.engine.Complete(ctx, tx, k, token, final(finalFailed, []byte(reason)), ttl, now)
 			return err
 		})
 		if err != nil || !ok {
@@ -122,15 +156,16 @@ func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts 
 	}
 	o.Decided()
 	o.Takeover()
-	res, err = s.runStepsFrom(ctx, k, token, rec, op, s.ttl, &o)
+	res, err = s.runStepsFrom(ctx, k, token, rec, op, ttl, &o)
 	return err == nil, false, err
 }
 
 // CompleteEvery runs CompleteStuck every interval, until ctx is done, and
 // then returns ctx's error; bad input (an interval under a millisecond,
-// maxAttempts under 1, a bad operation) returns an error matching
-// sqlonce.ErrInvalidArgument at once. Start it once per program, in a
-// goroutine of its own, with every Operation the program runs:
+// maxAttempts under 1, a bad operation, two operations of one name)
+// returns an error matching sqlonce.ErrInvalidArgument at once. Start it
+// once per program, in a goroutine of its own, with every Operation the
+// program runs:
 //
 //	go store.CompleteEvery(ctx, time.Minute, 5, checkout)
 //
@@ -154,10 +189,8 @@ func (s *Store[TTx]) CompleteEvery(ctx context.Context, interval time.Duration, 
 	if maxAttempts < 1 {
 		return fmt.Errorf("%w: max attempts %d is under 1", sqlonce.ErrInvalidArgument, maxAttempts)
 	}
-	for _, op := range ops {
-		if err := op.check(); err != nil {
-			return err
-		}
+	if _, err := operations(ops); err != nil {
+		return err
 	}
 	lease := purgerLeaseFor(interval)
 	tick := time.NewTicker(interval)

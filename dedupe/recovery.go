@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // A key of an operation of several steps stores, in its response column,
@@ -23,13 +24,17 @@ var errBadRecovery = errors.New("sqlonce/dedupe: malformed recovery point")
 type recovery struct {
 	op       string // Operation.Name
 	attempts int    // runs that held the lease, this one included
-	input    []byte
-	names    []string // the steps done, in order
-	results  [][]byte // their results
+	// ttl is the Request's TTL (the Store's when it set none): the
+	// completer, which has no Request, records the response for it too,
+	// so that the key lives at least as long as its first caller asked.
+	ttl     time.Duration
+	input   []byte
+	names   []string // the steps done, in order
+	results [][]byte // their results
 }
 
 func (r *recovery) encode() []byte {
-	n := 1 + 5*binary.MaxVarintLen64 + len(r.op) + len(r.input)
+	n := 1 + 6*binary.MaxVarintLen64 + len(r.op) + len(r.input)
 	for i := range r.names {
 		n += 2*binary.MaxVarintLen64 + len(r.names[i]) + len(r.results[i])
 	}
@@ -37,6 +42,7 @@ func (r *recovery) encode() []byte {
 	b = append(b, recoveryV1)
 	b = appendBytes(b, []byte(r.op))
 	b = binary.AppendUvarint(b, uint64(r.attempts))
+	b = binary.AppendUvarint(b, uint64(r.ttl.Microseconds()))
 	b = appendBytes(b, r.input)
 	b = binary.AppendUvarint(b, uint64(len(r.names)))
 	for i := range r.names {
@@ -59,6 +65,7 @@ func decodeRecovery(b []byte) (recovery, error) {
 	d := decoder{b: b[1:]}
 	r.op = string(d.bytes())
 	r.attempts = int(d.uvarint())
+	r.ttl = time.Duration(d.uvarint()) * time.Microsecond
 	r.input = d.bytes()
 	n := d.uvarint()
 	if d.err == nil && n > uint64(len(d.b)) {

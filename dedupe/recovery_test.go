@@ -5,18 +5,19 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"time"
 )
 
 func TestRecoveryRoundTrip(t *testing.T) {
 	for _, r := range []recovery{
 		{op: "checkout", attempts: 1},
-		{op: "checkout", attempts: 3, input: []byte("in"), names: []string{"reserve", "charge"}, results: [][]byte{{}, []byte("ch_1")}},
+		{op: "checkout", attempts: 3, ttl: 90 * time.Minute, input: []byte("in"), names: []string{"reserve", "charge"}, results: [][]byte{{}, []byte("ch_1")}},
 	} {
 		got, err := decodeRecovery(r.encode())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.op != r.op || got.attempts != r.attempts || !bytes.Equal(got.input, r.input) || !reflect.DeepEqual(got.names, r.names) || len(got.results) != len(r.results) {
+		if got.op != r.op || got.attempts != r.attempts || got.ttl != r.ttl || !bytes.Equal(got.input, r.input) || !reflect.DeepEqual(got.names, r.names) || len(got.results) != len(r.results) {
 			t.Fatalf("got %+v, want %+v", got, r)
 		}
 		for i := range r.results {

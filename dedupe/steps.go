@@ -88,7 +88,8 @@ type StepState struct {
 }
 
 // Result returns the result of the earlier step named step, and false
-// when no such step has run.
+// when no such step has run. The slice is the recorded result, which the
+// next recovery point stores again: read it, do not modify it.
 func (st StepState) Result(step string) ([]byte, bool) {
 	for i, n := range st.names {
 		if n == step {
@@ -118,7 +119,10 @@ func (op *Operation[TTx]) check() error {
 		return fmt.Errorf("%w: nil operation", sqlonce.ErrInvalidArgument)
 	}
 	if err := keys.Check("operation name", op.Name); err != nil {
-		return err
+		// A bad operation is an invalid argument, as the doc of
+		// CompleteStuck and CompleteEvery says; ErrInvalidKey still
+		// matches.
+		return fmt.Errorf("%w: %w", sqlonce.ErrInvalidArgument, err)
 	}
 	if len(op.Steps) == 0 {
 		return fmt.Errorf("%w: operation %q has no steps", sqlonce.ErrInvalidArgument, op.Name)
@@ -129,7 +133,7 @@ func (op *Operation[TTx]) check() error {
 	seen := map[string]bool{}
 	for i, st := range op.Steps {
 		if err := keys.Check("step name", st.Name); err != nil {
-			return fmt.Errorf("operation %q, step %d: %w", op.Name, i, err)
+			return fmt.Errorf("%w: operation %q, step %d: %w", sqlonce.ErrInvalidArgument, op.Name, i, err)
 		}
 		if seen[st.Name] {
 			return fmt.Errorf("%w: operation %q has two steps named %q", sqlonce.ErrInvalidArgument, op.Name, st.Name)
@@ -189,7 +193,7 @@ func (op *Operation[TTx]) lease() time.Duration {
 // (EventTakeover when it resumed a stopped run).
 func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op *Operation[TTx]) (res sqlonce.Result, err error) {
 	o := obs.Start(s.observer, "dedupe", "RunSteps", req.Scope, req.Key)
-	defer func() { err = driver.ReadOnlyError(err); o.End(ctx, res, err) }()
+	defer func() { err = o.End(ctx, res, err) }()
 	if err := op.check(); err != nil {
 		return sqlonce.Result{}, err
 	}
@@ -198,7 +202,7 @@ func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op
 		return sqlonce.Result{}, err
 	}
 	k := driver.Key{Namespace: driver.NamespaceSteps, Scope: req.Scope, Key: req.Key}
-	fresh := recovery{op: op.Name, attempts: 1, input: input}
+	fresh := recovery{op: op.Name, attempts: 1, ttl: ttl, input: input}
 	if rec := fresh.encode(); len(rec) > s.maxResponse {
 		return sqlonce.Result{}, fmt.Errorf("%w: input of %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(input), req.Key, s.maxResponse)
 	}
@@ -328,6 +332,13 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 	if len(rec.results) > 0 {
 		resp = rec.results[len(rec.results)-1]
 	}
+	if len(rec.names) == len(op.Steps) {
+		// Every step is recorded, the last one too, but not as the
+		// response: the operation lost its last steps since this key's
+		// run stopped. Record the response now, so that a repeat replays
+		// it instead of finding the key leased.
+		return s.finishSteps(ctx, k, token, resp, ttl, op, o)
+	}
 	o.WorkStart()
 	defer o.WorkEnd()
 	for i := len(rec.names); i < len(op.Steps); i++ {
@@ -401,6 +412,31 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 			}
 			return sqlonce.Result{}, err
 		}
+	}
+	if resp == nil {
+		resp = []byte{}
+	}
+	return sqlonce.Result{Outcome: sqlonce.FirstRun, Response: resp}, nil
+}
+
+// finishSteps records resp, the result of op's last step, recorded
+// earlier as a recovery point, as k's response, with the lease held with
+// token.
+func (s *Store[TTx]) finishSteps(ctx context.Context, k driver.Key, token int64, resp []byte, ttl time.Duration, op *Operation[TTx], o *obs.Op) (sqlonce.Result, error) {
+	f := final(finalResponse, resp)
+	if len(f) > s.maxResponse {
+		return sqlonce.Result{}, fmt.Errorf("%w: %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(resp), k.Key, s.maxResponse)
+	}
+	var ok bool
+	err := owntx.RunStatements(ctx, s.engine, o, func(ctx context.Context, tx TTx) (err error) {
+		ok, err = s.engine.Complete(ctx, tx, k, token, f, ttl, testclock.Now(ctx))
+		return err
+	})
+	if err != nil {
+		return sqlonce.Result{}, err
+	}
+	if !ok {
+		return sqlonce.Result{}, fmt.Errorf("%w: steps of key %q in scope %q, token %d, at the end of operation %q", sqlonce.ErrLeaseLost, k.Key, k.Scope, token, op.Name)
 	}
 	if resp == nil {
 		resp = []byte{}

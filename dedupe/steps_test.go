@@ -20,11 +20,12 @@ func TestOperationCheck(t *testing.T) {
 		"both fns":   {Name: "op", Steps: []Step[int]{{Name: "a", InTx: fn, Outside: out}}},
 		"twice":      {Name: "op", Steps: []Step[int]{{Name: "a", InTx: fn}, {Name: "a", Outside: out}}},
 		"no step":    {Name: "op", Steps: []Step[int]{{InTx: fn}}},
+		"long name":  {Name: string(make([]byte, sqlonce.MaxKeyLen+1)), Steps: []Step[int]{{Name: "a", InTx: fn}}},
 		"neg lease":  {Name: "op", Lease: -time.Second, Steps: []Step[int]{{Name: "a", InTx: fn}}},
 		"tiny lease": {Name: "op", Lease: time.Nanosecond, Steps: []Step[int]{{Name: "a", InTx: fn}}},
 	} {
-		if err := op.check(); !errors.Is(err, sqlonce.ErrInvalidArgument) && !errors.Is(err, sqlonce.ErrInvalidKey) {
-			t.Errorf("%s: %v", name, err)
+		if err := op.check(); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+			t.Errorf("%s: %v, want ErrInvalidArgument", name, err)
 		}
 	}
 	ok := &Operation[int]{Name: "op", Steps: []Step[int]{{Name: "a", InTx: fn}, {Name: "b", Outside: out}}}

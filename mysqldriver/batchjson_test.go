@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"testing"
 	"time"
@@ -31,7 +32,20 @@ func TestClaimBatchShapes(t *testing.T) {
 		}
 		t.Skipf("MySQL/MariaDB does not answer (set SQLONCE_MYSQL_DSN): %v", err)
 	}
-	exampledb.MySQL("batch_shapes").Close()
+	// A database of this run's own: two runs at once (a CI loop and a
+	// developer's) must not drop each other's.
+	name := fmt.Sprintf("batch_shapes_%d_%d", os.Getpid(), rand.IntN(1_000_000))
+	exampledb.MySQL(name).Close()
+	t.Cleanup(func() {
+		admin, err := sql.Open("mysql", dsn)
+		if err == nil {
+			_, err = admin.Exec("DROP DATABASE IF EXISTS example_" + name)
+			admin.Close()
+		}
+		if err != nil {
+			t.Errorf("drop the test's database: %v", err)
+		}
+	})
 	ctx := context.Background()
 	for _, shape := range []int32{shapeReturning, shapeJSONTable, shapeNumbers} {
 		for _, found := range []bool{false, true} {
@@ -40,7 +54,7 @@ func TestClaimBatchShapes(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				cfg.DBName, cfg.ParseTime, cfg.ClientFoundRows = "example_batch_shapes", true, found
+				cfg.DBName, cfg.ParseTime, cfg.ClientFoundRows = "example_"+name, true, found
 				db, err := sql.Open("mysql", cfg.FormatDSN())
 				if err != nil {
 					t.Fatal(err)

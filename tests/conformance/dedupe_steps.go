@@ -197,6 +197,43 @@ func (e resumeHook[TTx]) StepResume(ctx context.Context, tx TTx, k driver.Key, t
 	return e.Engine.StepResume(ctx, tx, k, token, read, recovery, lease, now)
 }
 
+// readHook calls after once the first transaction (or statement) that
+// read a step key with StepGet has ended, so that it holds no lock.
+type readHook[TTx any] struct {
+	driver.Engine[TTx]
+	read  *atomic.Bool
+	once  *sync.Once
+	after func()
+}
+
+func (e readHook[TTx]) StepGet(ctx context.Context, tx TTx, k driver.Key, now time.Time) (driver.StepRow, bool, error) {
+	e.read.Store(true)
+	return e.Engine.StepGet(ctx, tx, k, now)
+}
+
+func (e readHook[TTx]) ended() {
+	if e.read.Load() {
+		e.once.Do(e.after)
+	}
+}
+
+func (e readHook[TTx]) InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+	defer e.ended()
+	return e.Engine.InTx(ctx, fn)
+}
+
+func (e readHook[TTx]) Autocommit(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+	defer e.ended()
+	if a, ok := e.Engine.(driver.Autocommitter[TTx]); ok {
+		return a.Autocommit(ctx, fn)
+	}
+	return driver.ErrNoRun
+}
+
+type readHookDriver[TTx any] struct{ e readHook[TTx] }
+
+func (d readHookDriver[TTx]) Engine() driver.Engine[TTx] { return d.e }
+
 type hookDriver[TTx any] struct{ e resumeHook[TTx] }
 
 func (d hookDriver[TTx]) Engine() driver.Engine[TTx] { return d.e }
@@ -414,6 +451,131 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		_, err = s.RunSteps(at(ctx, t0, time.Hour), req, nil, op)
 		wantErr(t, "after giving up", err, dedupe.ErrOperationFailed)
 		n, err := db.Pool().LedgerCountByRef(ctx, "doomed/write")
+		must(t, err)
+		if n != 1 {
+			t.Fatalf("the database step wrote %d rows, want 1", n)
+		}
+	})
+
+	// The completer finishes a key under the TTL its first call asked for,
+	// longer than the Store's: a repeat within that TTL replays the
+	// response rather than running the operation again.
+	t.Run("CompleterKeepsTheRequestTTL", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s, err := dedupe.New(db.Driver(), dedupe.WithTTL(time.Hour))
+		must(t, err)
+		svc := newOutsideService(t)
+		faults := &stepFaults{}
+		op := paymentOp(db, svc, faults, lease)
+		t0 := clockBase()
+		req := dedupe.Request{Scope: "steps", Key: "long-ttl", TTL: 10 * time.Hour}
+		runCtx, cancel := context.WithCancel(at(ctx, t0, 0))
+		faults.fault, faults.cancel = &stepFault{step: "charge", inside: true, mode: "cancel"}, cancel
+		_, err = s.RunSteps(runCtx, req, []byte("long-ttl"), op)
+		cancel()
+		wantErr(t, "stopped run", err, context.Canceled)
+		done, failed, err := s.CompleteStuck(at(ctx, t0, 2*lease), 3, op)
+		if err != nil || done != 1 || failed != 0 {
+			t.Fatalf("completer: %d done, %d failed, %v", done, failed, err)
+		}
+		// Past the Store's TTL from the completion, within the request's.
+		res, err := s.RunSteps(at(ctx, t0, 5*time.Hour), req, []byte("long-ttl"), op)
+		if err != nil || !res.AlreadyDone() {
+			t.Fatalf("repeat within the request's TTL: %v, %v; want AlreadyDone", res, err)
+		}
+		wantLedgerOnce(t, ctx, db, "long-ttl")
+	})
+
+	// The completer reads a key past its lease and decides to give it up;
+	// before it does, the run, alive past its lease, records a step. The
+	// completer must not give up on what it read: the run goes on and
+	// finishes.
+	t.Run("GiveUpRereads", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		runner, err := dedupe.New(db.Driver())
+		must(t, err)
+		cRead, aRecorded, cDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		hook := readHook[TTx]{Engine: db.Driver().Engine(), read: new(atomic.Bool), once: new(sync.Once), after: func() {
+			close(cRead)
+			<-aRecorded
+		}}
+		completer, err := dedupe.New(readHookDriver[TTx]{hook})
+		must(t, err)
+		op := &dedupe.Operation[TTx]{Name: "alive", Lease: lease, Steps: []dedupe.Step[TTx]{
+			{Name: "first", Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+				<-cRead
+				return []byte("first"), nil
+			}},
+			{Name: "second", Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+				close(aRecorded) // the first step is recorded
+				<-cDone
+				return []byte("second"), nil
+			}},
+		}}
+		t0 := clockBase()
+		req := dedupe.Request{Scope: "steps", Key: "alive"}
+		aDone := make(chan error, 1)
+		go func() {
+			_, err := runner.RunSteps(at(ctx, t0, 0), req, nil, op)
+			aDone <- err
+		}()
+		for {
+			row, ok, err := db.Key(ctx, "steps", "alive")
+			must(t, err)
+			if ok && row.State == 2 {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		// Past the run's lease at the completer's clock; one attempt
+		// allowed, so the key read is one to give up.
+		done, failed, err := completer.CompleteStuck(at(ctx, t0, 2*lease), 1, op)
+		close(cDone)
+		if err != nil || done != 0 || failed != 0 {
+			t.Fatalf("completer: %d done, %d given up, %v; want neither", done, failed, err)
+		}
+		if err := <-aDone; err != nil {
+			t.Fatalf("the run: %v", err)
+		}
+		res, err := runner.RunSteps(at(ctx, t0, time.Second), req, nil, op)
+		if err != nil || !res.AlreadyDone() || string(res.Response) != "second" {
+			t.Fatalf("repeat: %v, %v; want AlreadyDone %q", res, err, "second")
+		}
+	})
+
+	// A key stopped after what is now the operation's last step (the
+	// operation lost its later steps since): the resume records that
+	// step's result as the response, so that a repeat replays it rather
+	// than finding the key leased.
+	t.Run("NoStepLeft", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s, err := dedupe.New(db.Driver())
+		must(t, err)
+		write := dedupe.Step[TTx]{Name: "write", InTx: func(ctx context.Context, tx TTx, st dedupe.StepState) ([]byte, error) {
+			return []byte("written"), db.Tx(tx).LedgerInsert(ctx, "shrunk/write", 1)
+		}}
+		long := &dedupe.Operation[TTx]{Name: "shrunk", Lease: lease, Steps: []dedupe.Step[TTx]{write,
+			{Name: "gone", Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+				return nil, errInjected
+			}},
+		}}
+		short := &dedupe.Operation[TTx]{Name: "shrunk", Lease: lease, Steps: []dedupe.Step[TTx]{write}}
+		t0 := clockBase()
+		req := dedupe.Request{Scope: "steps", Key: "shrunk"}
+		_, err = s.RunSteps(at(ctx, t0, 0), req, nil, long)
+		wantErr(t, "first run", err, errInjected)
+		res, err := s.RunSteps(at(ctx, t0, time.Second), req, nil, short)
+		if err != nil || !res.FirstRun() || string(res.Response) != "written" {
+			t.Fatalf("resume with no step left: %v, %v", res, err)
+		}
+		replay, err := s.RunSteps(at(ctx, t0, 2*time.Second), req, nil, short)
+		if err != nil || !replay.AlreadyDone() || string(replay.Response) != "written" {
+			t.Fatalf("repeat: %v, %v; want AlreadyDone %q", replay, err, "written")
+		}
+		n, err := db.Pool().LedgerCountByRef(ctx, "shrunk/write")
 		must(t, err)
 		if n != 1 {
 			t.Fatalf("the database step wrote %d rows, want 1", n)

@@ -92,6 +92,16 @@ func checkReadOnly[TTx any](t *testing.T, c readOnlyCase[TTx], done string) (fnR
 	_, _, err = store.Claim(ctx, dedupe.Request{Scope: "s", Key: "new-lease"}, time.Minute)
 	isReadOnly("lease Claim", err)
 
+	// An operation of several steps: its start is refused; a key the
+	// primary left stuck is listed from the copy, and its resume refused.
+	_, err = store.RunSteps(ctx, dedupe.Request{Scope: "s", Key: "new-steps"}, nil, stuckOp[TTx]())
+	isReadOnly("RunSteps", err)
+	finished, failed, err := store.CompleteStuck(ctx, 3, stuckOp[TTx]())
+	isReadOnly("CompleteStuck", err)
+	if finished != 0 || failed != 0 {
+		t.Errorf("CompleteStuck: %d finished, %d given up on a read-only server", finished, failed)
+	}
+
 	tokens, err := token.New(c.d)
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +109,24 @@ func checkReadOnly[TTx any](t *testing.T, c readOnlyCase[TTx], done string) (fnR
 	_, err = tokens.Issue(ctx, "s")
 	isReadOnly("token Issue", err)
 	return fnRuns
+}
+
+// errStuck stops stuckOp's only step.
+var errStuck = errors.New("the step fails")
+
+// stuckOp is an operation of several steps whose step fails: a run of it
+// leaves its key stuck, for CompleteStuck to find.
+func stuckOp[TTx any]() *dedupe.Operation[TTx] {
+	return &dedupe.Operation[TTx]{Name: "stuck", Steps: []dedupe.Step[TTx]{{Name: "fail",
+		Outside: func(context.Context, dedupe.StepState) ([]byte, error) { return nil, errStuck }}}}
+}
+
+// leaveStuck runs stuckOp on the primary under key "stuck".
+func leaveStuck[TTx any](t *testing.T, s *dedupe.Store[TTx]) {
+	t.Helper()
+	if _, err := s.RunSteps(context.Background(), dedupe.Request{Scope: "s", Key: "stuck"}, nil, stuckOp[TTx]()); !errors.Is(err, errStuck) {
+		t.Fatalf("RunSteps on the primary: %v, want the step's error", err)
+	}
 }
 
 // TestReadOnlyPostgres points pgxdriver and pgsqldriver at a hot standby
@@ -118,6 +146,7 @@ func TestReadOnlyPostgres(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	leaveStuck(t, onPrimary)
 	waitReplayed(t, primary, standby)
 	var inRecovery bool
 	if err := queryRow(ctx, standby.DSN, "SELECT pg_is_in_recovery()", &inRecovery); err != nil || !inRecovery {
@@ -206,10 +235,11 @@ func TestReadOnlyMariaDB(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the replica applying the key done on the primary", func(ctx context.Context) (bool, error) {
+	leaveStuck(t, store)
+	waitFor(t, "the replica applying the keys written on the primary", func(ctx context.Context) (bool, error) {
 		var n int
 		err := rootR.QueryRowContext(ctx, "SELECT count(*) FROM app.sqlonce_keys").Scan(&n)
-		return n == 1, err
+		return n == 2, err
 	})
 	ro := appDB(replica)
 	checkReadOnly(t, sqlCase(mysqldriver.New(ro), ro, "INSERT INTO ledger (scope, k) VALUES (?, ?)"), "done")
