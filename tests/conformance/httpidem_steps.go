@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/httpidem"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
@@ -200,6 +202,8 @@ func runHTTPIdemSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		})
 	}
 
+	t.Run("ApartFromDedupe", func(t *testing.T) { runHTTPIdemStepsApart(t, f) })
+
 	t.Run("KeyReuseAndInProgress", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
@@ -281,7 +285,10 @@ func runHTTPIdemSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			if i == 0 {
 				// The first request holds the key (waiting at the charge
 				// step) before the duplicates are sent.
-				waitFor(t, func() bool { n, err := db.Pool().LedgerCountByRef(ctx, "alice:race/reserve"); return err == nil && n == 1 })
+				waitFor(t, func() bool {
+					n, err := db.Pool().LedgerCountByRef(ctx, "alice:race/reserve")
+					return err == nil && n == 1
+				})
 				close(started)
 			}
 		}
@@ -294,6 +301,70 @@ func runHTTPIdemSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		wantLedgerOnce(t, ctx, db, "alice:race")
 		svc.effectsOnce(t, 2)
 	})
+}
+
+// runHTTPIdemStepsApart: the keys of requests run as steps are apart from
+// dedupe's operations of several steps, and so are their completers: each
+// finishes its own stuck keys, both running at once (one election would
+// leave the other's keys stuck).
+func runHTTPIdemStepsApart[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	const lease = time.Minute
+	ctx := ctxT(t)
+	db := f(t, 0)
+	svc := newOutsideService(t)
+	faults := &stepFaults{}
+	httpOp := httpPaymentOp(db, svc, faults, lease, nil)
+	m, h := newStepsHandler(t, db, httpOp)
+	store, err := dedupe.New(db.Driver())
+	must(t, err)
+	dedupeOp := paymentOp(db, svc, faults, lease)
+	t0 := clockBase()
+
+	runCtx, cancel := context.WithCancel(at(ctx, t0, 0))
+	faults.fault, faults.cancel = &stepFault{step: "order", mode: "cancel"}, cancel
+	stepsCall(runCtx, h, "alice", "pay-1", "book")
+	cancel()
+	// The same scope and key as the request's, stopped too.
+	req := dedupe.Request{Scope: "k:alice", Key: "pay-1", Fingerprint: []byte("fp")}
+	runCtx, cancel = context.WithCancel(at(ctx, t0, 0))
+	faults.fault, faults.cancel = &stepFault{step: "order", mode: "cancel"}, cancel
+	_, err = store.RunSteps(runCtx, req, []byte("dd"), dedupeOp)
+	cancel()
+	wantErr(t, "stopped dedupe run", err, context.Canceled)
+
+	later := at(ctx, t0, 2*lease)
+	cctx, stop := context.WithCancel(later)
+	var wg sync.WaitGroup
+	for _, run := range []func() error{
+		func() error { return store.CompleteEvery(cctx, 10*time.Millisecond, 3, dedupeOp) },
+		func() error { return m.CompleteEvery(cctx, 10*time.Millisecond, 3, httpOp) },
+	} {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = run() }()
+	}
+	// Both finished by their completers: the request replays, the
+	// dedupe run is done (a 409 or ErrInProgress until then). Asked as of
+	// a time within the first lease, so that the asking never takes a key
+	// over itself.
+	within := at(ctx, t0, lease/2)
+	waitFor(t, func() bool {
+		r, _ := stepsCall(within, h, "alice", "pay-1", "book")
+		if r.status != http.StatusConflict {
+			wantHTTPStatus(t, "request after the completer", r, http.StatusCreated)
+			if !r.replayed() {
+				t.Fatal("request after the completer was not replayed")
+			}
+		}
+		res, err := store.RunSteps(within, req, []byte("dd"), dedupeOp)
+		if err != nil && !errors.Is(err, sqlonce.ErrInProgress) || err == nil && !res.AlreadyDone() {
+			t.Fatalf("dedupe run after the completer: %v, %v", res, err)
+		}
+		return r.status == http.StatusCreated && err == nil
+	})
+	stop()
+	wg.Wait()
+	wantLedgerOnce(t, ctx, db, "alice:pay-1")
+	wantLedgerOnce(t, ctx, db, "dd")
 }
 
 // waitFor polls cond until it holds, failing after ten seconds.
