@@ -48,7 +48,9 @@ import (
 //
 // The Middleware's mode does not matter: the steps run in transactions of
 // the Store's own (the driver's database handle), not in WithTxFunc's,
-// and need no lease mode. Their keys are apart from those Wrap handles.
+// and need no lease mode; a Middleware on a driver without a database
+// handle answers every request 500. Their keys are apart from those Wrap
+// handles.
 func (m *Middleware[TTx]) Steps(op *dedupe.Operation[TTx]) http.Handler {
 	return m.wrap(nil, op)
 }
@@ -90,7 +92,7 @@ func (m *Middleware[TTx]) serveSteps(w http.ResponseWriter, r *http.Request, ste
 		m.unavailable(w, r, err)
 	case errors.Is(err, dedupe.ErrOperationFailed):
 		m.internal(w, r, err, givenUp)
-	case errors.Is(err, sqlonce.ErrInvalidArgument):
+	case errors.Is(err, sqlonce.ErrInvalidArgument) || errors.Is(err, sqlonce.ErrNoDB):
 		m.internal(w, r, err, notDone)
 	default:
 		// A step failed, or the run lost the key: the steps before are
