@@ -204,6 +204,35 @@ func runHTTPIdemSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 
 	t.Run("ApartFromDedupe", func(t *testing.T) { runHTTPIdemStepsApart(t, f) })
 
+	// With WithWait a duplicate is held while the first request runs its
+	// steps, and then gets its answer.
+	t.Run("WaitForTheFirst", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		svc := newOutsideService(t)
+		gate := make(chan struct{})
+		_, h := newStepsHandler(t, db, httpPaymentOp(db, svc, &stepFaults{}, lease, gate), httpidem.WithWait(30*time.Second))
+		firstDone := make(chan reply, 1)
+		go func() {
+			r, _ := stepsCall(ctx, h, "alice", "wait", "book")
+			firstDone <- r
+		}()
+		waitFor(t, func() bool {
+			n, err := db.Pool().LedgerCountByRef(ctx, "alice:wait/reserve")
+			return err == nil && n == 1
+		})
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			close(gate)
+		}()
+		dup, _ := stepsCall(ctx, h, "alice", "wait", "book")
+		first := <-firstDone
+		wantHTTPStatus(t, "first", first, http.StatusCreated)
+		sameAnswer(t, "held duplicate", first, dup)
+		wantLedgerOnce(t, ctx, db, "alice:wait")
+		svc.effectsOnce(t, 2)
+	})
+
 	t.Run("KeyReuseAndInProgress", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
