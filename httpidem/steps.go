@@ -31,7 +31,8 @@ import (
 // body), never the *http.Request. The last step's result is the answer:
 // build it with Respond. It is recorded with the key, as Wrap records a
 // handler's, and replayed byte for byte, marked with ReplayHeader, to
-// every repeat; WithRecord does not apply (every answer is recorded).
+// every repeat; WithRecord and WithMaxResponseSize do not apply (every
+// answer is recorded, up to dedupe.MaxResponseSize).
 //
 // Everything else is as Wrap does: the key's checks, 401 without a
 // principal, 413 for a large body, 422 for the key sent with another
