@@ -14,8 +14,16 @@ import (
 )
 
 // completerKey is the row of sqlonce_keys whose lease elects the instance
-// that runs CompleteEvery's rounds (beside the purger's, never purged).
-var completerKey = driver.Key{Namespace: driver.NamespacePurger, Scope: "completer", Key: "sqlonce_keys"}
+// that runs CompleteEvery's rounds (beside the purger's, never purged):
+// one per namespace of operations, so that the completers of dedupe's
+// operations and of httpidem's are elected apart.
+func (s *Store[TTx]) completerKey() driver.Key {
+	k := driver.Key{Namespace: driver.NamespacePurger, Scope: "completer", Key: "sqlonce_keys"}
+	if s.stepsNS != driver.NamespaceSteps {
+		k.Key = fmt.Sprintf("sqlonce_keys/%d", s.stepsNS)
+	}
+	return k
+}
 
 // completeBatch bounds the keys one CompleteStuck looks at.
 const completeBatch = 100
@@ -48,7 +56,7 @@ func (s *Store[TTx]) CompleteStuck(ctx context.Context, maxAttempts int, ops ...
 	}
 	var stuck []driver.Key
 	err = owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) (err error) {
-		stuck, err = s.engine.StepStuck(ctx, tx, driver.NamespaceSteps, completeBatch, testclock.Now(ctx))
+		stuck, err = s.engine.StepStuck(ctx, tx, s.stepsNS, completeBatch, testclock.Now(ctx))
 		return err
 	})
 	if err != nil {
@@ -220,7 +228,7 @@ func (s *Store[TTx]) completeRound(ctx context.Context, lease time.Duration, tok
 		op.Rows(int64(n))
 		op.End(ctx, res, err)
 	}()
-	held, err := s.electLease(ctx, completerKey, lease, token, &op)
+	held, err := s.electLease(ctx, s.completerKey(), lease, token, &op)
 	if err != nil {
 		return token
 	}

@@ -39,6 +39,7 @@ const (
 type Store[TTx any] struct {
 	engine      driver.Engine[TTx]
 	ns          driver.Namespace
+	stepsNS     driver.Namespace // the keys of RunSteps
 	ttl         time.Duration
 	maxResponse int
 	lockWait    time.Duration
@@ -53,6 +54,7 @@ type Option func(*options) error
 
 type options struct {
 	ns          driver.Namespace
+	stepsNS     driver.Namespace
 	ttl         time.Duration
 	maxResponse int
 	lockWait    time.Duration
@@ -148,7 +150,7 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 	if d == nil || d.Engine() == nil {
 		return nil, fmt.Errorf("%w: nil driver", sqlonce.ErrInvalidArgument)
 	}
-	o := options{ttl: DefaultTTL, maxResponse: DefaultMaxResponseSize, codec: jsonCodec{}}
+	o := options{stepsNS: driver.NamespaceSteps, ttl: DefaultTTL, maxResponse: DefaultMaxResponseSize, codec: jsonCodec{}}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: option %d is nil", sqlonce.ErrInvalidArgument, i)
@@ -157,7 +159,7 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 			return nil, err
 		}
 	}
-	return &Store[TTx]{engine: d.Engine(), ns: o.ns, ttl: o.ttl, maxResponse: o.maxResponse, lockWait: o.lockWait, favor: o.favor, noRecord: o.noRecord, observer: obs.Of(d), codec: o.codec}, nil
+	return &Store[TTx]{engine: d.Engine(), ns: o.ns, stepsNS: o.stepsNS, ttl: o.ttl, maxResponse: o.maxResponse, lockWait: o.lockWait, favor: o.favor, noRecord: o.noRecord, observer: obs.Of(d), codec: o.codec}, nil
 }
 
 // Request names the operation to run once.

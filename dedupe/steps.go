@@ -201,7 +201,7 @@ func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op
 	if err != nil {
 		return sqlonce.Result{}, err
 	}
-	k := driver.Key{Namespace: driver.NamespaceSteps, Scope: req.Scope, Key: req.Key}
+	k := s.stepsKey(req.Scope, req.Key)
 	fresh := recovery{op: op.Name, attempts: 1, ttl: ttl, input: input}
 	if rec := fresh.encode(); len(rec) > s.maxResponse {
 		return sqlonce.Result{}, fmt.Errorf("%w: input of %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(input), req.Key, s.maxResponse)

@@ -16,12 +16,24 @@ func init() {
 			return nil
 		})
 	}
+	storeopt.StepsNamespace = func(ns driver.Namespace) any {
+		return Option(func(o *options) error {
+			o.stepsNS = ns
+			return nil
+		})
+	}
 	storeopt.NoRecord = func() any {
 		return Option(func(o *options) error {
 			o.noRecord = true
 			return nil
 		})
 	}
+}
+
+// stepsKey names a row of the namespace of the Store's operations of
+// several steps.
+func (s *Store[TTx]) stepsKey(scope, key string) driver.Key {
+	return driver.Key{Namespace: s.stepsNS, Scope: scope, Key: key}
 }
 
 // key names a row of the Store's namespace.

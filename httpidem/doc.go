@@ -138,6 +138,26 @@
 // lapse, and a retry then runs the handler again: pass the key or the
 // token on to the outside system, so that the repeat is harmless there.
 //
+// # Requests run as steps
+//
+// [Middleware.Steps] is a handler that runs each request as an operation
+// of several steps (dedupe.Operation): reserve the stock in the database,
+// charge the card through a provider, write the order, send the receipt.
+// Each database step commits once, with a recovery point on the key's
+// row; each outside step gets a key of its own (dedupe.StepState.Key) to
+// hand to the outside system. A request stopped part-way (a crash, a
+// client gone, a step's error, answered 500 with [CodeOutcomeUnknown])
+// is resumed after its last recovery point by a retry with the same key,
+// or by [Middleware.CompleteEvery] when its client never comes back.
+//
+//	mux.Handle("POST /checkout", m.Steps(checkout))
+//	go m.CompleteEvery(ctx, time.Minute, 5, checkout)
+//
+// The steps read the request with [RequestOf] (they may run in the
+// completer, after the request ended), and the last one returns its
+// answer built with [Respond]: recorded and replayed byte for byte as a
+// handler's answer is, with the problems above for everything else.
+//
 // # Forms without a key
 //
 // [WithNoRepeatSubmit] guards requests that carry no key, such as HTML

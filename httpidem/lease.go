@@ -95,25 +95,35 @@ func (m *Middleware[TTx]) serveLease(w http.ResponseWriter, r *http.Request, nex
 	rec.writeTo(w)
 }
 
-// claim claims req's key for a lease; with WithWait, a key leased to
-// another request is asked for again at growing intervals until it is
-// free or the wait is over.
-func (m *Middleware[TTx]) claim(ctx context.Context, req dedupe.Request) (*dedupe.Lease, sqlonce.Result, error) {
+// claim claims req's key for a lease, waiting as WithWait says.
+func (m *Middleware[TTx]) claim(ctx context.Context, req dedupe.Request) (lease *dedupe.Lease, res sqlonce.Result, err error) {
+	err = m.waitFree(ctx, func() error {
+		lease, res, err = m.store.Claim(ctx, req, m.lease)
+		return err
+	})
+	return lease, res, err
+}
+
+// waitFree calls try until it returns anything but sqlonce.ErrInProgress:
+// once without WithWait; with it, at growing intervals until the wait is
+// over. A key leased to another request is asked for again, holding no
+// connection in between.
+func (m *Middleware[TTx]) waitFree(ctx context.Context, try func() error) error {
 	deadline := time.Now().Add(m.wait)
 	for pause := 5 * time.Millisecond; ; pause = min(2*pause, 200*time.Millisecond) {
-		lease, res, err := m.store.Claim(ctx, req, m.lease)
+		err := try()
 		if !errors.Is(err, sqlonce.ErrInProgress) || m.wait == 0 {
-			return lease, res, err
+			return err
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
-			return lease, res, err
+			return err
 		}
 		t := time.NewTimer(min(pause, left))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, res, ctx.Err()
+			return ctx.Err()
 		case <-t.C:
 		}
 	}

@@ -103,7 +103,7 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 	// Its keys live in a namespace of their own: no dedupe scope or inbox
 	// consumer can spell one.
 	store, err := dedupe.New(obs.Bare(d), wait, dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(dedupe.MaxResponseSize),
-		storeopt.Namespace(driver.NamespaceHTTP).(dedupe.Option))
+		storeopt.Namespace(driver.NamespaceHTTP).(dedupe.Option), storeopt.StepsNamespace(driver.NamespaceHTTPSteps).(dedupe.Option))
 	if err != nil {
 		return nil, err
 	}

@@ -30,7 +30,10 @@ const (
 	// the request's transaction committed (sqlonce.ErrCommitUnknown), or,
 	// with WithTxFunc, an error other than a retry request followed the
 	// handler's work: the work may or may not have been done. Sending the request again with the same Idempotency-Key
-	// replays its answer if it was, and runs it if it was not.
+	// replays its answer if it was, and runs it if it was not. A request
+	// run as steps (Middleware.Steps) is answered so when a step failed or
+	// its run lost the key: the steps before are done, and the same
+	// request with the same key finishes it.
 	CodeOutcomeUnknown = "outcome-unknown"
 
 	// CodeUnavailable: the database refused the request's writes because
@@ -131,6 +134,8 @@ const (
 	unknownTx    = "the outcome of the request is unknown: the connection to the database was lost while it committed; send it again unchanged, with the same Idempotency-Key, to get its answer"
 	unknownNoKey = "the outcome of the request is unknown: the connection to the database was lost while it committed, and the request carried no Idempotency-Key to ask again with"
 	readOnly     = "the service cannot carry out requests now; the request was not carried out: retry it later with the same Idempotency-Key"
+	unfinished   = "the request stopped part-way; send it again unchanged, with the same Idempotency-Key, to finish it"
+	givenUp      = "the request could not be finished and was given up; part of it may have been carried out"
 )
 
 // unavailableRetryAfter is the Retry-After of CodeUnavailable, in

@@ -33,8 +33,14 @@ import (
 // run more than once for one request, each time in a fresh transaction,
 // when the database reports a deadlock or a serialization failure.
 func (m *Middleware[TTx]) Wrap(next http.Handler) http.Handler {
+	return m.wrap(next, nil)
+}
+
+// wrap is Wrap, or with steps, Steps: the request runs as steps in place
+// of next, and every request must have a key.
+func (m *Middleware[TTx]) wrap(next http.Handler, steps *dedupe.Operation[TTx]) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !m.methods[r.Method] {
+		if steps == nil && !m.methods[r.Method] {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -48,7 +54,7 @@ func (m *Middleware[TTx]) Wrap(next http.Handler) http.Handler {
 			return
 		}
 		derived := !present && m.noRepeat > 0
-		if !present && !derived && m.required(r) {
+		if !present && !derived && (steps != nil || m.required(r)) {
 			m.problem(w, http.StatusBadRequest, CodeKeyMissing, "this operation requires an Idempotency-Key header with a unique key per operation, sent again unchanged on every retry")
 			return
 		}
@@ -88,6 +94,10 @@ func (m *Middleware[TTx]) Wrap(next http.Handler) http.Handler {
 				w = sw
 				defer func() { op.Status(sw.status()); op.EndSet(r.Context()) }()
 			}
+		}
+		if steps != nil {
+			m.serveSteps(w, r, steps, principal, body, *req, &op)
+			return
 		}
 		if m.lease > 0 {
 			m.serveLease(w, r, next, body, *req, &op)

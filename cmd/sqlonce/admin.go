@@ -250,6 +250,10 @@ func namespaceName(ns int64) string {
 		return "httpidem"
 	case 3:
 		return "purger"
+	case 4:
+		return "dedupe steps"
+	case 5:
+		return "httpidem steps"
 	}
 	return fmt.Sprintf("namespace %d", ns)
 }

@@ -105,6 +105,10 @@ const (
 	// steps (Store.RunSteps). While such a key is leased, its response
 	// column holds the operation's recovery point, not a response.
 	NamespaceSteps Namespace = 4
+	// NamespaceHTTPSteps holds the keys of httpidem requests run as
+	// operations of several steps (Middleware.Steps), as NamespaceSteps
+	// holds dedupe's.
+	NamespaceHTTPSteps Namespace = 5
 )
 
 // Key identifies a row of sqlonce_keys.

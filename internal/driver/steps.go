@@ -6,7 +6,7 @@ import (
 )
 
 // Steps is what a driver does for dedupe's operations of several steps,
-// on the keys of NamespaceSteps.
+// on the keys of NamespaceSteps (and NamespaceHTTPSteps).
 type Steps[TTx any] interface {
 	// StepGet reads k with its recovery point as of now (the database's
 	// when zero); ok is false when there is no row.
@@ -35,7 +35,7 @@ type Steps[TTx any] interface {
 	StepStuck(ctx context.Context, tx TTx, ns Namespace, limit int, now time.Time) ([]Key, error)
 }
 
-// StepRow is a key of NamespaceSteps as StepGet reads it.
+// StepRow is a key of a namespace of steps as StepGet reads it.
 type StepRow struct {
 	Fingerprint []byte
 	// Response is the recovery point while State is StateLeased, the

@@ -11,6 +11,11 @@ import "github.com/sqlonce/sqlonce/internal/driver"
 // the keys of dedupe's users.
 var Namespace func(ns driver.Namespace) any
 
+// StepsNamespace returns the option that puts the keys of a Store's
+// operations of several steps (RunSteps, and its completer) in ns, in
+// place of driver.NamespaceSteps.
+var StepsNamespace func(ns driver.Namespace) any
+
 // NoRecord returns the option of a Store that records no response (the
 // inbox): its Run claims the key before fn, as Do does, and writes nothing
 // after fn.

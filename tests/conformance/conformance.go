@@ -67,6 +67,7 @@ func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	group(t, "AntiPattern", func(t *testing.T) { runAntiPattern(t, f) })
 	group(t, "Token", func(t *testing.T) { runToken(t, f) })
 	group(t, "HTTPIdem", func(t *testing.T) { runHTTPIdem(t, f) })
+	group(t, "HTTPIdemSteps", func(t *testing.T) { runHTTPIdemSteps(t, f) })
 	group(t, "GRPCIdem", func(t *testing.T) { runGRPCIdem(t, f) })
 	group(t, "HTTPContract", func(t *testing.T) { runHTTPContract(t, f) })
 	group(t, "Inbox", func(t *testing.T) { runInbox(t, f) })

@@ -1,0 +1,409 @@
+package conformance
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/httpidem"
+	"github.com/sqlonce/sqlonce/tests/internal/harness"
+)
+
+// httpPaymentOp is paymentOp run by httpidem.Steps: the steps read the
+// request with RequestOf (database steps write one ledger row each, ref
+// "<principal>:<key>/<step>"), and the last one answers 201 with the order, the charge
+// and random bytes, so that a replay can only equal the first answer by
+// being it. gate, when set, holds the charge step until it is closed.
+func httpPaymentOp[TTx any](db harness.DB[TTx], svc *outsideService, f *stepFaults, lease time.Duration, gate chan struct{}) *dedupe.Operation[TTx] {
+	inTx := func(name string) dedupe.Step[TTx] {
+		return dedupe.Step[TTx]{Name: name, InTx: func(ctx context.Context, tx TTx, st dedupe.StepState) ([]byte, error) {
+			q, err := httpidem.RequestOf(st)
+			if err != nil {
+				return nil, err
+			}
+			if err := strike(ctx, f, db, &tx, name, false); err != nil {
+				return nil, err
+			}
+			if err := db.Tx(tx).LedgerInsert(ctx, q.Principal+":"+q.Key+"/"+name, 1); err != nil {
+				return nil, err
+			}
+			if err := strike(ctx, f, db, &tx, name, true); err != nil {
+				return nil, err
+			}
+			return fmt.Appendf(nil, "%s %s by %s: %s", name, q.Path, q.Principal, q.Body), nil
+		}}
+	}
+	outside := func(name string, answer bool) dedupe.Step[TTx] {
+		return dedupe.Step[TTx]{Name: name, Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+			if gate != nil && name == "charge" {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			if err := strike[TTx](ctx, f, db, nil, name, false); err != nil {
+				return nil, err
+			}
+			b, err := svc.call(ctx, name, st.Key)
+			if err != nil {
+				return nil, err
+			}
+			if err := strike[TTx](ctx, f, db, nil, name, true); err != nil {
+				return nil, err
+			}
+			if !answer {
+				return b, nil
+			}
+			order, _ := st.Result("order")
+			charge, _ := st.Result("charge")
+			nonce := make([]byte, 16)
+			_, _ = rand.Read(nonce)
+			h := http.Header{"Content-Type": {"text/plain"}, "Location": {fmt.Sprintf("/orders/%x", nonce[:4])}}
+			return httpidem.Respond(http.StatusCreated, h, fmt.Appendf(nil, "%s|%s|%s|%x", order, charge, b, nonce))
+		}}
+	}
+	return &dedupe.Operation[TTx]{
+		Name:  "http-payment",
+		Lease: lease,
+		Steps: []dedupe.Step[TTx]{inTx("reserve"), outside("charge", false), inTx("order"), outside("email", true)},
+	}
+}
+
+// stepsCall is one request to a Steps handler, served in this goroutine
+// with ctx (which may carry a pinned clock); a panic is reported, not
+// raised.
+func stepsCall(ctx context.Context, h http.Handler, user, key, body string) (r reply, panicked any) {
+	hr := httptest.NewRequestWithContext(ctx, http.MethodPost, "/pay/42", strings.NewReader(body))
+	hr.Header.Set("X-User", user)
+	hr.Header.Set(httpidem.Header, `"`+key+`"`)
+	rec := httptest.NewRecorder()
+	func() {
+		defer func() { panicked = recover() }()
+		h.ServeHTTP(rec, hr)
+	}()
+	resp := rec.Result()
+	b, _ := io.ReadAll(resp.Body)
+	return reply{status: resp.StatusCode, header: resp.Header, body: b}, panicked
+}
+
+func newStepsHandler[TTx any](t *testing.T, db harness.DB[TTx], op *dedupe.Operation[TTx], opts ...httpidem.Option) (*httpidem.Middleware[TTx], http.Handler) {
+	t.Helper()
+	opts = append([]httpidem.Option{httpidem.WithErrorLog(func(*http.Request, error) {})}, opts...)
+	m, err := httpidem.New(db.Driver(), func(r *http.Request) string { return r.Header.Get("X-User") }, opts...)
+	must(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("POST /pay/{id}", m.Steps(op))
+	return m, mux
+}
+
+// runHTTPIdemSteps: a request run as steps (httpidem.Middleware.Steps),
+// stopped at every step boundary and inside every step, is finished by a
+// retry with its key or by the completer: each database step once (in
+// the ledger), each outside step once at the outside service, the answer
+// replayed byte for byte; another body with the key is 422, a duplicate
+// while it runs 409.
+func runHTTPIdemSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	const lease = time.Minute
+	steps := []string{"reserve", "charge", "order", "email"}
+	isDB := map[string]bool{"reserve": true, "order": true}
+
+	for _, by := range []string{"Retry", "Completer"} {
+		t.Run("StopEverywhereThen"+by, func(t *testing.T) {
+			ctx := ctxT(t)
+			db := f(t, 0)
+			svc := newOutsideService(t)
+			faults := &stepFaults{}
+			op := httpPaymentOp(db, svc, faults, lease, nil)
+			m, h := newStepsHandler(t, db, op)
+			t0 := clockBase()
+			clock := time.Duration(0)
+			var cases []stepFault
+			for _, step := range steps {
+				for _, inside := range []bool{false, true} {
+					modes := []string{"cancel", "panic", "error"}
+					if isDB[step] && db.Dialect() != "sqlite" {
+						modes = append(modes, "kill")
+					}
+					for _, mode := range modes {
+						cases = append(cases, stepFault{step: step, inside: inside, mode: mode})
+					}
+				}
+			}
+			for i, c := range cases {
+				key := fmt.Sprintf("pay-%d", i)
+				runCtx, cancel := context.WithCancel(at(ctx, t0, clock))
+				faults.mu.Lock()
+				fault := c
+				faults.fault, faults.cancel = &fault, cancel
+				faults.mu.Unlock()
+				first, panicked := stepsCall(runCtx, h, "alice", key, "book")
+				cancel()
+				if first.status == http.StatusCreated {
+					t.Fatalf("%+v: the run did not stop", c)
+				}
+				if (c.mode == "panic") != (panicked != nil) {
+					t.Fatalf("%+v: panicked %v", c, panicked)
+				}
+				if c.mode == "error" || c.mode == "kill" {
+					wantHTTPStatus(t, fmt.Sprintf("%+v: first", c), first, http.StatusInternalServerError)
+					if p := first.problem(t); p.Code != httpidem.CodeOutcomeUnknown {
+						t.Fatalf("%+v: problem %+v", c, p)
+					}
+				}
+				// The lease lapses (an error releases it at once).
+				clock += lease + time.Second
+				var answer reply
+				switch by {
+				case "Retry":
+					answer, panicked = stepsCall(at(ctx, t0, clock), h, "alice", key, "book")
+					if panicked != nil {
+						t.Fatalf("%+v: retry panicked: %v", c, panicked)
+					}
+					wantHTTPStatus(t, fmt.Sprintf("%+v: retry", c), answer, http.StatusCreated)
+					if answer.replayed() {
+						t.Fatalf("%+v: the retry that finished the request is marked replayed", c)
+					}
+				case "Completer":
+					done, failed, err := m.CompleteStuck(at(ctx, t0, clock), 3, op)
+					if err != nil || done != 1 || failed != 0 {
+						t.Fatalf("%+v: completer: %d done, %d failed, %v", c, done, failed, err)
+					}
+				}
+				replay, panicked := stepsCall(at(ctx, t0, clock), h, "alice", key, "book")
+				if panicked != nil {
+					t.Fatalf("%+v: replay panicked: %v", c, panicked)
+				}
+				wantHTTPStatus(t, fmt.Sprintf("%+v: replay", c), replay, http.StatusCreated)
+				if by == "Retry" {
+					sameAnswer(t, fmt.Sprintf("%+v", c), answer, replay)
+				} else if !replay.replayed() {
+					t.Fatalf("%+v: the completer's answer is not marked replayed", c)
+				}
+				want := fmt.Sprintf("order /pay/42 by alice: book|charge_%s|email_%s|", dedupe.StepKey("k:alice", key, "charge")[:12], dedupe.StepKey("k:alice", key, "email")[:12])
+				if !strings.HasPrefix(string(replay.body), want) || replay.header.Get("Location") == "" {
+					t.Fatalf("%+v: answer %q (Location %q), want %q...", c, replay.body, replay.header.Get("Location"), want)
+				}
+				wantLedgerOnce(t, ctx, db, "alice:"+key)
+				clock += time.Second
+			}
+			svc.effectsOnce(t, 2*len(cases))
+			t.Logf("%d stopped requests, then the %s: outside service got %d calls for %d keys", len(cases), strings.ToLower(by), svc.calls.Load(), 2*len(cases))
+		})
+	}
+
+	t.Run("ApartFromDedupe", func(t *testing.T) { runHTTPIdemStepsApart(t, f) })
+
+	// With WithWait a duplicate is held while the first request runs its
+	// steps, and then gets its answer.
+	t.Run("WaitForTheFirst", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		svc := newOutsideService(t)
+		gate := make(chan struct{})
+		_, h := newStepsHandler(t, db, httpPaymentOp(db, svc, &stepFaults{}, lease, gate), httpidem.WithWait(30*time.Second))
+		firstDone := make(chan reply, 1)
+		go func() {
+			r, _ := stepsCall(ctx, h, "alice", "wait", "book")
+			firstDone <- r
+		}()
+		waitFor(t, func() bool {
+			n, err := db.Pool().LedgerCountByRef(ctx, "alice:wait/reserve")
+			return err == nil && n == 1
+		})
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			close(gate)
+		}()
+		dup, _ := stepsCall(ctx, h, "alice", "wait", "book")
+		first := <-firstDone
+		wantHTTPStatus(t, "first", first, http.StatusCreated)
+		sameAnswer(t, "held duplicate", first, dup)
+		wantLedgerOnce(t, ctx, db, "alice:wait")
+		svc.effectsOnce(t, 2)
+	})
+
+	t.Run("KeyReuseAndInProgress", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		svc := newOutsideService(t)
+		faults := &stepFaults{}
+		_, h := newStepsHandler(t, db, httpPaymentOp(db, svc, faults, lease, nil))
+		t0 := clockBase()
+		runCtx, cancel := context.WithCancel(at(ctx, t0, 0))
+		faults.fault, faults.cancel = &stepFault{step: "order", mode: "cancel"}, cancel
+		stepsCall(runCtx, h, "alice", "pay-x", "book")
+		cancel()
+		r, _ := stepsCall(at(ctx, t0, time.Second), h, "alice", "pay-x", "book")
+		wantHTTPStatus(t, "retry within the lease", r, http.StatusConflict)
+		if p := r.problem(t); p.Code != httpidem.CodeInProgress || r.header.Get("Retry-After") == "" {
+			t.Fatalf("retry within the lease: %+v, Retry-After %q", p, r.header.Get("Retry-After"))
+		}
+		r, _ = stepsCall(at(ctx, t0, 2*lease), h, "alice", "pay-x", "pen")
+		wantHTTPStatus(t, "another body", r, http.StatusUnprocessableEntity)
+		if p := r.problem(t); p.Code != httpidem.CodeKeyReused {
+			t.Fatalf("another body: %+v", p)
+		}
+		first, _ := stepsCall(at(ctx, t0, 2*lease), h, "alice", "pay-x", "book")
+		wantHTTPStatus(t, "resumed", first, http.StatusCreated)
+		r, _ = stepsCall(at(ctx, t0, 2*lease), h, "alice", "pay-x", "pen")
+		wantHTTPStatus(t, "another body after", r, http.StatusUnprocessableEntity)
+		// Another caller's key of the same name is another request.
+		other, _ := stepsCall(at(ctx, t0, 2*lease), h, "bob", "pay-x", "pen")
+		wantHTTPStatus(t, "another caller", other, http.StatusCreated)
+		r, _ = stepsCall(at(ctx, t0, 2*lease), h, "alice", "pay-x", "book")
+		sameAnswer(t, "replay", first, r)
+		wantLedgerOnce(t, ctx, db, "alice:pay-x")
+		svc.effectsOnce(t, 4)
+	})
+
+	// Duplicates race one request: one runs the steps, the others are
+	// answered 409 while it runs, and all get its answer after.
+	t.Run("ConcurrentDuplicates", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		svc := newOutsideService(t)
+		gate := make(chan struct{})
+		_, h := newStepsHandler(t, db, httpPaymentOp(db, svc, &stepFaults{}, lease, gate))
+		const n = 12
+		var (
+			wg      sync.WaitGroup
+			mu      sync.Mutex
+			created []reply
+			busy    int
+		)
+		started := make(chan struct{})
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if i > 0 {
+					<-started
+				}
+				r, p := stepsCall(ctx, h, "alice", "race", "book")
+				if p != nil {
+					t.Errorf("panicked: %v", p)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				switch r.status {
+				case http.StatusCreated:
+					created = append(created, r)
+				case http.StatusConflict:
+					if p := r.problem(t); p.Code != httpidem.CodeInProgress {
+						t.Errorf("409 with %+v", p)
+					}
+					if busy++; busy == n-1 {
+						close(gate) // every duplicate was told 409: let the first go on
+					}
+				default:
+					t.Errorf("status %d: %s", r.status, r.body)
+				}
+			}()
+			if i == 0 {
+				// The first request holds the key (waiting at the charge
+				// step) before the duplicates are sent.
+				waitFor(t, func() bool {
+					n, err := db.Pool().LedgerCountByRef(ctx, "alice:race/reserve")
+					return err == nil && n == 1
+				})
+				close(started)
+			}
+		}
+		wg.Wait()
+		if len(created) != 1 || busy != n-1 {
+			t.Fatalf("%d answered 201, %d answered 409; want 1 and %d", len(created), busy, n-1)
+		}
+		r, _ := stepsCall(ctx, h, "alice", "race", "book")
+		sameAnswer(t, "after the race", created[0], r)
+		wantLedgerOnce(t, ctx, db, "alice:race")
+		svc.effectsOnce(t, 2)
+	})
+}
+
+// runHTTPIdemStepsApart: the keys of requests run as steps are apart from
+// dedupe's operations of several steps, and so are their completers: each
+// finishes its own stuck keys, both running at once (one election would
+// leave the other's keys stuck).
+func runHTTPIdemStepsApart[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	const lease = time.Minute
+	ctx := ctxT(t)
+	db := f(t, 0)
+	svc := newOutsideService(t)
+	faults := &stepFaults{}
+	httpOp := httpPaymentOp(db, svc, faults, lease, nil)
+	m, h := newStepsHandler(t, db, httpOp)
+	store, err := dedupe.New(db.Driver())
+	must(t, err)
+	dedupeOp := paymentOp(db, svc, faults, lease)
+	t0 := clockBase()
+
+	runCtx, cancel := context.WithCancel(at(ctx, t0, 0))
+	faults.fault, faults.cancel = &stepFault{step: "order", mode: "cancel"}, cancel
+	stepsCall(runCtx, h, "alice", "pay-1", "book")
+	cancel()
+	// The same scope and key as the request's, stopped too.
+	req := dedupe.Request{Scope: "k:alice", Key: "pay-1", Fingerprint: []byte("fp")}
+	runCtx, cancel = context.WithCancel(at(ctx, t0, 0))
+	faults.fault, faults.cancel = &stepFault{step: "order", mode: "cancel"}, cancel
+	_, err = store.RunSteps(runCtx, req, []byte("dd"), dedupeOp)
+	cancel()
+	wantErr(t, "stopped dedupe run", err, context.Canceled)
+
+	later := at(ctx, t0, 2*lease)
+	cctx, stop := context.WithCancel(later)
+	var wg sync.WaitGroup
+	for _, run := range []func() error{
+		func() error { return store.CompleteEvery(cctx, 10*time.Millisecond, 3, dedupeOp) },
+		func() error { return m.CompleteEvery(cctx, 10*time.Millisecond, 3, httpOp) },
+	} {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = run() }()
+	}
+	// Both finished by their completers: the request replays, the
+	// dedupe run is done (a 409 or ErrInProgress until then). Asked as of
+	// a time within the first lease, so that the asking never takes a key
+	// over itself.
+	within := at(ctx, t0, lease/2)
+	waitFor(t, func() bool {
+		r, _ := stepsCall(within, h, "alice", "pay-1", "book")
+		if r.status != http.StatusConflict {
+			wantHTTPStatus(t, "request after the completer", r, http.StatusCreated)
+			if !r.replayed() {
+				t.Fatal("request after the completer was not replayed")
+			}
+		}
+		res, err := store.RunSteps(within, req, []byte("dd"), dedupeOp)
+		if err != nil && !errors.Is(err, sqlonce.ErrInProgress) || err == nil && !res.AlreadyDone() {
+			t.Fatalf("dedupe run after the completer: %v, %v", res, err)
+		}
+		return r.status == http.StatusCreated && err == nil
+	})
+	stop()
+	wg.Wait()
+	wantLedgerOnce(t, ctx, db, "alice:pay-1")
+	wantLedgerOnce(t, ctx, db, "dd")
+}
+
+// waitFor polls cond until it holds, failing after ten seconds.
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
