@@ -12,8 +12,9 @@ import (
 
 // commitError returns err, the error of a COMMIT that sqlonce sent (alone,
 // or last in a batch), marked with driver.ErrCommitUnknown unless the
-// outcome is known: the server answered (a *pgconn.PgError, or the
-// ROLLBACK an aborted transaction answers COMMIT with), the Tx was already
+// outcome is known: the server answered (a *pgconn.PgError other than
+// one ending the session, or the ROLLBACK an aborted transaction answers
+// COMMIT with), the Tx was already
 // closed, or ctx had ended before COMMIT was to be sent (live false: pgx
 // checks the context before it sends). Every other error leaves it unknown, not only a
 // network error: when the connection breaks while a batch's results are
@@ -27,7 +28,12 @@ func commitError(err error, live bool) error {
 		_, ok := e.(*pgconn.PgError)
 		return ok
 	})
-	if answered || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, pgx.ErrTxClosed) {
+	// A server that ends the session (57P01 when a backend is terminated,
+	// 57P02, 57P03) answers so whether or not the COMMIT went through: a
+	// backend terminated while it waits for a synchronous standby has
+	// committed locally, and one terminated before the COMMIT reached it
+	// has not.
+	if answered && !driver.IsConnLost(err) || errors.Is(err, pgx.ErrTxCommitRollback) || errors.Is(err, pgx.ErrTxClosed) {
 		return err
 	}
 	if !live {
