@@ -18,21 +18,22 @@ func isDeadlock(err error) bool {
 	return errors.As(err, &me) && me.Number == 1213
 }
 
-// abortHolder has node b add to order x and commit. Applied on node a,
-// that write set aborts the transaction on a that holds x (Galera's
-// brute-force abort): its next statement fails with 1213, and MariaDB
-// has rolled it back. abortHolder returns once a has applied it: a read
-// on a with wsrep_sync_wait waits for that.
+// abortHolder has another node (writers[0]) add to order x and commit.
+// Applied on node a, that write set aborts the transaction on a that
+// holds x (Galera's brute-force abort): its next statement fails with
+// 1213, and MariaDB has rolled it back. abortHolder returns once a has
+// applied it: a read on a with wsrep_sync_wait waits for that.
 //
-// b's write has been seen to wait out innodb_lock_wait_timeout (1205
-// after 50 s) once in several runs, for a lock on b that no test session
-// held; each try is bounded at 15 s and a timed-out one is tried again, as
-// a Galera client retries 1205.
-func abortHolder(ctx context.Context, a, b harness.DB[*sql.Tx], x int64) error {
+// The write has been seen to wait out innodb_lock_wait_timeout (1205
+// after 50 s) now and then, on a lock of the writing node that no test
+// session held, and again on the same node when retried there. Each try
+// is bounded at 10 s, and a timed-out one is tried again on the next of
+// writers (any node but a does the job), as a Galera client retries 1205.
+func abortHolder(ctx context.Context, a harness.DB[*sql.Tx], x int64, writers ...harness.DB[*sql.Tx]) error {
 	var err error
-	for try := 0; try < 4; try++ {
-		tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		_, err = b.Pool().OrderAddAmount(tctx, x, 1, 5)
+	for try := 0; try < 2*len(writers); try++ {
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = writers[try%len(writers)].Pool().OrderAddAmount(tctx, x, 1, 5)
 		cancel()
 		var me *mysql.MySQLError
 		timedOut := errors.Is(err, context.DeadlineExceeded) || errors.As(err, &me) && me.Number == 1205

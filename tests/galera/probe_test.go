@@ -52,7 +52,7 @@ func TestFirstCallInAbortedTransaction(t *testing.T) {
 	if _, err := a.Tx(tx).OrderAddAmount(ctx, x, 1, 1); err != nil { // A's transaction writes order x
 		t.Fatal(err)
 	}
-	if err := abortHolder(ctx, a, b, x); err != nil {
+	if err := abortHolder(ctx, a, x, b, dbs[2]); err != nil {
 		t.Fatal(err)
 	}
 

@@ -57,7 +57,7 @@ func TestUniqueDuplicateThenBFAbort(t *testing.T) {
 			return errors.New("no duplicate")
 		}
 		// Node B's write aborts A's transaction, which holds x.
-		if err := abortHolder(ctx, a, b, x); err != nil {
+		if err := abortHolder(ctx, a, x, b, dbs[2]); err != nil {
 			return errors.Join(dupErr, err)
 		}
 		return dupErr
@@ -132,7 +132,7 @@ func TestUniqueInsertOneDuplicateThenBFAbort(t *testing.T) {
 		t.Fatalf("got %v, %v; want AlreadyDone", res, err)
 	}
 	// Node B's write aborts A's transaction, which holds x.
-	if err := abortHolder(ctx, a, b, x); err != nil {
+	if err := abortHolder(ctx, a, x, b, dbs[2]); err != nil {
 		t.Fatal(err)
 	}
 	err = a.Commit(ctx, tx)
