@@ -69,7 +69,7 @@
 // WithNoWait, WithLockWait) is refused with an error matching
 // sqlonce.ErrInvalidArgument: vtgate runs its SET on the keyspace's first
 // shard, inside the transaction. A purge in a transaction of the
-// driver's own (Purge, PurgeEvery) runs shard by shard, each shard's
+// driver's own (Purge) runs shard by shard, each shard's
 // statement committing on its own; PurgeTx in a caller's transaction
 // is refused with an error matching sqlonce.ErrInvalidArgument, unless
 // the DSN's database is one shard (keyspace:shard). After work that

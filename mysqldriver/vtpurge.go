@@ -16,8 +16,8 @@ import (
 // on a sharded keyspace a DELETE ... ORDER BY ... LIMIT over every shard
 // is refused (VT09015), and under transaction_mode=single one transaction
 // cannot reach a second shard anyway. So through vtgate a purge in a
-// transaction of the driver's own (dedupe's and token's Purge and
-// PurgeEvery, inbox's Purge, `sqlonce purge`) deletes shard by shard: it
+// transaction of the driver's own (dedupe's and token's Purge, inbox's
+// Purge, `sqlonce purge`) deletes shard by shard: it
 // lists the keyspace's shards (SHOW VITESS_SHARDS) and sends each the
 // purge's statement with the table qualified by the shard's target
 // (`keyspace:shard`.sqlonce_keys), which vtgate routes to that shard
@@ -27,7 +27,9 @@ import (
 // row is deleted once whoever deletes it. A purge in a caller's
 // transaction (PurgeTx) cannot do that and is refused, unless the session
 // is on one shard (a DSN whose database is keyspace:shard) or the keyspace
-// has one.
+// has one. dedupe's PurgeEvery does not work through vtgate yet: its
+// batch's transaction holds the lease's row, and the shard's DELETE, on
+// another connection, can wait for that row's lock until it times out.
 
 // ownTxKey marks the context InTx gives fn on vtgate, with the transaction
 // it began: a purge asked in that transaction may run outside it.
