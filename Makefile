@@ -10,7 +10,8 @@ SQLC := go tool -modfile=tools/go.mod sqlc
 # conformance suite, checker, migration, broker and round-trip tests
 # against PostgreSQL, MariaDB and SQLite, all with the race detector, the
 # four modules at once, with a timing report at the end. test-short is the
-# inner loop (-short: SQLite and one configuration of each server kind).
+# inner loop (-short, without -race: SQLite and one configuration of each
+# server kind; no clusters).
 test:
 	bash tests/run
 

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlonce/sqlonce"
@@ -27,6 +29,7 @@ import (
 // reconnect to it. On the new primary: no key with two effects, none
 // without its effect, no effect without its key, and no answered key lost.
 func TestPgAutoFailover(t *testing.T) {
+	testdb.Long(t)
 	f, err := autofailover.Start(2)
 	need(t, "pg_auto_failover formation (postgresql-15-auto-failover, pg-auto-failover-cli)", err)
 	t.Cleanup(f.Stop)

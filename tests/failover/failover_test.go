@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlonce/sqlonce"
@@ -289,6 +291,7 @@ func runFailover(t *testing.T, ctx context.Context, call func(w int, key string)
 // with the old primary: the resend of its key runs it again (RunAgain),
 // measured and logged; both or neither, never one effect twice.
 func TestFailoverPostgresAsync(t *testing.T) {
+	testdb.Long(t)
 	c := failoverRun(t, false)
 	t.Logf("async: %d keys answered; lost with the old primary: %d (%d of them resent and run again during the run, %d after it)",
 		c.Acked, c.AckedLost+c.RunAgain, c.RunAgain, c.ResendRan)
@@ -298,6 +301,7 @@ func TestFailoverPostgresAsync(t *testing.T) {
 // (synchronous_standby_names=s1, synchronous_commit=on): no answer is
 // lost.
 func TestFailoverPostgresSync(t *testing.T) {
+	testdb.Long(t)
 	c := failoverRun(t, true)
 	if c.AckedLost != 0 || c.RunAgain != 0 {
 		t.Errorf("synchronous replication: %d keys answered on the old primary were lost, %d run again on the new one", c.AckedLost, c.RunAgain)

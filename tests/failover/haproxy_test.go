@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/mysqldriver"
@@ -24,6 +26,7 @@ import (
 // commit returns). On node 2: no key with two effects, none without its
 // effect, no effect without its key, and no answered key lost.
 func TestHAProxyGalera(t *testing.T) {
+	testdb.Long(t)
 	c, err := galera.Start(3)
 	need(t, "Galera cluster (galera-4, rsync)", err)
 	t.Cleanup(c.Stop)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/sqlonce/sqlonce"
@@ -98,6 +100,7 @@ func leaseRun(t *testing.T, synchronous, lagging bool) (completed, lost, claimed
 // TestLeaseAcrossFailoverSync: with synchronous replication, a lease
 // claimed on the old primary is completed on the new one.
 func TestLeaseAcrossFailoverSync(t *testing.T) {
+	testdb.Long(t)
 	if completed, _, _ := leaseRun(t, true, false); completed != leases {
 		t.Errorf("%d of %d leases completed on the new primary", completed, leases)
 	}
@@ -108,6 +111,7 @@ func TestLeaseAcrossFailoverSync(t *testing.T) {
 // answers ErrLeaseLost, and the key can be claimed again: the outside
 // work runs a second time. The docs' window, made certain.
 func TestLeaseAcrossFailoverAsyncLagging(t *testing.T) {
+	testdb.Long(t)
 	if _, lost, again := leaseRun(t, false, true); lost != leases || again != leases {
 		t.Errorf("lagging standby: %d of %d leases lost, %d claimed again; want all", lost, leases, again)
 	}

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/sqlonce/sqlonce"
@@ -256,6 +258,7 @@ func mysqlLedgerKeys(db *sql.DB, table string) func() (map[string]bool, error) {
 // TestFailoverMariaDBAsync: GTID replication, asynchronous. Answers the
 // replica had not received are lost with the primary: measured.
 func TestFailoverMariaDBAsync(t *testing.T) {
+	testdb.Long(t)
 	c := mariaFailoverRun(t, false)
 	t.Logf("async: %d keys answered; lost with the old primary: %d (%d of them resent and run again during the run, %d after it)",
 		c.Acked, c.AckedLost+c.RunAgain, c.RunAgain, c.ResendRan)
@@ -265,6 +268,7 @@ func TestFailoverMariaDBAsync(t *testing.T) {
 // (rpl_semi_sync_master_wait_point=AFTER_SYNC, a 10-minute timeout) and a
 // careful promotion: no answer is lost.
 func TestFailoverMariaDBSemiSync(t *testing.T) {
+	testdb.Long(t)
 	c := mariaFailoverRun(t, true)
 	if c.AckedLost != 0 || c.RunAgain != 0 {
 		t.Errorf("semi-synchronous replication: %d keys answered on the old primary were lost, %d run again on the new one", c.AckedLost, c.RunAgain)

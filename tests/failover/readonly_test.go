@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+
 	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
@@ -132,6 +134,7 @@ func leaveStuck[TTx any](t *testing.T, s *dedupe.Store[TTx]) {
 // TestReadOnlyPostgres points pgxdriver and pgsqldriver at a hot standby
 // (pg_is_in_recovery(); every write fails with 25006).
 func TestReadOnlyPostgres(t *testing.T) {
+	testdb.Long(t)
 	primary, standby := pgCluster(t, false)
 	migrate(t, primary.DSN)
 	ctx := context.Background()
@@ -205,6 +208,7 @@ func sqlCase(d sqlonce.Driver[*sql.Tx], db *sql.DB, insert string) readOnlyCase[
 // without the READ ONLY ADMIN privilege fails with 1290 (root has it and
 // writes anyway).
 func TestReadOnlyMariaDB(t *testing.T) {
+	testdb.Long(t)
 	primary, replica, rootP, rootR := mariaCluster(t, false)
 	ctx := context.Background()
 	appDB := func(srv *dbserver.Server) *sql.DB {

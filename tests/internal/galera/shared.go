@@ -15,9 +15,12 @@ var shared struct {
 
 // Shared returns the test process's cluster of three nodes, started on
 // first use. When it cannot start, t fails under CI=true and is skipped
-// elsewhere, naming why. Call StopShared from TestMain after m.Run.
+// elsewhere, naming why. Under -short (make test-short) t is skipped: a
+// cluster of several servers is make test's (testdb.Long). Call
+// StopShared from TestMain after m.Run.
 func Shared(t testing.TB) *Cluster {
 	t.Helper()
+	testdb.Long(t)
 	shared.once.Do(func() {
 		shared.c, shared.err = Start(3)
 		if shared.err == nil {

@@ -54,7 +54,10 @@ func InCI() bool { return os.Getenv("CI") == "true" }
 // configuration that differs from one -short keeps only in a library or
 // a setting (pgx's database/sql adapter, lib/pq, mattn's SQLite), one that
 // puts a proxy in front of a kept server (the PgBouncer configurations),
-// or a run that repeats a shorter one at length. make test runs it.
+// a topology of several servers (the Galera cluster, replicas and their
+// failovers, HAProxy, pg_auto_failover: each takes a minute of both
+// cores to start and run), or a run that repeats a shorter one at
+// length. make test runs it.
 func Long(t testing.TB) {
 	t.Helper()
 	if testing.Short() {
