@@ -24,6 +24,11 @@ const checkGap = 5 * time.Millisecond
 // select-then-insert race gets to show a duplicate.
 const antiPatternRounds = 5
 
+// antiPatternRacers is how many goroutines race in the anti-pattern cases,
+// also under -short: with fewer, select-then-insert can go rounds without
+// writing the duplicate it must be shown writing.
+const antiPatternRacers = 32
+
 // selectThenInsert is the anti-pattern: look for the ledger row, insert it
 // if absent. Nothing but the earlier read stops a second insert.
 func selectThenInsert(ctx context.Context, b harness.Biz, ref string) (inserted bool, err error) {
@@ -45,8 +50,8 @@ func runAntiPattern[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
-			db := f(t, Racers+4)
-			warm(t, db, Racers+4)
+			db := f(t, antiPatternRacers+4)
+			warm(t, db, antiPatternRacers+4)
 
 			t.Run("SelectThenInsert", func(t *testing.T) {
 				skipOnSQLite(t, db, sqliteNoRace)
@@ -57,7 +62,7 @@ func runAntiPattern[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				for round := range antiPatternRounds {
 					ref := fmt.Sprintf("anti-%d", round)
 					var inserted atomic.Int64
-					errs := race(Racers, func(int) error {
+					errs := race(antiPatternRacers, func(int) error {
 						return harness.WithTx(ctx, db, iso, func(tx TTx) error {
 							ok, err := selectThenInsert(ctx, db.Tx(tx), ref)
 							if ok && err == nil {
@@ -72,14 +77,14 @@ func runAntiPattern[TTx any](t *testing.T, f harness.Factory[TTx]) {
 					if n != inserted.Load() {
 						t.Fatalf("round %d: %d rows, %d racers said they inserted", round, n, inserted.Load())
 					}
-					t.Logf("round %d: %d of %d racers inserted %s", round, n, Racers, ref)
+					t.Logf("round %d: %d of %d racers inserted %s", round, n, antiPatternRacers, ref)
 					worst = max(worst, n)
 					if worst > 1 {
 						break
 					}
 				}
 				if worst <= 1 {
-					t.Fatalf("select-then-insert wrote no duplicate in %d rounds of %d racers: the race this suite guards against did not happen", antiPatternRounds, Racers)
+					t.Fatalf("select-then-insert wrote no duplicate in %d rounds of %d racers: the race this suite guards against did not happen", antiPatternRounds, antiPatternRacers)
 				}
 			})
 
@@ -91,7 +96,7 @@ func runAntiPattern[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				for round := range antiPatternRounds {
 					ref := fmt.Sprintf("dedupe-%d", round)
 					var c counter
-					errs := race(Racers, func(int) error {
+					errs := race(antiPatternRacers, func(int) error {
 						var res sqlonce.Result
 						_, err := retryTx(ctx, db, iso, func(tx TTx) error {
 							b := db.Tx(tx)
@@ -109,8 +114,8 @@ func runAntiPattern[TTx any](t *testing.T, f harness.Factory[TTx]) {
 					})
 					noErrors(t, errs)
 					wantLedger(t, ctx, db, ref, 1)
-					if c.first.Load() != 1 || c.done.Load() != Racers-1 {
-						t.Fatalf("round %d: %s, want first=1 done=%d", round, &c, Racers-1)
+					if c.first.Load() != 1 || c.done.Load() != antiPatternRacers-1 {
+						t.Fatalf("round %d: %s, want first=1 done=%d", round, &c, antiPatternRacers-1)
 					}
 				}
 			})
@@ -123,8 +128,8 @@ func runAntiPattern[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		// failures and deadlocks, which a retrying caller survives with one
 		// row. Correct, at the price of retries for every racer.
 		ctx := ctxT(t)
-		db := f(t, Racers+4)
-		warm(t, db, Racers+4)
+		db := f(t, antiPatternRacers+4)
+		warm(t, db, antiPatternRacers+4)
 		//
 		// On MySQL every racer's read takes a shared lock on the gap where
 		// the row would go, and every insert waits for the others' gap
@@ -132,7 +137,7 @@ func runAntiPattern[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		// the gap lock again. Retried at retryTx's short fixed pace the
 		// racers livelock; they need a backoff that grows.
 		var retries atomic.Int64
-		errs := race(Racers, func(int) error {
+		errs := race(antiPatternRacers, func(int) error {
 			for attempt := 0; ; attempt++ {
 				err := harness.WithTx(ctx, db, harness.Serializable, func(tx TTx) error {
 					_, err := selectThenInsert(ctx, db.Tx(tx), "serial")
@@ -148,6 +153,6 @@ func runAntiPattern[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		})
 		noErrors(t, errs)
 		wantLedger(t, ctx, db, "serial", 1)
-		t.Logf("%d retries for %d racers", retries.Load(), Racers)
+		t.Logf("%d retries for %d racers", retries.Load(), antiPatternRacers)
 	})
 }

@@ -469,7 +469,7 @@ func runDedupe[TTx any](t *testing.T, f harness.Factory[TTx]) {
 						t.Errorf("%s: %d ledger rows, want exactly 1", key, per[key])
 					}
 				}
-				if c.first.Load() != keys || c.first.Load()+c.done.Load() != Racers {
+				if c.first.Load() != keys || c.first.Load()+c.done.Load() != int64(Racers) {
 					t.Errorf("%s; want first=%d done=%d", &c, keys, Racers-keys)
 				}
 				ddKeys(t, db, keys)

@@ -236,7 +236,7 @@ func runDedupeExpiry[TTx any](t *testing.T, f harness.Factory[TTx]) {
 					return err
 				})
 				noErrors(t, errs)
-				if c.first.Load() != 1 || c.done.Load() != Racers-1 {
+				if c.first.Load() != 1 || c.done.Load() != int64(Racers)-1 {
 					t.Errorf("outcomes %s, want first=1 done=%d", &c, Racers-1)
 				}
 				if n := ledgerRows(t, ctx, db, req.Key); n != 2 {

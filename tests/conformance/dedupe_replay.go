@@ -227,7 +227,7 @@ func runDedupeReplay[TTx any](t *testing.T, f harness.Factory[TTx]) {
 						winner = i
 					}
 				}
-				if c.first.Load() != 1 || c.done.Load() != Racers-1 || winner < 0 {
+				if c.first.Load() != 1 || c.done.Load() != int64(Racers)-1 || winner < 0 {
 					t.Fatalf("%s; want first=1 done=%d", &c, Racers-1)
 				}
 				for i, res := range results {

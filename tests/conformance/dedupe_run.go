@@ -1590,7 +1590,7 @@ func runDedupeRunCases[TTx any](t *testing.T, f harness.Factory[TTx], favor dedu
 		if _, ok := any(db).(harness.DB[pgx.Tx]); !ok {
 			t.Skip("pgxdriver only: the other drivers take a *sql.DB")
 		}
-		pool := pgPool(t, db, Racers+2)
+		pool := pgPool(t, db, int32(Racers)+2)
 		// claimed counts the key's rows fn's transaction sees: its own
 		// claim on the generic path, none on the fast one.
 		claimed := func(ctx context.Context, tx pgx.Tx, req dedupe.Request) (int64, error) {

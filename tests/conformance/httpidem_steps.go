@@ -128,18 +128,7 @@ func runHTTPIdemSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			m, h := newStepsHandler(t, db, op)
 			t0 := clockBase()
 			clock := time.Duration(0)
-			var cases []stepFault
-			for _, step := range steps {
-				for _, inside := range []bool{false, true} {
-					modes := []string{"cancel", "panic", "error"}
-					if isDB[step] && db.Dialect() != "sqlite" {
-						modes = append(modes, "kill")
-					}
-					for _, mode := range modes {
-						cases = append(cases, stepFault{step: step, inside: inside, mode: mode})
-					}
-				}
-			}
+			cases := stopCases(steps, isDB, db.Dialect())
 			for i, c := range cases {
 				key := fmt.Sprintf("pay-%d", i)
 				runCtx, cancel := context.WithCancel(at(ctx, t0, clock))

@@ -68,7 +68,7 @@ func runInbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			return err
 		})
 		noErrors(t, errs)
-		if c.first.Load() != msgs || c.done.Load() != Racers-msgs {
+		if c.first.Load() != msgs || c.done.Load() != int64(Racers)-msgs {
 			t.Fatalf("%v, want first=%d done=%d", &c, msgs, Racers-msgs)
 		}
 		per, err := db.Pool().LedgerCountPerRef(ctx)

@@ -188,7 +188,7 @@ func runOptimistic[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			})
 			noErrors(t, errs)
 			wantOrder(t, ctx, db, id, 10, 2)
-			if c.first.Load() != 1 || c.done.Load() != Racers-1 {
+			if c.first.Load() != 1 || c.done.Load() != int64(Racers)-1 {
 				t.Fatalf("%s, want first=1 done=%d", &c, Racers-1)
 			}
 			t.Logf("%s: %s, %d retries", iso, &c, retries.Load())

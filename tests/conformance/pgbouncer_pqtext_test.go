@@ -102,7 +102,7 @@ func TestPgBouncerPQText(t *testing.T) {
 		}
 	}
 	for round := range rounds {
-		if firstRuns[round].Load() != keys || leaseRuns[round].Load() != keys || consumed[round].Load() != Racers {
+		if firstRuns[round].Load() != keys || leaseRuns[round].Load() != keys || consumed[round].Load() != int64(Racers) {
 			t.Fatalf("round %d: %d first runs, %d lease runs (want %d each), %d tokens consumed (want %d)", round, firstRuns[round].Load(), leaseRuns[round].Load(), keys, consumed[round].Load(), Racers)
 		}
 		for i := range keys {

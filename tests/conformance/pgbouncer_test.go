@@ -42,6 +42,9 @@ func TestPgBouncerPQ(t *testing.T) {
 func TestMain(m *testing.M) {
 	flag.Parse()
 	parallelGroups = testing.Short()
+	if testing.Short() {
+		Racers = 16
+	}
 	code := m.Run()
 	pgbouncer.Stop()
 	os.Exit(code)

@@ -252,7 +252,7 @@ func runStateMachine[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				return err
 			})
 			noErrors(t, errs)
-			if c.first.Load() != 1 || c.done.Load() != Racers-1 {
+			if c.first.Load() != 1 || c.done.Load() != int64(Racers)-1 {
 				t.Fatalf("%s, want first=1 done=%d", &c, Racers-1)
 			}
 			wantStatus(t, ctx, db, id, statusPaid)

@@ -323,7 +323,7 @@ func runToken[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				return err
 			})
 			noErrors(t, errs)
-			if c.first.Load() != tokens || c.done.Load() != Racers-tokens {
+			if c.first.Load() != tokens || c.done.Load() != int64(Racers)-tokens {
 				t.Fatalf("%v, want first=%d done=%d", &c, tokens, Racers-tokens)
 			}
 			per, err := db.Pool().LedgerCountPerRef(ctx)

@@ -383,7 +383,7 @@ func runUniqueForm[TTx any](t *testing.T, f harness.Factory[TTx], form uniqueFor
 			var (
 				c       counter
 				retries atomic.Int64
-				ids     [Racers]int64
+				ids     = make([]int64, Racers)
 			)
 			errs := race(Racers, func(i int) error {
 				// A repeat collides on orders_code_key and, with the
@@ -424,7 +424,7 @@ func runUniqueForm[TTx any](t *testing.T, f harness.Factory[TTx], form uniqueFor
 			if n != codes {
 				t.Fatalf("%d orders, want %d", n, codes)
 			}
-			if c.first.Load() != codes || c.done.Load() != Racers-codes {
+			if c.first.Load() != codes || c.done.Load() != int64(Racers)-codes {
 				t.Fatalf("%s, want first=%d done=%d", &c, codes, Racers-codes)
 			}
 			t.Logf("%s: %s, %d retries", iso, &c, retries.Load())
@@ -506,7 +506,7 @@ func runInsertedRaceOnSeveral[TTx any](t *testing.T, f harness.Factory[TTx], for
 			wantOrders(t, ctx, db, fmt.Sprintf("u-several-%d-%d", round, k), 1)
 		}
 	}
-	if c.first.Load() != rounds*codes || c.done.Load()+int64(refErrs) != rounds*(Racers-codes) {
+	if c.first.Load() != rounds*codes || c.done.Load()+int64(refErrs) != rounds*(int64(Racers)-codes) {
 		t.Fatalf("%s and %d duplicates on orders_ref_key, want first=%d and %d others", &c, refErrs, rounds*codes, rounds*(Racers-codes))
 	}
 	t.Logf("%d racers on %d codes, %d rounds: %s, %d duplicates on orders_ref_key", Racers, codes, rounds, &c, refErrs)
