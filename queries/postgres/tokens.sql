@@ -16,10 +16,13 @@ VALUES (
 -- consumer of the same token waits for the row lock; READ COMMITTED then
 -- re-checks consumed_at IS NULL against the committed row and changes
 -- nothing, or, if the first rolled back, consumes it itself. The read runs
--- only when the UPDATE changed nothing (a one-time filter on the CTE), by
--- primary key, without a lock, on the statement's snapshot: the row the
--- UPDATE judged, except after such a wait, when it still shows the token
--- live and unconsumed, and the library reads it again with TokenGet.
+-- only when the UPDATE changed nothing: NOT EXISTS is a one-time filter
+-- over the CTE, so a first run never executes the read's index scan (the
+-- LIMIT keeps the subquery out of the join, where it would be a join
+-- filter run after the scan). It reads by primary key, without a lock, on
+-- the statement's snapshot: the row the UPDATE judged, except after such
+-- a wait, when it still shows the token live and unconsumed, and the
+-- library reads it again with TokenGet.
 WITH consumed AS (
     UPDATE sqlonce_tokens AS u
     SET consumed_at = coalesce(sqlc.narg('now')::timestamptz, now())
@@ -36,9 +39,13 @@ SELECT
     (t.consumed_at IS NOT NULL)::boolean AS consumed,
     coalesce(t.expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()), false)::boolean AS expired
 FROM (SELECT 1) AS one
-LEFT JOIN sqlonce_tokens AS t
-    ON t.token_hash = sqlc.arg('token_hash')
-    AND NOT EXISTS (SELECT 1 FROM consumed);
+LEFT JOIN (
+    SELECT r.token_hash, r.scope, r.consumed_at, r.expires_at
+    FROM sqlonce_tokens AS r
+    WHERE r.token_hash = sqlc.arg('token_hash')
+      AND NOT EXISTS (SELECT 1 FROM consumed)
+    LIMIT 1
+) AS t ON true;
 
 -- name: TokenGet :one
 -- Tells why TokenConsume changed nothing when its own read cannot: a
