@@ -19,12 +19,43 @@ func (e engine) TokenInsert(ctx context.Context, tx *sql.Tx, hash []byte, scope 
 	})
 }
 
-func (e engine) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (bool, error) {
+func (e engine) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (driver.TokenConsumed, error) {
 	if err := e.checkTx(ctx, tx); err != nil {
-		return false, err
+		return driver.TokenConsumed{}, err
 	}
-	n, err := e.q.TokenConsume(ctx, e.on(tx), mysqldb.TokenConsumeParams{Now: myNow(now), TokenHash: hash, Scope: []byte(scope)})
-	return n == 1, err
+	if e.wsrep.vtgate {
+		// Through vtgate: the conditional UPDATE alone, as vtgate plans
+		// it on the scope's shard; TokenGet tells why it changed nothing.
+		n, err := e.q.TokenConsume(ctx, e.on(tx), mysqldb.TokenConsumeParams{Now: myNow(now), TokenHash: hash, Scope: []byte(scope)})
+		return driver.TokenConsumed{Consumed: n == 1}, err
+	}
+	res, err := e.q.TokenConsumeRead(ctx, e.on(tx), mysqldb.TokenConsumeReadParams{Now: myNow(now), TokenHash: hash, Scope: []byte(scope)})
+	if err != nil {
+		return driver.TokenConsumed{}, err
+	}
+	// The WHERE is true only for the row it consumes, so the rows found
+	// and the rows changed agree (with or without clientFoundRows).
+	n, err := res.RowsAffected()
+	if err != nil {
+		return driver.TokenConsumed{}, err
+	}
+	if n == 1 {
+		return driver.TokenConsumed{Consumed: true}, nil
+	}
+	return tokenRead(res, scope), nil
+}
+
+// tokenRead decodes what TokenConsumeRead's LAST_INSERT_ID says of a token
+// of the scope it did not consume: 2 expired, 4 consumed, 6 both. Anything
+// else (0: no row of the scope) leaves the reason to TokenGet.
+func tokenRead(res sql.Result, scope string) driver.TokenConsumed {
+	code, err := res.LastInsertId()
+	if err != nil || (code != 2 && code != 4 && code != 6) {
+		return driver.TokenConsumed{}
+	}
+	return driver.TokenConsumed{Read: true, Found: true, State: driver.TokenState{
+		Scope: scope, Expired: code&2 != 0, Consumed: code&4 != 0,
+	}}
 }
 
 func (e engine) TokenGet(ctx context.Context, tx *sql.Tx, hash []byte, now time.Time) (driver.TokenState, bool, error) {

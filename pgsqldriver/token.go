@@ -17,10 +17,18 @@ func (e engine) TokenInsert(ctx context.Context, tx *sql.Tx, hash []byte, scope 
 	})
 }
 
-func (e engine) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (_ bool, err error) {
+func (e engine) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (_ driver.TokenConsumed, err error) {
 	defer func() { err = canceled(ctx, err) }()
-	n, err := e.q.TokenConsume(ctx, e.on(tx), pgsqldb.TokenConsumeParams{Now: pgNow(now), TokenHash: hash, Scope: scope})
-	return n == 1, err
+	r, err := e.q.TokenConsume(ctx, e.on(tx), pgsqldb.TokenConsumeParams{Now: pgNow(now), TokenHash: hash, Scope: scope})
+	if err != nil {
+		return driver.TokenConsumed{}, err
+	}
+	if r.ConsumedNow {
+		return driver.TokenConsumed{Consumed: true}, nil
+	}
+	return driver.TokenConsumed{Read: true, Found: r.Found, State: driver.TokenState{
+		Scope: r.Scope, Consumed: r.Consumed, Expired: r.Expired,
+	}}, nil
 }
 
 func (e engine) TokenGet(ctx context.Context, tx *sql.Tx, hash []byte, now time.Time) (_ driver.TokenState, _ bool, err error) {

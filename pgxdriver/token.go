@@ -17,9 +17,17 @@ func (e engine) TokenInsert(ctx context.Context, tx pgx.Tx, hash []byte, scope s
 	})
 }
 
-func (e engine) TokenConsume(ctx context.Context, tx pgx.Tx, hash []byte, scope string, now time.Time) (bool, error) {
-	n, err := e.q.TokenConsume(ctx, e.on(tx), pgdb.TokenConsumeParams{Now: pgNow(now), TokenHash: hash, Scope: scope})
-	return n == 1, err
+func (e engine) TokenConsume(ctx context.Context, tx pgx.Tx, hash []byte, scope string, now time.Time) (driver.TokenConsumed, error) {
+	r, err := e.q.TokenConsume(ctx, e.on(tx), pgdb.TokenConsumeParams{Now: pgNow(now), TokenHash: hash, Scope: scope})
+	if err != nil {
+		return driver.TokenConsumed{}, err
+	}
+	if r.ConsumedNow {
+		return driver.TokenConsumed{Consumed: true}, nil
+	}
+	return driver.TokenConsumed{Read: true, Found: r.Found, State: driver.TokenState{
+		Scope: r.Scope, Consumed: r.Consumed, Expired: r.Expired,
+	}}, nil
 }
 
 func (e engine) TokenGet(ctx context.Context, tx pgx.Tx, hash []byte, now time.Time) (driver.TokenState, bool, error) {

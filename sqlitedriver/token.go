@@ -16,9 +16,14 @@ func (e engine) TokenInsert(ctx context.Context, tx *sql.Tx, hash []byte, scope 
 	})
 }
 
-func (e engine) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (bool, error) {
+// TokenConsume is the conditional UPDATE alone: SQLite's UPDATE writes a
+// row it matches even with the values it holds, and RETURNING returns
+// only rows it changed, so no one statement reads a repeat's token
+// without writing it; TokenGet tells why it changed nothing. A statement
+// here is a call into the library, not a round trip.
+func (e engine) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (driver.TokenConsumed, error) {
 	n, err := e.q.TokenConsume(ctx, e.on(tx), sqlitedb.TokenConsumeParams{Now: liteNow(now), TokenHash: hash, Scope: scope})
-	return n == 1, err
+	return driver.TokenConsumed{Consumed: n == 1}, err
 }
 
 func (e engine) TokenGet(ctx context.Context, tx *sql.Tx, hash []byte, now time.Time) (driver.TokenState, bool, error) {

@@ -176,6 +176,13 @@ func (s *Store[TTx]) issueTx(ctx context.Context, tx TTx, scope string) (string,
 // get the first run's response back is dedupe's job (use the token as the
 // dedupe key, in the same transaction). The library never commits or
 // rolls back tx.
+//
+// A repeat costs what a first run costs, one statement, where the driver's
+// consuming statement also reads the token (PostgreSQL; MySQL and MariaDB
+// for a token of the scope, setting the session's LAST_INSERT_ID() as
+// dedupe's claim there does); a second statement reads it on SQLite, for
+// an unknown token or one of another scope on MySQL and MariaDB, and after
+// a wait for a concurrent consumer on PostgreSQL.
 func (s *Store[TTx]) Consume(ctx context.Context, tx TTx, scope, token string) (res sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "token", "Consume", scope, token)
 	defer func() { err = op.End(ctx, res, err) }()
@@ -194,17 +201,31 @@ func (s *Store[TTx]) consume(ctx context.Context, tx TTx, scope, token string) (
 		return sqlonce.Result{}, err
 	}
 	now := testclock.Now(ctx)
-	ok, err := s.engine.TokenConsume(ctx, tx, h, scope, now)
+	c, err := s.engine.TokenConsume(ctx, tx, h, scope, now)
 	if err != nil {
 		return sqlonce.Result{}, fmt.Errorf("sqlonce/token: consume in scope %q: %w", scope, err)
 	}
-	if ok {
+	if c.Consumed {
 		return sqlonce.Result{Outcome: sqlonce.FirstRun}, nil
 	}
-	st, found, err := s.engine.TokenGet(ctx, tx, h, now)
-	switch {
-	case err != nil:
+	st, found := c.State, c.Found
+	if c.Read && !(found && st.Scope == scope && !st.Expired && !st.Consumed) {
+		return judge(scope, st, found)
+	}
+	// The statement did not say why it changed nothing, or read the token
+	// live and unconsumed: its snapshot predates a consumption it waited
+	// for (PostgreSQL, READ COMMITTED). A statement of its own reads the
+	// row committed since.
+	st, found, err = s.engine.TokenGet(ctx, tx, h, now)
+	if err != nil {
 		return sqlonce.Result{}, fmt.Errorf("sqlonce/token: read token in scope %q: %w", scope, err)
+	}
+	return judge(scope, st, found)
+}
+
+// judge answers a Consume that changed nothing from the token's state.
+func judge(scope string, st driver.TokenState, found bool) (sqlonce.Result, error) {
+	switch {
 	case !found:
 		return sqlonce.Result{}, fmt.Errorf("%w (scope %q)", ErrUnknown, scope)
 	case st.Scope != scope:
@@ -214,8 +235,8 @@ func (s *Store[TTx]) consume(ctx context.Context, tx TTx, scope, token string) (
 	case st.Consumed:
 		return sqlonce.Result{Outcome: sqlonce.AlreadyDone}, nil
 	}
-	// Live and unconsumed, yet the UPDATE changed nothing: the read saw a
-	// state the statement did not.
+	// Live and unconsumed, yet the UPDATE changed nothing, read again in a
+	// statement of its own: the read saw a state the UPDATE did not.
 	return sqlonce.Result{}, fmt.Errorf("%w: token in scope %q is live and unconsumed after a consume that changed nothing", sqlonce.ErrStaleRead, scope)
 }
 

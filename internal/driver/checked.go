@@ -152,9 +152,9 @@ func (c Checked) TokenInsert(ctx context.Context, tx *sql.Tx, hash []byte, scope
 	return c.Engine.TokenInsert(ctx, tx, hash, scope, ttl, now)
 }
 
-func (c Checked) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (bool, error) {
+func (c Checked) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (TokenConsumed, error) {
 	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
-		return false, err
+		return TokenConsumed{}, err
 	}
 	return c.Engine.TokenConsume(ctx, tx, hash, scope, now)
 }

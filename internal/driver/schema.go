@@ -143,8 +143,8 @@ func (r Refused[TTx]) InTx(context.Context, func(ctx context.Context, tx TTx) er
 func (r Refused[TTx]) TokenInsert(context.Context, TTx, []byte, string, time.Duration, time.Time) error {
 	return r.Err
 }
-func (r Refused[TTx]) TokenConsume(context.Context, TTx, []byte, string, time.Time) (bool, error) {
-	return false, r.Err
+func (r Refused[TTx]) TokenConsume(context.Context, TTx, []byte, string, time.Time) (TokenConsumed, error) {
+	return TokenConsumed{}, r.Err
 }
 func (r Refused[TTx]) TokenGet(context.Context, TTx, []byte, time.Time) (TokenState, bool, error) {
 	return TokenState{}, false, r.Err

@@ -24,8 +24,29 @@ WHERE token_hash = sqlc.arg(token_hash)
   AND consumed_at IS NULL
   AND expires_at > COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND);
 
+-- name: TokenConsumeRead :execresult
+-- TokenConsume that also tells a repeat why it changed nothing, in its own
+-- answer: when the token of the scope is not consumable, the second branch
+-- of the OR sets LAST_INSERT_ID to 2 (expired) + 4 (consumed), which the
+-- statement's OK packet carries back (the result's LastInsertId), and
+-- fails. The same row, the same WHERE on it, judged the same way: the
+-- same locks as TokenConsume's, and no write on a repeat. A consumable
+-- token never reaches LAST_INSERT_ID (OR stops at its first true branch),
+-- so a first run leaves the session's LAST_INSERT_ID() alone. No row of
+-- the scope (an unknown token, one of another scope) leaves it unset: 0,
+-- and TokenGet tells which.
+UPDATE sqlonce_tokens
+SET consumed_at = COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+WHERE token_hash = sqlc.arg(token_hash)
+  AND scope = sqlc.arg(scope)
+  AND ((consumed_at IS NULL
+        AND expires_at > COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))
+       OR LAST_INSERT_ID(2 * (expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))
+                         + 4 * (consumed_at IS NOT NULL)) = 0);
+
 -- name: TokenGet :one
--- Tells why TokenConsume changed nothing. A locking read: under
+-- Tells why TokenConsume changed nothing, or TokenConsumeRead when it
+-- found no row of the scope. A locking read: under
 -- REPEATABLE READ a plain SELECT would read the transaction's snapshot,
 -- from before the consumption TokenConsume waited for.
 SELECT

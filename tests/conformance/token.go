@@ -293,6 +293,122 @@ func runToken[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 
+	// A Consume that waits for another transaction's consumption of the
+	// same token answers by how that one ended. On PostgreSQL READ
+	// COMMITTED the waiting statement's own read of the token is its
+	// snapshot, from before the consumption it waited for: the answer
+	// comes from a read after it, never ErrStaleRead.
+	t.Run("WaitsForConsumer", func(t *testing.T) {
+		for _, end := range []string{"commit", "rollback"} {
+			t.Run(end, func(t *testing.T) {
+				ctx := ctxT(t)
+				db := f(t, 0)
+				skipOnSQLite(t, db, sqliteNoKeyWait)
+				s, err := token.New(db.Driver())
+				must(t, err)
+				tok, err := s.Issue(ctx, "wait")
+				must(t, err)
+				first, err := db.Begin(ctx, harness.Default)
+				must(t, err)
+				defer func() { _ = db.Rollback(ctx, first) }()
+				res, err := s.Consume(ctx, first, "wait", tok)
+				wantOutcome(t, "first", res, err, sqlonce.FirstRun, nil)
+				must(t, db.Tx(first).LedgerInsert(ctx, "wait", 1))
+
+				second, err := db.Begin(ctx, harness.Default)
+				must(t, err)
+				defer func() { _ = db.Rollback(ctx, second) }()
+				secondID, err := db.ConnID(ctx, second)
+				must(t, err)
+				type answer struct {
+					res sqlonce.Result
+					err error
+				}
+				done := make(chan answer, 1)
+				go func() {
+					res, err := s.Consume(ctx, second, "wait", tok)
+					if err == nil && res.FirstRun() {
+						err = db.Tx(second).LedgerInsert(ctx, "wait", 1)
+					}
+					done <- answer{res, err}
+				}()
+				must(t, harness.WaitLockWait(ctx, db, secondID))
+				want := sqlonce.AlreadyDone
+				if end == "commit" {
+					must(t, db.Commit(ctx, first))
+				} else {
+					must(t, db.Rollback(ctx, first))
+					want = sqlonce.FirstRun
+				}
+				var a answer
+				select {
+				case a = <-done:
+				case <-ctx.Done():
+					t.Fatal("the second Consume still waits after the first transaction ended")
+				}
+				wantOutcome(t, "second, after the first's "+end, a.res, a.err, want, nil)
+				must(t, db.Commit(ctx, second))
+				ddLedger(t, db, "wait", 1)
+			})
+		}
+	})
+
+	// MySQL and MariaDB: a Consume that changed nothing reads why from its
+	// statement's LAST_INSERT_ID, set only where it found the token in the
+	// scope. A value the session set before (the application's own
+	// LAST_INSERT_ID(expr), an insert's id) is never taken for an answer,
+	// and a first run leaves it as it was.
+	t.Run("SessionLastInsertID", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 1)
+		if db.Dialect() != "mysql" {
+			t.Skip("LAST_INSERT_ID is MySQL's")
+		}
+		s, err := token.New(db.Driver())
+		must(t, err)
+		tok, err := s.Issue(ctx, "lid")
+		must(t, err)
+		other, err := s.Issue(ctx, "lid:other")
+		must(t, err)
+		never := base64.RawURLEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))
+		lastID := func(tx TTx) int64 {
+			t.Helper()
+			var id int64
+			must(t, any(tx).(*sql.Tx).QueryRowContext(ctx, "SELECT LAST_INSERT_ID()").Scan(&id))
+			return id
+		}
+		for _, set := range []int64{2, 4, 6} {
+			err := harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+				must(t, db.TxExec(ctx, tx, fmt.Sprintf("DO LAST_INSERT_ID(%d)", set)))
+				if _, err := s.Consume(ctx, tx, "lid", never); !errors.Is(err, token.ErrUnknown) {
+					t.Errorf("LAST_INSERT_ID %d, unknown token: got %v, want ErrUnknown", set, err)
+				}
+				if _, err := s.Consume(ctx, tx, "lid", other); !errors.Is(err, token.ErrOtherScope) {
+					t.Errorf("LAST_INSERT_ID %d, other scope: got %v, want ErrOtherScope", set, err)
+				}
+				return nil
+			})
+			must(t, err)
+		}
+		err = harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+			must(t, db.TxExec(ctx, tx, "DO LAST_INSERT_ID(4)"))
+			res, err := s.Consume(ctx, tx, "lid", tok)
+			wantOutcome(t, "first run", res, err, sqlonce.FirstRun, nil)
+			if id := lastID(tx); id != 4 {
+				t.Errorf("LAST_INSERT_ID() after a first run: %d, want 4 as the session set it", id)
+			}
+			return nil
+		})
+		must(t, err)
+		err = harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+			must(t, db.TxExec(ctx, tx, "DO LAST_INSERT_ID(0)"))
+			res, err := s.Consume(ctx, tx, "lid", tok)
+			wantOutcome(t, "repeat", res, err, sqlonce.AlreadyDone, nil)
+			return nil
+		})
+		must(t, err)
+	})
+
 	t.Run("Race", func(t *testing.T) {
 		runLevels(t, f, Racers+4, func(t *testing.T, db harness.DB[TTx], iso harness.Isolation) {
 			ctx := ctxT(t)

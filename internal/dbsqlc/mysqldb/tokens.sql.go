@@ -43,6 +43,43 @@ func (q *Queries) TokenConsume(ctx context.Context, db DBTX, arg TokenConsumePar
 	return result.RowsAffected()
 }
 
+const tokenConsumeRead = `-- name: TokenConsumeRead :execresult
+UPDATE sqlonce_tokens
+SET consumed_at = COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+WHERE token_hash = ?
+  AND scope = ?
+  AND ((consumed_at IS NULL
+        AND expires_at > COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))
+       OR LAST_INSERT_ID(2 * (expires_at <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))
+                         + 4 * (consumed_at IS NOT NULL)) = 0)
+`
+
+type TokenConsumeReadParams struct {
+	Now       sql.NullTime
+	TokenHash []byte
+	Scope     []byte
+}
+
+// TokenConsume that also tells a repeat why it changed nothing, in its own
+// answer: when the token of the scope is not consumable, the second branch
+// of the OR sets LAST_INSERT_ID to 2 (expired) + 4 (consumed), which the
+// statement's OK packet carries back (the result's LastInsertId), and
+// fails. The same row, the same WHERE on it, judged the same way: the
+// same locks as TokenConsume's, and no write on a repeat. A consumable
+// token never reaches LAST_INSERT_ID (OR stops at its first true branch),
+// so a first run leaves the session's LAST_INSERT_ID() alone. No row of
+// the scope (an unknown token, one of another scope) leaves it unset: 0,
+// and TokenGet tells which.
+func (q *Queries) TokenConsumeRead(ctx context.Context, db DBTX, arg TokenConsumeReadParams) (sql.Result, error) {
+	return db.ExecContext(ctx, tokenConsumeRead,
+		arg.Now,
+		arg.TokenHash,
+		arg.Scope,
+		arg.Now,
+		arg.Now,
+	)
+}
+
 const tokenGet = `-- name: TokenGet :one
 SELECT
     scope,
@@ -64,7 +101,8 @@ type TokenGetRow struct {
 	Expired  int64
 }
 
-// Tells why TokenConsume changed nothing. A locking read: under
+// Tells why TokenConsume changed nothing, or TokenConsumeRead when it
+// found no row of the scope. A locking read: under
 // REPEATABLE READ a plain SELECT would read the transaction's snapshot,
 // from before the consumption TokenConsume waited for.
 func (q *Queries) TokenGet(ctx context.Context, db DBTX, arg TokenGetParams) (TokenGetRow, error) {

@@ -11,13 +11,30 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const tokenConsume = `-- name: TokenConsume :execrows
-UPDATE sqlonce_tokens
-SET consumed_at = coalesce($1::timestamptz, now())
-WHERE token_hash = $2
-  AND scope = $3
-  AND consumed_at IS NULL
-  AND expires_at > coalesce($1::timestamptz, now())
+const tokenConsume = `-- name: TokenConsume :one
+WITH consumed AS (
+    UPDATE sqlonce_tokens AS u
+    SET consumed_at = coalesce($1::timestamptz, now())
+    WHERE u.token_hash = $2
+      AND u.scope = $3
+      AND u.consumed_at IS NULL
+      AND u.expires_at > coalesce($1::timestamptz, now())
+    RETURNING 1
+)
+SELECT
+    EXISTS (SELECT 1 FROM consumed)::boolean AS consumed_now,
+    (t.token_hash IS NOT NULL)::boolean AS found,
+    coalesce(t.scope, '')::text AS scope,
+    (t.consumed_at IS NOT NULL)::boolean AS consumed,
+    coalesce(t.expires_at <= coalesce($1::timestamptz, now()), false)::boolean AS expired
+FROM (SELECT 1) AS one
+LEFT JOIN (
+    SELECT r.token_hash, r.scope, r.consumed_at, r.expires_at
+    FROM sqlonce_tokens AS r
+    WHERE r.token_hash = $2
+      AND NOT EXISTS (SELECT 1 FROM consumed)
+    LIMIT 1
+) AS t ON true
 `
 
 type TokenConsumeParams struct {
@@ -26,17 +43,37 @@ type TokenConsumeParams struct {
 	Scope     string
 }
 
-// Consumes a live token of the scope: one row changed is this call's
-// consumption. A concurrent consumer of the same token waits for the row
-// lock; READ COMMITTED then re-checks consumed_at IS NULL against the
-// committed row and changes nothing, or, if the first rolled back,
-// consumes it itself.
-func (q *Queries) TokenConsume(ctx context.Context, db DBTX, arg TokenConsumeParams) (int64, error) {
-	result, err := db.Exec(ctx, tokenConsume, arg.Now, arg.TokenHash, arg.Scope)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+type TokenConsumeRow struct {
+	ConsumedNow bool
+	Found       bool
+	Scope       string
+	Consumed    bool
+	Expired     bool
+}
+
+// Consumes a live token of the scope, and when it does not, reads the
+// token in the same statement: one row comes back either way. A concurrent
+// consumer of the same token waits for the row lock; READ COMMITTED then
+// re-checks consumed_at IS NULL against the committed row and changes
+// nothing, or, if the first rolled back, consumes it itself. The read runs
+// only when the UPDATE changed nothing: NOT EXISTS is a one-time filter
+// over the CTE, so a first run never executes the read's index scan (the
+// LIMIT keeps the subquery out of the join, where it would be a join
+// filter run after the scan). It reads by primary key, without a lock, on
+// the statement's snapshot: the row the UPDATE judged, except after such
+// a wait, when it still shows the token live and unconsumed, and the
+// library reads it again with TokenGet.
+func (q *Queries) TokenConsume(ctx context.Context, db DBTX, arg TokenConsumeParams) (TokenConsumeRow, error) {
+	row := db.QueryRow(ctx, tokenConsume, arg.Now, arg.TokenHash, arg.Scope)
+	var i TokenConsumeRow
+	err := row.Scan(
+		&i.ConsumedNow,
+		&i.Found,
+		&i.Scope,
+		&i.Consumed,
+		&i.Expired,
+	)
+	return i, err
 }
 
 const tokenGet = `-- name: TokenGet :one
@@ -59,8 +96,9 @@ type TokenGetRow struct {
 	Expired  bool
 }
 
-// Tells why TokenConsume changed nothing. A statement of its own, so that
-// under READ COMMITTED it sees the consumption TokenConsume waited for.
+// Tells why TokenConsume changed nothing when its own read cannot: a
+// statement of its own, so that under READ COMMITTED it sees the
+// consumption TokenConsume waited for.
 func (q *Queries) TokenGet(ctx context.Context, db DBTX, arg TokenGetParams) (TokenGetRow, error) {
 	row := db.QueryRow(ctx, tokenGet, arg.Now, arg.TokenHash)
 	var i TokenGetRow
