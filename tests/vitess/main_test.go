@@ -49,7 +49,7 @@ var vschema = []string{
 	"ALTER VSCHEMA ON orders ADD VINDEX xxhash(tenant_id) USING xxhash",
 	"ALTER VSCHEMA ON accounts ADD VINDEX xxhash(tenant_id) USING xxhash",
 	// notes follow httpidem's keys: sharded by a column holding the
-	// key's scope ("h:" and the principal) with the keys' vindex.
+	// key's scope ("k:" and the principal) with the keys' vindex.
 	"ALTER VSCHEMA ON notes ADD VINDEX xxhash(scope) USING xxhash",
 }
 
