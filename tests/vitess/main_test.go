@@ -195,3 +195,15 @@ func hasAny(s string, subs ...string) bool {
 	}
 	return false
 }
+
+// shardOf returns the shard vtgate routes a value of the xxhash vindex
+// to (a vindex reads as a table of the shard each value maps to).
+func shardOf(t *testing.T, db *sql.DB, v any) string {
+	t.Helper()
+	var ksid []byte
+	var s string
+	if err := db.QueryRow("SELECT keyspace_id, shard FROM xxhash WHERE id = ?", v).Scan(&ksid, &s); err != nil {
+		t.Fatalf("vindex lookup of %v: %v", v, err)
+	}
+	return s
+}

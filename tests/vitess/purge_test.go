@@ -158,6 +158,7 @@ func TestPurgeEvery(t *testing.T) {
 		interval  = 2 * time.Second // the lease lasts two: a stall under that keeps it
 	)
 	base := int64(9_740_000)
+	run := time.Now().UnixNano() // keys of this run only (-count)
 	short, err := dedupe.New(mysqldriver.New(db), dedupe.WithTTL(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -177,18 +178,18 @@ func TestPurgeEvery(t *testing.T) {
 		for ti := range int64(tenants) {
 			scope := strconv.FormatInt(base+ti, 10)
 			for k := range 3 {
-				if _, err := short.Run(ctx, dedupe.Request{Scope: scope, Key: fmt.Sprintf("every-%s-short%d", round, k)}, func(context.Context, *sql.Tx) ([]byte, error) { return nil, nil }); err != nil {
+				if _, err := short.Run(ctx, dedupe.Request{Scope: scope, Key: fmt.Sprintf("every-%d-%s-short%d", run, round, k)}, func(context.Context, *sql.Tx) ([]byte, error) { return nil, nil }); err != nil {
 					t.Fatal(err)
 				}
 			}
 			for k := range 2 {
-				if _, err := long.Run(ctx, dedupe.Request{Scope: scope, Key: fmt.Sprintf("every-%s-long%d", round, k)}, func(context.Context, *sql.Tx) ([]byte, error) { return nil, nil }); err != nil {
+				if _, err := long.Run(ctx, dedupe.Request{Scope: scope, Key: fmt.Sprintf("every-%d-%s-long%d", run, round, k)}, func(context.Context, *sql.Tx) ([]byte, error) { return nil, nil }); err != nil {
 					t.Fatal(err)
 				}
 			}
 		}
 		waitFor(t, ctx, "the short keys to expire", func() (int, bool) {
-			n := count(t, db, "SELECT COUNT(*) FROM sqlonce_keys WHERE expires_at > UTC_TIMESTAMP(6) AND idempotency_key LIKE ?"+mine, "every-"+round+"-short%", base, base+tenants)
+			n := count(t, db, "SELECT COUNT(*) FROM sqlonce_keys WHERE expires_at > UTC_TIMESTAMP(6) AND idempotency_key LIKE ?"+mine, "every-"+strconv.FormatInt(run, 10)+"-"+round+"-short%", base, base+tenants)
 			return n, n == 0
 		})
 	}

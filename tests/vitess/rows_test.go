@@ -21,13 +21,13 @@ var accountStates = statemachine.Must(statemachine.New(
 	statemachine.Edge("paid", "shipped"),
 ))
 
-// openAccounts creates n accounts per tenant, state created, version 1,
-// balance 1000, on each tenant's shard.
-func openAccounts(t *testing.T, db *sql.DB, tenants []int64, n int) {
+// openAccounts creates n accounts per tenant, named prefix and a number,
+// state created, version 1, balance 1000, on each tenant's shard.
+func openAccounts(t *testing.T, db *sql.DB, tenants []int64, prefix string, n int) {
 	t.Helper()
 	for _, tenant := range tenants {
 		for i := range n {
-			if _, err := db.Exec("INSERT INTO accounts (tenant_id, account_id, status, version, balance) VALUES (?, ?, 'created', 1, 1000)", tenant, fmt.Sprintf("acct%d", i)); err != nil {
+			if _, err := db.Exec("INSERT INTO accounts (tenant_id, account_id, status, version, balance) VALUES (?, ?, 'created', 1, 1000)", tenant, fmt.Sprintf("%s%d", prefix, i)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -87,7 +87,8 @@ func TestRowsOverShards(t *testing.T) {
 	for i := range int64(tenantsN) {
 		tenants = append(tenants, base+i)
 	}
-	openAccounts(t, db, tenants, accountsN)
+	prefix := fmt.Sprintf("acct%d-", time.Now().UnixNano()) // this run's (-count)
+	openAccounts(t, db, tenants, prefix, accountsN)
 
 	var firstRuns, alreadyDone, retried atomic.Int64
 	// once runs call (Transition or Update) and its effect in one
@@ -129,7 +130,7 @@ func TestRowsOverShards(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, tenant := range tenants {
 		for a := range accountsN {
-			account := fmt.Sprintf("acct%d", a)
+			account := fmt.Sprintf("%s%d", prefix, a)
 			for range racers {
 				wg.Add(1)
 				go func() {
@@ -153,7 +154,7 @@ func TestRowsOverShards(t *testing.T) {
 	var violations int
 	for _, tenant := range tenants {
 		for a := range accountsN {
-			account := fmt.Sprintf("acct%d", a)
+			account := fmt.Sprintf("%s%d", prefix, a)
 			var status string
 			var version, balance int64
 			if err := db.QueryRow("SELECT status, version, balance FROM accounts WHERE tenant_id = ? AND account_id = ?", tenant, account).Scan(&status, &version, &balance); err != nil {
@@ -171,7 +172,7 @@ func TestRowsOverShards(t *testing.T) {
 	if want := int64(2 * tenantsN * accountsN); firstRuns.Load() != want {
 		t.Errorf("%d first runs, want %d", firstRuns.Load(), want)
 	}
-	perShard := shardCounts(t, c, "SELECT COUNT(*) FROM accounts WHERE tenant_id BETWEEN ? AND ?", base, base+tenantsN)
+	perShard := shardCounts(t, c, "SELECT COUNT(*) FROM accounts WHERE tenant_id BETWEEN ? AND ? AND account_id LIKE ?", base, base+tenantsN, prefix+"%")
 	if perShard["-80"] == 0 || perShard["80-"] == 0 {
 		t.Errorf("accounts per shard %v: want some on both", perShard)
 	}
