@@ -56,7 +56,7 @@ func classify(err error) driver.Class {
 	switch err {
 	case mysql.ErrInvalidConn:
 		return driver.ConnLost
-	case errVtgateClaimGone:
+	case errVtgateClaimGone, errVtgateTxGone:
 		return driver.TxRolledBack // as vtgate's 1317 refusal
 	}
 	myErr, ok := err.(*mysql.MySQLError)

@@ -69,14 +69,21 @@
 // WithNoWait, WithLockWait) is refused with an error matching
 // sqlonce.ErrInvalidArgument: vtgate runs its SET on the keyspace's first
 // shard, inside the transaction. A purge in a transaction of the
-// driver's own (Purge) runs shard by shard, each shard's
-// statement committing on its own; PurgeTx in a caller's transaction
+// driver's own (Purge, PurgeEvery) runs shard by shard, each shard's
+// statements committing on their own (the keys' listed with a read that
+// locks nothing, then deleted one by one, so that none waits for a row
+// the purge's own transaction holds, such as PurgeEvery's lease);
+// PurgeTx in a caller's transaction
 // is refused with an error matching sqlonce.ErrInvalidArgument, unless
 // the DSN's database is one shard (keyspace:shard). After work that
 // records no response (dedupe's Do, DoBatch, the inbox's Handle) the
 // driver reads the claim by its token, through vtgate only: work that
 // swallowed a cross-shard refusal gets an error (IsCrossShard), never
-// FirstRun for work vtgate rolled back.
+// FirstRun for work vtgate rolled back; before the write that records a
+// database step of RunSteps, or a lease's Complete in a transaction, it
+// checks that the transaction is still one (a SAVEPOINT and its RELEASE,
+// through vtgate only), which vtgate's rollback would otherwise turn into
+// a write in autocommit that records the step without its work.
 //
 // Return every error of the work's statements. A deadlock (1213), on
 // Galera another node's conflicting write, and through vtgate a statement
@@ -422,6 +429,9 @@ func (e engine) Complete(ctx context.Context, tx *sql.Tx, k driver.Key, token in
 	if tx == driver.AutoTx && len(response) > responsePiece {
 		// Its pieces must commit together: in a transaction.
 		return false, driver.ErrNoRun
+	}
+	if err := e.vtgateInTx(ctx, tx); err != nil {
+		return false, err
 	}
 	ns, scope, key := int16(k.Namespace), []byte(k.Scope), []byte(k.Key)
 	n, err := e.q.KeyComplete(ctx, e.on(tx), mysqldb.KeyCompleteParams{

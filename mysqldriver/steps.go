@@ -71,6 +71,11 @@ func (e engine) StepSave(ctx context.Context, tx *sql.Tx, k driver.Key, token in
 	if err := e.checkTx(ctx, tx); err != nil {
 		return false, err
 	}
+	// After a database step's work, in its transaction: not over a
+	// transaction vtgate rolled back (see vtgateInTx).
+	if err := e.vtgateInTx(ctx, tx); err != nil {
+		return false, err
+	}
 	n, err := e.q.KeyStepSave(ctx, e.on(tx), mysqldb.KeyStepSaveParams{
 		Recovery: recovery, Now: myNow(now), LeaseUs: lease.Microseconds(),
 		Namespace: int16(k.Namespace), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token,

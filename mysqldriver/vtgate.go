@@ -78,7 +78,7 @@ func classifyVtgate(e *mysql.MySQLError) driver.Class {
 // instead of answering FirstRun for work that is gone.
 func IsCrossShard(err error) bool {
 	return driver.Walk(err, func(e error) bool {
-		if e == errVtgateClaimGone {
+		if e == errVtgateClaimGone || e == errVtgateTxGone {
 			return true
 		}
 		myErr, ok := e.(*mysql.MySQLError)
@@ -118,6 +118,56 @@ func (e engine) CheckClaim(ctx context.Context, tx *sql.Tx, k driver.Key, token 
 		return errVtgateClaimGone
 	}
 	return nil
+}
+
+// errVtgateTxGone is the answer, through vtgate, when a write that
+// records a key's progress after the work (an operation's recovery point,
+// a lease's Complete in a transaction) finds its transaction gone: vtgate
+// rolled it back during the work, most likely for a statement reaching a
+// second shard (1317 under transaction_mode=single), which the work
+// swallowed. The session is then out of any transaction: the write would
+// commit on its own, in autocommit, and record as done work that was
+// rolled back. Classified as 1317's refusal (IsCrossShard, TxRolledBack,
+// not retryable).
+var errVtgateTxGone = errors.New("mysqldriver: vtgate rolled the transaction back during the work, which went on: " +
+	"the key's progress is not recorded, since it would commit alone, in autocommit, without the work; a statement of the work reached a second shard " +
+	"(1317 multi-db transaction attempted) or its shard's transaction ended, and the work did not return that error; " +
+	"return every error of the work's statements, and keep its rows on the shard of its key (docs/deployments.md, Vitess)")
+
+// The statements of vtgateInTx's probe. vtgate runs a SAVEPOINT in every
+// shard's transaction of the session, keeps it for the shards the
+// transaction reaches later, and answers OK outside a transaction; it
+// refuses a RELEASE SAVEPOINT outside a transaction with 1305 ("SAVEPOINT
+// does not exist"), without reaching a shard.
+const (
+	sqlProbeSavepoint = "SAVEPOINT sqlonce_in_tx"
+	sqlProbeRelease   = "RELEASE SAVEPOINT sqlonce_in_tx"
+	errSavepointGone  = 1305 // ER_SP_DOES_NOT_EXIST
+)
+
+// vtgateInTx, through vtgate, checks that tx is still a transaction
+// before a write that records a key's progress after work that ran in tx
+// (StepSave, Complete): it answers errVtgateTxGone when vtgate has rolled
+// tx back under the work. Off vtgate, and in autocommit (driver.AutoTx),
+// it answers nil without a round trip: on MySQL and MariaDB a rollback
+// under the work comes with an error the work's statement returned (a
+// deadlock), which the package documents must be returned. A claim made
+// in tx (Do's) is checked by CheckClaim instead, in one round trip; an
+// operation's key and a lease were claimed before tx began, and only
+// tx's state tells.
+func (e engine) vtgateInTx(ctx context.Context, tx *sql.Tx) error {
+	if tx == driver.AutoTx || !e.wsrep.done.Load() || !e.wsrep.vtgate {
+		return nil
+	}
+	if _, err := tx.ExecContext(ctx, sqlProbeSavepoint); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, sqlProbeRelease)
+	var myErr *mysql.MySQLError
+	if errors.As(err, &myErr) && myErr.Number == errSavepointGone {
+		return errVtgateTxGone
+	}
+	return err
 }
 
 // vtgateDuplicateKeyName extracts the key name from a 1062 message as

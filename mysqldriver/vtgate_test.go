@@ -37,6 +37,7 @@ func TestClassifyVtgate(t *testing.T) {
 		// The claim found gone after the work: as the refusal it most
 		// likely follows, not retryable.
 		{"claim gone after the work", fmt.Errorf("dedupe: %w", errVtgateClaimGone), sqdriver.TxRolledBack},
+		{"transaction gone after the work", fmt.Errorf("dedupe: %w", errVtgateTxGone), sqdriver.TxRolledBack},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := sqdriver.Classify(tc.err); got != tc.want {
@@ -53,6 +54,9 @@ func TestIsCrossShard(t *testing.T) {
 	}
 	if !IsCrossShard(fmt.Errorf("dedupe: %w", errVtgateClaimGone)) {
 		t.Fatal("the claim found gone after the work not recognised")
+	}
+	if !IsCrossShard(fmt.Errorf("dedupe: %w", errVtgateTxGone)) {
+		t.Fatal("the transaction found gone after the work not recognised")
 	}
 	for _, err := range []error{nil, errors.New(vtMultiDBMsg), myErr(errQueryInterrupted, "Query execution was interrupted"), myErr(errQueryInterrupted, vtTxKilledMsg)} {
 		if IsCrossShard(err) {

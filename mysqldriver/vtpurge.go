@@ -16,8 +16,8 @@ import (
 // on a sharded keyspace a DELETE ... ORDER BY ... LIMIT over every shard
 // is refused (VT09015), and under transaction_mode=single one transaction
 // cannot reach a second shard anyway. So through vtgate a purge in a
-// transaction of the driver's own (dedupe's and token's Purge, inbox's
-// Purge, `sqlonce purge`) deletes shard by shard: it
+// transaction of the driver's own (dedupe's Purge and PurgeEvery,
+// token's Purge, inbox's Purge, `sqlonce purge`) deletes shard by shard: it
 // lists the keyspace's shards (SHOW VITESS_SHARDS) and sends each the
 // purge's statement with the table qualified by the shard's target
 // (`keyspace:shard`.sqlonce_keys), which vtgate routes to that shard
@@ -27,9 +27,24 @@ import (
 // row is deleted once whoever deletes it. A purge in a caller's
 // transaction (PurgeTx) cannot do that and is refused, unless the session
 // is on one shard (a DSN whose database is keyspace:shard) or the keyspace
-// has one. dedupe's PurgeEvery does not work through vtgate yet: its
-// batch's transaction holds the lease's row, and the shard's DELETE, on
-// another connection, can wait for that row's lock until it times out.
+// has one.
+//
+// The keys' purge does not send KeyPurge's range DELETE to each shard:
+// its scan on expires_at locks, past the expired rows, the first live
+// one, and the transaction the purge was asked in may hold that row's
+// lock. dedupe's PurgeEvery does: each batch's transaction extends the
+// purger's lease (a row of sqlonce_keys, never expired) before it purges,
+// and keeps the row locked until it ends, so that a takeover waits for
+// the batch. The shard's DELETE, on another connection, then waited for
+// the batch that waited for it, until 1205 (innodb_lock_wait_timeout),
+// every round. Instead the oldest expired keys are listed over every
+// shard with a read that locks nothing (KeyPurgeList; vtgate refuses a
+// SELECT targeted at a shard, and merges a SELECT's ORDER BY ... LIMIT
+// over them) and deleted one by one by their primary key if still expired
+// (KeyPurgeOne, which vtgate routes by the scope): no statement touches a
+// live row. It costs a round trip per key. The tokens' purge keeps the
+// range DELETE per shard: no transaction of sqlonce's holds a token's row
+// while it purges.
 
 // ownTxKey marks the context InTx gives fn on vtgate, with the transaction
 // it began: a purge asked in that transaction may run outside it.
@@ -48,18 +63,25 @@ var errVtgatePurgeTx = fmt.Errorf("%w: mysqldriver: a purge in a caller's transa
 	"one transaction cannot reach every shard; use Purge (dedupe, token, inbox), which purges shard by shard, "+
 	"or PurgeTx on a handle whose DSN names one shard (keyspace:shard) (docs/deployments.md, Vitess)", sqlonce.ErrInvalidArgument)
 
-// vtgatePurge is Purge and TokenPurge through vtgate. sharded is false
-// when the statement runs in tx as it would elsewhere: the session is on
-// one shard, or the keyspace has one. Otherwise it deletes with del,
-// shard by shard, on targets.
-func (e engine) vtgatePurge(ctx context.Context, tx *sql.Tx, limit int, del func(ctx context.Context, on mysqldb.DBTX, limit int) (int64, error)) (n int64, sharded bool, err error) {
+// vtgatePurgeShards, through vtgate, returns the targets of the
+// keyspace's shards when a purge asked in tx must run outside it, shard
+// by shard; none when the statement runs in tx as it would elsewhere: the
+// session is on one shard, or the keyspace has one. A purge in a caller's
+// transaction on a sharded keyspace is refused (errVtgatePurgeTx).
+func (e engine) vtgatePurgeShards(ctx context.Context, tx *sql.Tx) ([]string, error) {
 	targets, err := e.vtgateShards(ctx, tx)
 	if err != nil || len(targets) < 2 {
-		return 0, false, err
+		return nil, err
 	}
 	if own, _ := ctx.Value(ownTxKey{}).(*sql.Tx); own != tx || e.db == nil {
-		return 0, true, errVtgatePurgeTx
+		return nil, errVtgatePurgeTx
 	}
+	return targets, nil
+}
+
+// purgeShards deletes up to limit rows with del, shard by shard, on
+// targets, each statement in autocommit.
+func (e engine) purgeShards(ctx context.Context, targets []string, limit int, del func(ctx context.Context, on mysqldb.DBTX, limit int) (int64, error)) (n int64, err error) {
 	for _, target := range targets {
 		if int(n) >= limit {
 			break
@@ -69,10 +91,10 @@ func (e engine) vtgatePurge(ctx context.Context, tx *sql.Tx, limit int, del func
 		m, err := del(ctx, se.on(driver.AutoTx), limit-int(n))
 		n += m
 		if err != nil {
-			return n, true, fmt.Errorf("mysqldriver: purge shard %s: %w", target, err)
+			return n, fmt.Errorf("mysqldriver: purge shard %s: %w", target, err)
 		}
 	}
-	return n, true, nil
+	return n, nil
 }
 
 // vtgateShards returns the targets (keyspace:shard) of the shards of the
@@ -111,15 +133,43 @@ func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time)
 	if err := e.checkTx(ctx, tx); err != nil {
 		return 0, err
 	}
-	del := func(ctx context.Context, on mysqldb.DBTX, limit int) (int64, error) {
-		return e.q.KeyPurge(ctx, on, mysqldb.KeyPurgeParams{Now: myNow(now), Limit: int32(limit)})
-	}
 	if e.wsrep.vtgate {
-		if n, sharded, err := e.vtgatePurge(ctx, tx, limit, del); sharded || err != nil {
-			return n, err
+		targets, err := e.vtgatePurgeShards(ctx, tx)
+		if err != nil {
+			return 0, err
+		}
+		if targets != nil {
+			return e.purgeKeysOneByOne(ctx, limit, now)
 		}
 	}
-	return del(ctx, e.on(tx), limit)
+	return e.q.KeyPurge(ctx, e.on(tx), mysqldb.KeyPurgeParams{Now: myNow(now), Limit: int32(limit)})
+}
+
+// purgeKeysOneByOne deletes up to limit expired keys through vtgate, in
+// autocommit on the driver's handle: it lists the oldest over every shard
+// with a read that locks nothing (vtgate merges the shards' answers;
+// it refuses a SELECT targeted at a shard), then deletes each by its
+// primary key if it is still expired (vtgate routes the statement by the
+// scope to its shard). Unlike KeyPurge's range DELETE it never locks a
+// row that is not expired, such as the purger's lease, which
+// PurgeEvery's batch holds in a transaction on another connection (see
+// the top of this file).
+func (e engine) purgeKeysOneByOne(ctx context.Context, limit int, now time.Time) (int64, error) {
+	rows, err := e.q.KeyPurgeList(ctx, e.onDB(), mysqldb.KeyPurgeListParams{Now: myNow(now), Limit: int32(limit)})
+	if err != nil {
+		return 0, fmt.Errorf("mysqldriver: list expired keys: %w", err)
+	}
+	var n int64
+	for _, r := range rows {
+		m, err := e.q.KeyPurgeOne(ctx, e.onDB(), mysqldb.KeyPurgeOneParams{
+			Namespace: r.Namespace, Scope: r.Scope, IdempotencyKey: r.IdempotencyKey, Now: myNow(now),
+		})
+		n += m
+		if err != nil {
+			return n, fmt.Errorf("mysqldriver: purge expired key: %w", err)
+		}
+	}
+	return n, nil
 }
 
 func (e engine) TokenPurge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
@@ -130,8 +180,12 @@ func (e engine) TokenPurge(ctx context.Context, tx *sql.Tx, limit int, now time.
 		return e.q.TokenPurge(ctx, on, mysqldb.TokenPurgeParams{Now: myNow(now), Limit: int32(limit)})
 	}
 	if e.wsrep.vtgate {
-		if n, sharded, err := e.vtgatePurge(ctx, tx, limit, del); sharded || err != nil {
-			return n, err
+		targets, err := e.vtgatePurgeShards(ctx, tx)
+		if err != nil {
+			return 0, err
+		}
+		if targets != nil {
+			return e.purgeShards(ctx, targets, limit, del)
 		}
 	}
 	return del(ctx, e.on(tx), limit)

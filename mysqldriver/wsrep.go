@@ -71,9 +71,12 @@ type wsrepCheck struct {
 }
 
 // sqlWsrepProbe answers on MySQL and on MariaDB built without wsrep too:
-// no wsrep rows there. version tells vtgate (Vitess), which answers with
-// its own (ending in -Vitess) in the same round trip.
-const sqlWsrepProbe = "SHOW SESSION VARIABLES WHERE Variable_name IN ('wsrep_on', 'wsrep_sync_wait', 'version')"
+// no wsrep rows there.
+const sqlWsrepProbe = "SHOW SESSION VARIABLES WHERE Variable_name IN ('wsrep_on', 'wsrep_sync_wait')"
+
+// sqlVersion is the server's version, which vtgate answers itself
+// without reaching a shard.
+const sqlVersion = "SELECT @@version"
 
 type querier interface {
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
@@ -117,13 +120,23 @@ func (c *wsrepCheck) probe(ctx context.Context, q querier) error {
 		defer conn.Close()
 		q = conn
 	}
-	vars, err := showRows(ctx, q, sqlWsrepProbe)
-	if err != nil {
+	// The version first, which vtgate answers itself: its SHOW
+	// VARIABLES goes to a shard of its choosing, and in a transaction
+	// that had not reached a shard yet it opened one there, so that the
+	// key's claim on the other shard met the cross-shard refusal (1317)
+	// now and then. One round trip more, at the first call, elsewhere.
+	var version string
+	if err := q.QueryRowContext(ctx, sqlVersion).Scan(&version); err != nil {
 		return err
 	}
-	if isVtgate(vars["version"]) {
+	if isVtgate(version) {
 		c.vtgate, c.inTx, c.galera = true, false, false
+		var err error
 		c.err, err = vtgateErr(ctx, q)
+		return err
+	}
+	vars, err := showRows(ctx, q, sqlWsrepProbe)
+	if err != nil {
 		return err
 	}
 	on := strings.EqualFold(vars["wsrep_on"], "ON") || vars["wsrep_on"] == "1"

@@ -174,6 +174,29 @@ WHERE expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP(
 ORDER BY expires_at
 LIMIT ?;
 
+-- name: KeyPurgeList :many
+-- Lists up to the given number of expired keys in expiry order, as
+-- KeyPurge finds them, with a plain read that locks nothing. Through
+-- vtgate a purge lists a shard's expired keys and deletes them one by one
+-- by their primary key (KeyPurgeOne), in autocommit: KeyPurge's range scan
+-- on expires_at also locks the first row past the expired ones, which can
+-- be PurgeEvery's lease, held by the purging batch's own transaction on
+-- another connection.
+SELECT namespace, scope, idempotency_key
+FROM sqlonce_keys
+WHERE expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+  AND namespace <> 3
+ORDER BY expires_at
+LIMIT ?;
+
+-- name: KeyPurgeOne :execrows
+-- Deletes one key that KeyPurgeList listed, if it is still expired (a
+-- claim may have taken it over since).
+DELETE FROM sqlonce_keys
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key)
+  AND expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+  AND namespace <> 3;
+
 -- name: KeyInspect :one
 -- Reads one key for Store.Inspect: its times in microseconds since the
 -- epoch (the columns hold UTC), the sizes of what it records, and whether

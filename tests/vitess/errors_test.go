@@ -216,31 +216,43 @@ func TestNoWaitRefused(t *testing.T) {
 // TestFirstCallInTransaction: the driver's first call on a handle probes
 // the session (its version, its transaction mode) inside the caller's
 // transaction; the probe reaches no shard, so a transaction already on
-// either shard goes on there.
+// either shard goes on there, and one that has reached no shard yet goes
+// to its key's. (The probe used to read the server's variables with SHOW,
+// which vtgate sends to a shard of its choosing: in a transaction whose
+// first statement was the call, the claim on the other shard then met the
+// cross-shard refusal, for about half the fresh handles.)
 func TestFirstCallInTransaction(t *testing.T) {
 	c, db := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	a, b := tenantsOnTwoShards(t, db)
-	for _, tenant := range []int64{a, b} {
-		fresh := open(t, c.DSN(vitess.Keyspace, single)) // a handle never probed
-		store, err := dedupe.New(mysqldriver.New(fresh))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tx, err := fresh.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO orders (tenant_id, order_id, amount) VALUES (?, 'first', 1)", tenant); err != nil {
-			t.Fatal(err)
-		}
-		res, err := store.Do(ctx, tx, dedupe.Request{Scope: fmt.Sprint(tenant), Key: "first"}, func(context.Context) error { return nil })
-		if err != nil || !res.FirstRun() {
-			t.Fatalf("tenant %d: first call in a transaction on its shard: %v, %v", tenant, res, err)
-		}
-		if err := tx.Commit(); err != nil {
-			t.Fatal(err)
+	for _, writeFirst := range []bool{true, false} {
+		for i := range 6 {
+			for _, tenant := range []int64{a, b} {
+				fresh := open(t, c.DSN(vitess.Keyspace, single)) // a handle never probed
+				store, err := dedupe.New(mysqldriver.New(fresh))
+				if err != nil {
+					t.Fatal(err)
+				}
+				tx, err := fresh.BeginTx(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				key := fmt.Sprintf("first-%v-%d-%d", writeFirst, i, time.Now().UnixNano())
+				if writeFirst {
+					if _, err := tx.ExecContext(ctx, "INSERT INTO orders (tenant_id, order_id, amount) VALUES (?, ?, 1)", tenant, key); err != nil {
+						t.Fatal(err)
+					}
+				}
+				res, err := store.Do(ctx, tx, dedupe.Request{Scope: fmt.Sprint(tenant), Key: key}, func(context.Context) error { return nil })
+				if err != nil || !res.FirstRun() {
+					t.Fatalf("tenant %d, write first %v, handle %d: first call in a transaction: %v, %v", tenant, writeFirst, i, res, err)
+				}
+				if err := tx.Commit(); err != nil {
+					t.Fatal(err)
+				}
+				fresh.Close()
+			}
 		}
 	}
 }

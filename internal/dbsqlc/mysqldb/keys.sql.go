@@ -487,6 +487,85 @@ func (q *Queries) KeyPurge(ctx context.Context, db DBTX, arg KeyPurgeParams) (in
 	return result.RowsAffected()
 }
 
+const keyPurgeList = `-- name: KeyPurgeList :many
+SELECT namespace, scope, idempotency_key
+FROM sqlonce_keys
+WHERE expires_at <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+  AND namespace <> 3
+ORDER BY expires_at
+LIMIT ?
+`
+
+type KeyPurgeListParams struct {
+	Now   sql.NullTime
+	Limit int32
+}
+
+type KeyPurgeListRow struct {
+	Namespace      int16
+	Scope          []byte
+	IdempotencyKey []byte
+}
+
+// Lists up to the given number of expired keys in expiry order, as
+// KeyPurge finds them, with a plain read that locks nothing. Through
+// vtgate a purge lists a shard's expired keys and deletes them one by one
+// by their primary key (KeyPurgeOne), in autocommit: KeyPurge's range scan
+// on expires_at also locks the first row past the expired ones, which can
+// be PurgeEvery's lease, held by the purging batch's own transaction on
+// another connection.
+func (q *Queries) KeyPurgeList(ctx context.Context, db DBTX, arg KeyPurgeListParams) ([]KeyPurgeListRow, error) {
+	rows, err := db.QueryContext(ctx, keyPurgeList, arg.Now, arg.Limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []KeyPurgeListRow
+	for rows.Next() {
+		var i KeyPurgeListRow
+		if err := rows.Scan(&i.Namespace, &i.Scope, &i.IdempotencyKey); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Close(); err != nil {
+		return nil, err
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const keyPurgeOne = `-- name: KeyPurgeOne :execrows
+DELETE FROM sqlonce_keys
+WHERE namespace = ? AND scope = ? AND idempotency_key = ?
+  AND expires_at <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+  AND namespace <> 3
+`
+
+type KeyPurgeOneParams struct {
+	Namespace      int16
+	Scope          []byte
+	IdempotencyKey []byte
+	Now            sql.NullTime
+}
+
+// Deletes one key that KeyPurgeList listed, if it is still expired (a
+// claim may have taken it over since).
+func (q *Queries) KeyPurgeOne(ctx context.Context, db DBTX, arg KeyPurgeOneParams) (int64, error) {
+	result, err := db.ExecContext(ctx, keyPurgeOne,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Now,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const keyRelease = `-- name: KeyRelease :execrows
 UPDATE sqlonce_keys
 SET token        = token + 1,
