@@ -76,7 +76,12 @@
 // records no response (dedupe's Do, DoBatch, the inbox's Handle) the
 // driver reads the claim by its token, through vtgate only: work that
 // swallowed a cross-shard refusal gets an error (IsCrossShard), never
-// FirstRun for work vtgate rolled back.
+// FirstRun for work vtgate rolled back. A session pinned to one shard
+// (keyspace:shard in the DSN) reaches that shard alone; vtgate passes the
+// driver's probe on to the tablet there, so the driver takes it for
+// MariaDB, and claims a batch's keys one by one once vtgate's parser
+// refuses the batch's statement. Give such a DSN interpolateParams=true:
+// vtgate cannot prepare a statement with LIMIT ? in a pinned session.
 //
 // Return every error of the work's statements. A deadlock (1213), on
 // Galera another node's conflicting write, and through vtgate a statement

@@ -85,3 +85,37 @@ func TestIsVtgate(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchShapeRefusedByVtgate: through a session pinned to one shard
+// the driver takes vtgate for MariaDB (vtgate passes the probe on to the
+// tablet) and sends the batch claim's INSERT ... RETURNING, which vtgate's
+// parser refuses with 1105, not 1064. The batch then falls back to the
+// per-key claims it makes on vtgate (the other shapes do not hold there
+// either), as it falls back to the next shape when MariaDB itself lacks
+// one; before, every batch claim there failed with the parser's error.
+func TestBatchShapeRefusedByVtgate(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		refused bool
+		next    int32
+	}{
+		{"mariadb parse error", myErr(errParse, "You have an error in your SQL syntax"), true, shapeJSONTable},
+		{"vtgate parse error", myErr(errUnknown, "syntax error at position 659 near 'RETURNING'"), true, shapePerKey},
+		{"vtgate parse error, wrapped", fmt.Errorf("claim: %w", myErr(errUnknown, "syntax error at position 12 near 'JSON_TABLE'")), true, shapePerKey},
+		{"other 1105", myErr(errUnknown, "Unknown error"), false, shapeReturning},
+		{"vtgate unavailable", myErr(errUnknown, vtNoTabletMsg), false, shapeReturning},
+		{"duplicate", myErr(1062, "Duplicate entry 'a' for key 'PRIMARY'"), false, shapeReturning},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var c batchShape
+			if got := c.refusedBy(tc.err, shapeReturning); got != tc.refused {
+				t.Fatalf("refusedBy(%v) = %v, want %v", tc.err, got, tc.refused)
+			}
+			want := tc.next
+			if got := c.first.Load(); got != want {
+				t.Errorf("first shape %d, want %d", got, want)
+			}
+		})
+	}
+}
