@@ -188,6 +188,10 @@ type Config[TTx any] struct {
 	// lease's claim and completion meet on different nodes. The
 	// invariants are checked through db.
 	Nodes []harness.DB[TTx]
+	// NoLockWait leaves out the StoreRun workload's Store WithNoWait: for
+	// a driver that refuses a bounded lock wait (the MySQL driver through
+	// vtgate).
+	NoLockWait bool
 	// Proxy, when set, is the fault proxy db's pool connects through
 	// (harness.Reopen with Settings.Addr): the network faults (netfaults.go)
 	// join the faults drawn for transactions and Run calls.
