@@ -38,6 +38,7 @@ const (
 	// serving tablet).
 	errQueryInterrupted = 1317
 	errUnknown          = 1105
+	errSpNotExist       = 1305 // ER_SP_DOES_NOT_EXIST: "SAVEPOINT %s does not exist" too
 )
 
 // classify reads one error of a tree: a *mysql.MySQLError by its number,
@@ -78,7 +79,7 @@ func classify(err error) driver.Class {
 		return driver.ReadOnly
 	case errServerShutdown, errConnectionKilled:
 		return driver.ConnLost
-	case errQueryInterrupted, errUnknown:
+	case errQueryInterrupted, errUnknown, errSpNotExist:
 		return classifyVtgate(myErr)
 	}
 	return 0

@@ -11,11 +11,12 @@ import (
 // The messages below are vtgate v0.24's, as it answered through
 // go-sql-driver/mysql (tests/vitess meets each of the first three).
 const (
-	vtDupMsg      = `target: ks.-80.primary: vttablet: rpc error: code = AlreadyExists desc = Duplicate entry '\x00\x00t1-k' for key 'PRIMARY' (errno 1062) (sqlstate 23000) (CallerID: userData1): Sql: "insert into sqlonce_keys(namespace, scope) values (:v1, :v2)", BindVars: {v1: "type:INT64 value:\"0\""}`
-	vtMultiDBMsg  = `multi-db transaction attempted: [keyspace:"ks" shard:"-80" tablet_type:PRIMARY transaction_id:1764199447064617541 tablet_alias:{cell:"test" uid:1}]`
-	vtDeadlockMsg = `target: ks.80-.primary: vttablet: rpc error: code = Aborted desc = Deadlock found when trying to get lock; try restarting transaction (errno 1213) (sqlstate 40001) (CallerID: userData1): Sql: "update t set v = 1", BindVars: {}`
-	vtTxKilledMsg = `target: ks.-80.primary: vttablet: rpc error: code = Aborted desc = transaction 1764199447064617541: ended at 2026-11-26 22:00:00.000 UTC (exceeded timeout: 30s) (CallerID: userData1)`
-	vtNoTabletMsg = `target: ks.80-.primary: no healthy tablet available for 'keyspace:"ks" shard:"80-" tablet_type:PRIMARY'`
+	vtDupMsg            = `target: ks.-80.primary: vttablet: rpc error: code = AlreadyExists desc = Duplicate entry '\x00\x00t1-k' for key 'PRIMARY' (errno 1062) (sqlstate 23000) (CallerID: userData1): Sql: "insert into sqlonce_keys(namespace, scope) values (:v1, :v2)", BindVars: {v1: "type:INT64 value:\"0\""}`
+	vtMultiDBMsg        = `multi-db transaction attempted: [keyspace:"ks" shard:"-80" tablet_type:PRIMARY transaction_id:1764199447064617541 tablet_alias:{cell:"test" uid:1}]`
+	vtDeadlockMsg       = `target: ks.80-.primary: vttablet: rpc error: code = Aborted desc = Deadlock found when trying to get lock; try restarting transaction (errno 1213) (sqlstate 40001) (CallerID: userData1): Sql: "update t set v = 1", BindVars: {}`
+	vtTxKilledMsg       = `target: ks.-80.primary: vttablet: rpc error: code = Aborted desc = transaction 1764199447064617541: ended at 2026-11-26 22:00:00.000 UTC (exceeded timeout: 30s) (CallerID: userData1)`
+	vtStaleSavepointMsg = `target: ks.-80.primary: vttablet: rpc error: code = Unknown desc = SAVEPOINT sqlonce_sp_315 does not exist (errno 1305) (sqlstate 42000) (CallerID: userData1): Sql: "begin", BindVars: {}`
+	vtNoTabletMsg       = `target: ks.80-.primary: no healthy tablet available for 'keyspace:"ks" shard:"80-" tablet_type:PRIMARY'`
 )
 
 func TestClassifyVtgate(t *testing.T) {
@@ -34,6 +35,14 @@ func TestClassifyVtgate(t *testing.T) {
 		// transaction as it was: not classified.
 		{"mariadb query interrupted", myErr(errQueryInterrupted, "Query execution was interrupted"), 0},
 		{"mariadb unknown error", myErr(errUnknown, "Unknown error"), 0},
+		// A savepoint of an earlier transaction vtgate replayed at the
+		// begin of the next (tests/conformance TestVitess,
+		// Unique/Insert/Race/SERIALIZABLE): retryable, nothing was done.
+		{"stale savepoint at begin", myErr(errSpNotExist, vtStaleSavepointMsg), sqdriver.Retryable | sqdriver.TxRolledBack},
+		// MariaDB's own: a ROLLBACK TO a savepoint the transaction does not
+		// have (after a deadlock ended it), not classified.
+		{"mariadb savepoint does not exist", myErr(errSpNotExist, "SAVEPOINT sp1 does not exist"), 0},
+		{"vtgate rollback to a missing savepoint", myErr(errSpNotExist, "SAVEPOINT does not exist: ROLLBACK TO SAVEPOINT sp1"), 0},
 		// The claim found gone after the work: as the refusal it most
 		// likely follows, not retryable.
 		{"claim gone after the work", fmt.Errorf("dedupe: %w", errVtgateClaimGone), sqdriver.TxRolledBack},

@@ -58,9 +58,6 @@ func (s vitessSkip) match(name string) bool {
 // vitessCannot: the cases that cannot hold through vtgate, and why.
 var vitessCannot = []vitessSkip{
 	{"*/" + StrictSnapshot + "/", "innodb_snapshot_isolation is a session variable vtgate does not know (1193, VT05006), so the strict snapshot cannot be set"},
-	{"Unique/Insert/Race/SERIALIZABLE/", "not understood yet: under SERIALIZABLE the racers deadlock, and through vtgate unique.Insert's transaction then fails with 1305 " +
-		"'SAVEPOINT sqlonce_sp_N does not exist' at the 'begin' vtgate sends the shard (vtgate keeps a transaction's SAVEPOINT and ROLLBACK TO statements " +
-		"and replays them when it begins a shard transaction anew): not retryable, the racer gives up (no duplicate, no row lost); InsertOne holds"},
 }
 
 // vitessLong: groups that hold through vtgate but take long; CI runs the
