@@ -42,6 +42,17 @@ func VitessTenants(t testing.TB, c *vitess.Cluster, tenant func(s string) string
 		maxConns = 8
 	}
 	dsn := c.DSN(vitess.Keyspace, vitess.Single, "parseTime=true")
+	// The tables are the cluster's: empty them of an earlier DB's rows
+	// (go test -count), shard by shard.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, shard := range vitess.Shards {
+		for _, table := range []string{"ledger", "orders", "sqlonce_keys", "sqlonce_tokens"} {
+			if err := vtEmptyTable(ctx, c.DSN(vitess.Keyspace+":"+shard), table); err != nil {
+				t.Fatalf("empty %s on shard %s: %v", table, shard, err)
+			}
+		}
+	}
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -364,3 +375,13 @@ func (b vtBiz) ShipmentInsertIgnore(context.Context, string, int64, *string) (in
 	return 0, errVtBiz
 }
 func (b vtBiz) ShipmentCountByCode(context.Context, string) (int64, error) { return 0, errVtBiz }
+
+func vtEmptyTable(ctx context.Context, dsn, table string) error {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	_, err = db.ExecContext(ctx, "DELETE FROM "+table)
+	return err
+}
