@@ -71,7 +71,7 @@ func TestChecker(t *testing.T) {
 		// The MySQL driver refuses WithNoWait through vtgate.
 		NoLockWait: true,
 		// Killing a tablet's connection is left to KillsEnv: with it, 1
-		// run of 3 found an AlreadyDone before the writer began to commit
+		// run of 6 found an AlreadyDone before the writer began to commit
 		// (docs/deployments.md, Vitess), not understood yet.
 		NoKill:         os.Getenv(KillsEnv) != "1",
 		AttemptTimeout: time.Minute,
