@@ -50,7 +50,9 @@ var (
 	// transaction has done nothing, and vtgate has dropped the statements:
 	// run it again.
 	vtStaleSavepoint = regexp.MustCompile(`does not exist \(errno 1305\).*Sql: "begin"`)
-	vtUnavailable    = regexp.MustCompile(`code = Unavailable|no healthy tablet available|no valid tablet|primary is not serving|tablet: .* is not serving|operation not allowed in state (?:NOT_SERVING|SHUTTING_DOWN)`)
+	// A tablet's error, as vtgate wraps it.
+	vtTablet      = regexp.MustCompile(`target: [^ ]+: vttablet: `)
+	vtUnavailable = regexp.MustCompile(`code = Unavailable|no healthy tablet available|no valid tablet|primary is not serving|tablet: .* is not serving|operation not allowed in state (?:NOT_SERVING|SHUTTING_DOWN)`)
 )
 
 // classifyVtgate classifies vtgate's own errors (1317, 1105, 1305). The same
@@ -64,6 +66,14 @@ func classifyVtgate(e *mysql.MySQLError) driver.Class {
 		return driver.TxRolledBack
 	case e.Number == errQueryInterrupted && vtTxClosed.MatchString(e.Message):
 		return driver.Retryable | driver.TxRolledBack
+	case (e.Number == crServerGone || e.Number == crServerLost) && vtTablet.MatchString(e.Message):
+		// The tablet's MySQL connection died under the shard's
+		// transaction (killed, or the server restarted): the transaction
+		// is gone. vtgate answers the next statement with 1317 "transaction
+		// ... ended", and the one after it begins a new transaction on
+		// the shard, inside the client's: no further statement of this
+		// transaction may be sent, or it commits apart from the rest.
+		return driver.ConnLost | driver.Retryable | driver.TxRolledBack
 	case e.Number == errSpNotExist:
 		if vtStaleSavepoint.MatchString(e.Message) {
 			return driver.Retryable | driver.TxRolledBack

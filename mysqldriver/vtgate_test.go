@@ -16,6 +16,8 @@ const (
 	vtDeadlockMsg       = `target: ks.80-.primary: vttablet: rpc error: code = Aborted desc = Deadlock found when trying to get lock; try restarting transaction (errno 1213) (sqlstate 40001) (CallerID: userData1): Sql: "update t set v = 1", BindVars: {}`
 	vtTxKilledMsg       = `target: ks.-80.primary: vttablet: rpc error: code = Aborted desc = transaction 1764199447064617541: ended at 2026-11-26 22:00:00.000 UTC (exceeded timeout: 30s) (CallerID: userData1)`
 	vtStaleSavepointMsg = `target: ks.-80.primary: vttablet: rpc error: code = Unknown desc = SAVEPOINT sqlonce_sp_315 does not exist (errno 1305) (sqlstate 42000) (CallerID: userData1): Sql: "begin", BindVars: {}`
+	vtLostMsg           = `target: ks.-80.primary: vttablet: rpc error: code = Canceled desc = EOF (errno 2013) (sqlstate HY000) (CallerID: userData1): Sql: "insert into orders(tenant_id, order_id, amount) values (:v1, :v2, 1)", BindVars: {}`
+	vtGoneMsg           = `target: ks.-80.primary: vttablet: rpc error: code = Unavailable desc = conn 123: Write(packet) failed: write unix @->/tmp/vt/mysql.sock: write: broken pipe (errno 2006) (sqlstate HY000) (CallerID: userData1)`
 	vtNoTabletMsg       = `target: ks.80-.primary: no healthy tablet available for 'keyspace:"ks" shard:"80-" tablet_type:PRIMARY'`
 )
 
@@ -35,6 +37,9 @@ func TestClassifyVtgate(t *testing.T) {
 		// transaction as it was: not classified.
 		{"mariadb query interrupted", myErr(errQueryInterrupted, "Query execution was interrupted"), 0},
 		{"mariadb unknown error", myErr(errUnknown, "Unknown error"), 0},
+		// A tablet's connection killed under the shard's transaction.
+		{"tablet lost its connection", myErr(crServerLost, vtLostMsg), sqdriver.ConnLost | sqdriver.Retryable | sqdriver.TxRolledBack},
+		{"tablet's connection gone", myErr(crServerGone, vtGoneMsg), sqdriver.ConnLost | sqdriver.Retryable | sqdriver.TxRolledBack},
 		// A savepoint of an earlier transaction vtgate replayed at the
 		// begin of the next (tests/conformance TestVitess,
 		// Unique/Insert/Race/SERIALIZABLE): retryable, nothing was done.
