@@ -72,8 +72,9 @@ func classifyVtgate(e *mysql.MySQLError) driver.Class {
 		// is gone. vtgate answers the next statement with 1317 "transaction
 		// ... ended", and the one after it begins a new transaction on
 		// the shard, inside the client's: no further statement of this
-		// transaction may be sent, or it commits apart from the rest.
-		return driver.ConnLost | driver.Retryable | driver.TxRolledBack
+		// transaction may be sent, or it commits apart from the rest. Not
+		// retryable, as a connection killed on MySQL itself (1927) is not.
+		return driver.ConnLost | driver.TxRolledBack
 	case e.Number == errSpNotExist:
 		if vtStaleSavepoint.MatchString(e.Message) {
 			return driver.Retryable | driver.TxRolledBack

@@ -38,8 +38,8 @@ func TestClassifyVtgate(t *testing.T) {
 		{"mariadb query interrupted", myErr(errQueryInterrupted, "Query execution was interrupted"), 0},
 		{"mariadb unknown error", myErr(errUnknown, "Unknown error"), 0},
 		// A tablet's connection killed under the shard's transaction.
-		{"tablet lost its connection", myErr(crServerLost, vtLostMsg), sqdriver.ConnLost | sqdriver.Retryable | sqdriver.TxRolledBack},
-		{"tablet's connection gone", myErr(crServerGone, vtGoneMsg), sqdriver.ConnLost | sqdriver.Retryable | sqdriver.TxRolledBack},
+		{"tablet lost its connection", myErr(crServerLost, vtLostMsg), sqdriver.ConnLost | sqdriver.TxRolledBack},
+		{"tablet's connection gone", myErr(crServerGone, vtGoneMsg), sqdriver.ConnLost | sqdriver.TxRolledBack},
 		// A savepoint of an earlier transaction vtgate replayed at the
 		// begin of the next (tests/conformance TestVitess,
 		// Unique/Insert/Race/SERIALIZABLE): retryable, nothing was done.
