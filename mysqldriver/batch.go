@@ -22,10 +22,12 @@ func (e engine) ClaimBatch(ctx context.Context, tx *sql.Tx, p driver.BatchParams
 	if err := e.checkTx(ctx, tx); err != nil {
 		return nil, err
 	}
-	if e.wsrep.vtgate {
+	if e.wsrep.vtgate || e.batch.first.Load() == shapePerKey {
 		// vtgate cannot plan the batch's INSERT ... SELECT over a derived
 		// table ("missing bind var"): every key is left undecided, and
-		// claimed alone, on the scope's shard.
+		// claimed alone, on the scope's shard. So too in a session
+		// pinned to a shard, once vtgate's parser refused a shape
+		// (refusedBy).
 		return make([]driver.BatchClaim, len(p.Keys)), nil
 	}
 	list, err := json.Marshal(p.Keys)
@@ -45,6 +47,9 @@ func (e engine) ClaimBatch(ctx context.Context, tx *sql.Tx, p driver.BatchParams
 		}
 		if ok {
 			return batchClaims(p.Keys, rows, nonce), nil
+		}
+		if e.batch.first.Load() == shapePerKey {
+			return make([]driver.BatchClaim, len(p.Keys)), nil
 		}
 	}
 	allNew, err := e.insertBatch(ctx, tx, params, len(p.Keys))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"sync/atomic"
 
 	"github.com/go-sql-driver/mysql"
@@ -96,17 +97,37 @@ const (
 	shapeReturning int32 = iota // INSERT ... RETURNING over JSON_TABLE: MariaDB 10.6
 	shapeJSONTable              // JSON_TABLE, then a read when a key existed: MySQL 8
 	shapeNumbers                // the generated statements: MariaDB 10.5
+	// shapePerKey: each key claimed alone, as on vtgate (ClaimBatch), for
+	// a session whose server refused a shape with vtgate's parse error.
+	shapePerKey
 )
 
 // batchShape is the first shape the server has not refused; shared by the
 // drivers on one handle, as the statements are.
 type batchShape struct{ first atomic.Int32 }
 
+// vtgateParse begins vtgate's refusal of a statement its own parser
+// cannot read (1105): MariaDB's INSERT ... RETURNING, which a session
+// pinned to one shard (keyspace:shard in the DSN) sends on, since vtgate
+// passes the driver's probe on to the tablet, which answers with its
+// MariaDB version. The batch's other shapes do not hold through vtgate
+// either (its JSON_TABLE argument arrives re-encoded: 4035 "Broken JSON
+// string" for keys of any byte): such a session claims each key alone, as
+// the driver does on vtgate.
+const vtgateParse = "syntax error at position "
+
 // refusedBy reports whether err is the server's refusal of shape, and then
 // remembers it.
 func (c *batchShape) refusedBy(err error, shape int32) bool {
 	var myErr *mysql.MySQLError
-	if !errors.As(err, &myErr) || myErr.Number != errParse {
+	if !errors.As(err, &myErr) {
+		return false
+	}
+	if myErr.Number == errUnknown && strings.HasPrefix(myErr.Message, vtgateParse) {
+		c.first.Store(shapePerKey)
+		return true
+	}
+	if myErr.Number != errParse {
 		return false
 	}
 	for {

@@ -38,6 +38,11 @@ const (
 	// serving tablet).
 	errQueryInterrupted = 1317
 	errUnknown          = 1105
+	errSpNotExist       = 1305 // ER_SP_DOES_NOT_EXIST: "SAVEPOINT %s does not exist" too
+	// The client's "server has gone away" and "lost connection", which
+	// vtgate passes on from a tablet whose MySQL connection died.
+	crServerGone = 2006
+	crServerLost = 2013
 )
 
 // classify reads one error of a tree: a *mysql.MySQLError by its number,
@@ -78,7 +83,7 @@ func classify(err error) driver.Class {
 		return driver.ReadOnly
 	case errServerShutdown, errConnectionKilled:
 		return driver.ConnLost
-	case errQueryInterrupted, errUnknown:
+	case errQueryInterrupted, errUnknown, errSpNotExist, crServerGone, crServerLost:
 		return classifyVtgate(myErr)
 	}
 	return 0

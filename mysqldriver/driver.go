@@ -84,6 +84,12 @@
 // checks that the transaction is still one (a SAVEPOINT and its RELEASE,
 // through vtgate only), which vtgate's rollback would otherwise turn into
 // a write in autocommit that records the step without its work.
+// A session pinned to one shard
+// (keyspace:shard in the DSN) reaches that shard alone; vtgate passes the
+// driver's probe on to the tablet there, so the driver takes it for
+// MariaDB, and claims a batch's keys one by one once vtgate's parser
+// refuses the batch's statement. Give such a DSN interpolateParams=true:
+// vtgate cannot prepare a statement with LIMIT ? in a pinned session.
 //
 // Return every error of the work's statements. A deadlock (1213), on
 // Galera another node's conflicting write, and through vtgate a statement

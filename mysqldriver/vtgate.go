@@ -39,10 +39,23 @@ var (
 	vtTxClosed = regexp.MustCompile(`transaction ([a-z0-9:]+) (?:ended|not found|in use: for tx killer rollback)`)
 	// No tablet serves the shard (its primary is down or being replaced):
 	// vtrpc UNAVAILABLE, as vtgate words it.
+	// vtgate keeps a transaction's SAVEPOINT and ROLLBACK TO statements
+	// and replays them on the tablet when it begins the transaction on a
+	// shard. On a reserved connection (a session that set a system
+	// variable vtgate reserves one for, such as tx_isolation) it can keep
+	// them past the transaction: after a deadlock ended the shard's
+	// transaction, the savepoint's ROLLBACK TO answers OK and is kept, and
+	// the next transaction on that session fails at its first statement,
+	// at the replayed "begin": 1305 "SAVEPOINT ... does not exist". That
+	// transaction has done nothing, and vtgate has dropped the statements:
+	// run it again.
+	vtStaleSavepoint = regexp.MustCompile(`does not exist \(errno 1305\).*Sql: "begin"`)
+	// A tablet's error, as vtgate wraps it.
+	vtTablet      = regexp.MustCompile(`target: [^ ]+: vttablet: `)
 	vtUnavailable = regexp.MustCompile(`code = Unavailable|no healthy tablet available|no valid tablet|primary is not serving|tablet: .* is not serving|operation not allowed in state (?:NOT_SERVING|SHUTTING_DOWN)`)
 )
 
-// classifyVtgate classifies vtgate's own errors (1317, 1105). The same
+// classifyVtgate classifies vtgate's own errors (1317, 1105, 1305). The same
 // numbers from MySQL or MariaDB themselves (1317: KILL QUERY, a statement
 // timeout, which leave the transaction as it was) never match these
 // messages and are not classified.
@@ -53,6 +66,20 @@ func classifyVtgate(e *mysql.MySQLError) driver.Class {
 		return driver.TxRolledBack
 	case e.Number == errQueryInterrupted && vtTxClosed.MatchString(e.Message):
 		return driver.Retryable | driver.TxRolledBack
+	case (e.Number == crServerGone || e.Number == crServerLost) && vtTablet.MatchString(e.Message):
+		// The tablet's MySQL connection died under the shard's
+		// transaction (killed, or the server restarted): the transaction
+		// is gone. vtgate answers the next statement with 1317 "transaction
+		// ... ended", and the one after it begins a new transaction on
+		// the shard, inside the client's: no further statement of this
+		// transaction may be sent, or it commits apart from the rest. Not
+		// retryable, as a connection killed on MySQL itself (1927) is not.
+		return driver.ConnLost | driver.TxRolledBack
+	case e.Number == errSpNotExist:
+		if vtStaleSavepoint.MatchString(e.Message) {
+			return driver.Retryable | driver.TxRolledBack
+		}
+		return 0
 	case vtUnavailable.MatchString(e.Message):
 		// Whether a statement sent on reached the tablet is unknown, and
 		// the shard's transaction is lost with it: run it again from the

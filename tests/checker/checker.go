@@ -188,6 +188,13 @@ type Config[TTx any] struct {
 	// lease's claim and completion meet on different nodes. The
 	// invariants are checked through db.
 	Nodes []harness.DB[TTx]
+	// NoKill leaves out the faults that kill a connection from another
+	// session (FaultKill, FaultKillAsync).
+	NoKill bool
+	// NoLockWait leaves out the StoreRun workload's Store WithNoWait: for
+	// a driver that refuses a bounded lock wait (the MySQL driver through
+	// vtgate).
+	NoLockWait bool
 	// Proxy, when set, is the fault proxy db's pool connects through
 	// (harness.Reopen with Settings.Addr): the network faults (netfaults.go)
 	// join the faults drawn for transactions and Run calls.
@@ -267,6 +274,7 @@ type run[TTx any] struct {
 	// Run calls: the package's lists, with the network faults when
 	// Config.Proxy is set.
 	txFaults, runFaults []Fault
+	leaseFaults         []Fault // leaseFaults, without the kills under NoKill
 
 	steps           *stepsState // the Steps workload's
 	stepsViolations []Violation // guarded by steps.mu
@@ -320,10 +328,16 @@ func Run[TTx any](t testing.TB, db harness.DB[TTx], cfg Config[TTx]) *Report {
 		r.windows[op] = new(atomic.Int64)
 	}
 	r.runTargets = r.targetsOfRun()
-	r.txFaults, r.runFaults = txFaults, runFaults
+	r.txFaults, r.runFaults, r.leaseFaults = txFaults, runFaults, leaseFaults
 	if cfg.Proxy != nil {
 		r.txFaults = append(slices.Clone(txFaults), netFaults...)
 		r.runFaults = append(slices.Clone(runFaults), netFaults...)
+	}
+	if cfg.NoKill {
+		kill := func(f Fault) bool { return f == FaultKill || f == FaultKillAsync }
+		r.txFaults = slices.DeleteFunc(slices.Clone(r.txFaults), kill)
+		r.runFaults = slices.DeleteFunc(slices.Clone(r.runFaults), kill)
+		r.leaseFaults = slices.DeleteFunc(slices.Clone(r.leaseFaults), kill)
 	}
 	if err := r.setup(); err != nil {
 		t.Fatalf("checker setup: %v", err)

@@ -307,7 +307,7 @@ func (w *worker[TTx]) leaseOp(key string) (settled, inProgress bool) {
 			st.Token = l.Token
 		}
 		if err == nil && res.FirstRun() && w.faulty() {
-			a.Fault = leaseFaults[w.rng.IntN(len(leaseFaults))]
+			a.Fault = w.r.leaseFaults[w.rng.IntN(len(w.r.leaseFaults))]
 		}
 		w.r.record(a)
 		switch {

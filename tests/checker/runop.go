@@ -55,6 +55,9 @@ func (w *worker[TTx]) runOp() {
 	t := w.r.runTargets[w.rng.IntN(len(w.r.runTargets))]
 	key := w.key(t.window)
 	c := DedupeCall{Scope: t.scope, Key: key, Ref: t.scope + ":" + key, Respond: true, Shape: w.rng.IntN(len(runShapes))}
+	for w.r.cfg.NoLockWait && runShapes[c.Shape].noWait {
+		c.Shape = w.rng.IntN(len(runShapes))
+	}
 	if t.scope == "lease" {
 		w.r.leases.Store(key, true)
 	}

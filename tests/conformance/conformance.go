@@ -5,6 +5,8 @@
 package conformance
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
@@ -23,7 +25,7 @@ var parallelGroups bool
 
 func group(t *testing.T, name string, fn func(t *testing.T)) {
 	t.Run(name, func(t *testing.T) {
-		if parallelGroups {
+		if parallel(t) {
 			t.Parallel()
 		}
 		fn(t)
@@ -38,11 +40,25 @@ func group(t *testing.T, name string, fn func(t *testing.T)) {
 // as its slowest part. A group that has parts runs every case in one.
 func part(t *testing.T, name string, fn func(t *testing.T)) {
 	t.Run(name, func(t *testing.T) {
-		if parallelGroups {
+		if parallel(t) {
 			t.Parallel()
 		}
 		fn(t)
 	})
+}
+
+// sequential names the configurations whose cases take turns on one
+// set of tables (Vitess: the shards of one keyspace), never in parallel.
+var sequential = []string{"TestVitess"}
+
+// parallel reports whether t's group or part runs in parallel with the
+// others of its configuration.
+func parallel(t *testing.T) bool {
+	if !parallelGroups {
+		return false
+	}
+	top, _, _ := strings.Cut(t.Name(), "/")
+	return !slices.Contains(sequential, top)
 }
 
 // Run runs the whole suite against the databases f creates.

@@ -8,6 +8,7 @@ import (
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 	"github.com/sqlonce/sqlonce/tests/internal/pgbouncer"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+	"github.com/sqlonce/sqlonce/tests/internal/vitess"
 )
 
 // The suite through a real PgBouncer 1.18 in transaction pooling mode,
@@ -47,5 +48,6 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	pgbouncer.Stop()
+	vitess.StopShared()
 	os.Exit(code)
 }

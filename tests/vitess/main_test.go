@@ -29,29 +29,20 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// single is the DSN parameter that keeps every transaction of a session
-// on one shard: vtgate refuses (1317) the statement that would reach a
-// second one. go-sql-driver/mysql sends it as SET transaction_mode =
-// 'single' on each new connection.
-const single = "transaction_mode=%27single%27"
+// single keeps every transaction of a session on one shard.
+const single = vitess.Single
 
 // vschema is the keyspace's VSchema as docs/deployments.md gives it:
-// sqlonce's keys and tokens sharded by scope with xxhash, the business
-// table by its tenant with the same vindex, so that a key whose scope is
-// the tenant's id lands on the shard of that tenant's rows.
-var vschema = []string{
-	"ALTER VSCHEMA CREATE VINDEX xxhash USING xxhash",
-	// migrations.Up's goose version table, sharded by its version.
-	"ALTER VSCHEMA CREATE VINDEX hash USING hash",
-	"ALTER VSCHEMA ON sqlonce_goose_db_version ADD VINDEX hash(version_id) USING hash",
-	"ALTER VSCHEMA ON sqlonce_keys ADD VINDEX xxhash(scope) USING xxhash",
-	"ALTER VSCHEMA ON sqlonce_tokens ADD VINDEX xxhash(scope) USING xxhash",
+// sqlonce's tables as tests/internal/vitess has them, the business table
+// by its tenant with the same vindex, so that a key whose scope is the
+// tenant's id lands on the shard of that tenant's rows.
+var vschema = append(append([]string(nil), vitess.VSchema...),
 	"ALTER VSCHEMA ON orders ADD VINDEX xxhash(tenant_id) USING xxhash",
 	"ALTER VSCHEMA ON accounts ADD VINDEX xxhash(tenant_id) USING xxhash",
 	// notes follow httpidem's keys: sharded by a column holding the
 	// key's scope ("k:" and the principal) with the keys' vindex.
 	"ALTER VSCHEMA ON notes ADD VINDEX xxhash(scope) USING xxhash",
-}
+)
 
 // orders is the business table of the tests: a tenant's orders, on the
 // tenant's shard.

@@ -22,6 +22,11 @@ func MySQL(t testing.TB, maxConns int) DB[*sql.Tx] {
 type myDB struct {
 	db     *testdb.MySQL
 	driver *mysqldriver.Driver
+	// levels, through vtgate (Vitess), are the pools Begin takes a
+	// transaction at a level from; nil elsewhere.
+	levels *levelPools
+	// kill, when set, replaces KILL on the pool (vtgate runs none).
+	kill func(ctx context.Context, connID int64) error
 }
 
 func (m *myDB) Dialect() string                 { return "mysql" }
@@ -32,6 +37,13 @@ func (m *myDB) DSN() string                     { return m.db.DSN }
 func (m *myDB) SQLDB() *sql.DB { return m.db.DB }
 
 func (m *myDB) Begin(ctx context.Context, iso Isolation) (*sql.Tx, error) {
+	if m.levels != nil && iso != Default {
+		p, err := m.levels.pool(iso)
+		if err != nil {
+			return nil, err
+		}
+		return p.BeginTx(ctx, nil)
+	}
 	opts := &sql.TxOptions{}
 	switch iso {
 	case ReadCommitted:
@@ -92,6 +104,9 @@ func (m *myDB) ConnID(ctx context.Context, tx *sql.Tx) (int64, error) {
 }
 
 func (m *myDB) Kill(ctx context.Context, connID int64) error {
+	if m.kill != nil {
+		return m.kill(ctx, connID)
+	}
 	_, err := m.db.DB.ExecContext(ctx, "KILL ?", connID)
 	return err
 }

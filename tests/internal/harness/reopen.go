@@ -127,7 +127,12 @@ func Reopen[TTx any](t testing.TB, db DB[TTx], maxConns int, s Settings) (DB[TTx
 		if s.Addr != "" {
 			dsn = d.db.DSN
 		}
-		out = &myDB{db: &testdb.MySQL{DB: sqlDB, Name: d.db.Name, DSN: dsn}, driver: mysqldriver.New(sqlDB)}
+		r := &myDB{db: &testdb.MySQL{DB: sqlDB, Name: d.db.Name, DSN: dsn}, driver: mysqldriver.New(sqlDB)}
+		if d.levels != nil {
+			r.levels = newLevelPools(t, dsn, maxConns)
+		}
+		r.kill = d.kill
+		out = r
 	case *spreadDB:
 		var nodes []DB[*sql.Tx]
 		for _, n := range d.nodes {

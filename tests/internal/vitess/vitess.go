@@ -287,3 +287,18 @@ func (c *Cluster) LogTail() string {
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// MySQLDSN is a go-sql-driver/mysql DSN for the mysqld behind every
+// tablet itself, on its unix socket as vt_dba (vttestserver's
+// administrator, no password), bypassing vtgate: for what a client of
+// vtgate cannot do, such as killing a tablet's connection.
+func (c *Cluster) MySQLDSN() (string, error) {
+	socks, err := filepath.Glob(filepath.Join(c.Dir, "data", "*", "mysql.sock"))
+	if err != nil {
+		return "", err
+	}
+	if len(socks) == 0 {
+		return "", fmt.Errorf("vitess: no mysql.sock under %s", filepath.Join(c.Dir, "data"))
+	}
+	return fmt.Sprintf("vt_dba@unix(%s)/", socks[0]), nil
+}
