@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
+	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 	"github.com/sqlonce/sqlonce/tests/internal/vitess"
 )
 
@@ -16,8 +17,10 @@ import (
 // before it (harness.Vitess says why). vitessCannot lists what cannot
 // hold through vtgate, and why; vitessLong, the groups left to
 // SQLONCE_VITESS_CONFORMANCE=all for time (they hold: docs/deployments.md
-// gives the last full run).
+// gives the last full run). Under -short tests/vitess runs the driver's
+// Vitess cases; the suite through vtgate is make test's.
 func TestVitess(t *testing.T) {
+	testdb.Long(t)
 	c := vitess.Shared(t)
 	t.Parallel()
 	all := os.Getenv(VitessAllEnv) == "all"
