@@ -74,7 +74,7 @@ func TestChecker(t *testing.T) {
 		// runs of 16 found violations, from the claim's LAST_INSERT_ID,
 		// for which vttablet reconnected the killed transaction's
 		// connection and ran the rest in autocommit; fixed in the MySQL
-		// driver, 0 violations in 6 runs since (docs/deployments.md,
+		// driver, 0 violations in 13 runs since (docs/deployments.md,
 		// Vitess).
 		NoKill:         os.Getenv(KillsEnv) != "1",
 		AttemptTimeout: time.Minute,
