@@ -90,6 +90,12 @@
 // MariaDB, and claims a batch's keys one by one once vtgate's parser
 // refuses the batch's statement. Give such a DSN interpolateParams=true:
 // vtgate cannot prepare a statement with LIMIT ? in a pinned session.
+// Through vtgate (on the keyspace) the driver sends no statement calling
+// LAST_INSERT_ID(x) in a caller's transaction: for one, vttablet (v0.24)
+// first resets the last insert id with a statement that reconnects on a
+// lost MySQL connection, and the transaction then goes on in autocommit
+// without an error, its earlier statements lost and its later ones each
+// committing alone. Send none in your transactions through vtgate either.
 //
 // Return every error of the work's statements. A deadlock (1213), on
 // Galera another node's conflicting write, and through vtgate a statement
