@@ -90,6 +90,12 @@
 // MariaDB, and claims a batch's keys one by one once vtgate's parser
 // refuses the batch's statement. Give such a DSN interpolateParams=true:
 // vtgate cannot prepare a statement with LIMIT ? in a pinned session.
+// Through vtgate (on the keyspace) the driver sends no statement calling
+// LAST_INSERT_ID(x) in a caller's transaction: for one, vttablet (v0.24)
+// first resets the last insert id with a statement that reconnects on a
+// lost MySQL connection, and the transaction then goes on in autocommit
+// without an error, its earlier statements lost and its later ones each
+// committing alone. Send none in your transactions through vtgate either.
 //
 // Return every error of the work's statements. A deadlock (1213), on
 // Galera another node's conflicting write, and through vtgate a statement
@@ -314,10 +320,33 @@ func (e engine) claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 		if p.Lease <= 0 {
 			nonce = sql.NullInt64{Int64: 1 + rand.Int64N(1<<40), Valid: true}
 		}
-		res, err := e.q.KeyInsert(ctx, e.on(tx), mysqldb.KeyInsertParams{
-			Namespace: ns, Scope: scope, IdempotencyKey: key, Fingerprint: fp, State: state, Token: nonce,
-			Now: now, LeaseUs: lease, TtlUs: ttl.Microseconds(),
-		})
+		var res sql.Result
+		var err error
+		if nonce.Valid && e.wsrep.vtgate {
+			// Through vtgate, no LAST_INSERT_ID(x) in the caller's
+			// transaction. For such a statement vtgate has the tablet
+			// fetch the last insert id, and vttablet (v0.24) first resets
+			// the session's LAST_INSERT_ID on the transaction's MySQL
+			// connection with a statement that, on a connection error,
+			// reconnects and runs again: when that connection was killed
+			// (a KILL, a lost connection, a MySQL restart) the
+			// transaction is gone, and this claim and every statement
+			// after it run on the new connection in autocommit, each
+			// committing alone, without an error to anyone; COMMIT
+			// answers OK. A batch's claims made before the kill were
+			// lost, those after it and the work committed. Without
+			// LAST_INSERT_ID the claim fails on the killed connection
+			// (2013 or 2006, then 1317 "transaction ... ended").
+			err = e.q.KeyInsertNonce(ctx, e.on(tx), mysqldb.KeyInsertNonceParams{
+				Namespace: ns, Scope: scope, IdempotencyKey: key, Fingerprint: fp, State: state, Token: nonce.Int64,
+				Now: now, TtlUs: ttl.Microseconds(),
+			})
+		} else {
+			res, err = e.q.KeyInsert(ctx, e.on(tx), mysqldb.KeyInsertParams{
+				Namespace: ns, Scope: scope, IdempotencyKey: key, Fingerprint: fp, State: state, Token: nonce,
+				Now: now, LeaseUs: lease, TtlUs: ttl.Microseconds(),
+			})
+		}
 		if err == nil && nonce.Valid {
 			return driver.Claim{Won: true, Token: nonce.Int64}, nil
 		}

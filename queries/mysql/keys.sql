@@ -28,6 +28,30 @@ INSERT INTO sqlonce_keys (
     DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(ttl_us) MICROSECOND)
 );
 
+-- name: KeyInsertNonce :exec
+-- KeyInsert for an in-transaction claim, whose token is the caller's
+-- nonce, without LAST_INSERT_ID: the MySQL driver sends it through
+-- Vitess's vtgate. A statement that calls LAST_INSERT_ID(x) makes vttablet
+-- reset the session's LAST_INSERT_ID first, with a statement that
+-- reconnects and runs again on a lost connection: a transaction whose
+-- MySQL connection was killed then goes on, without an error, on a new
+-- connection in autocommit, its earlier statements lost and its later
+-- ones each committing alone.
+INSERT INTO sqlonce_keys (
+    namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
+) VALUES (
+    sqlc.arg(namespace),
+    sqlc.arg(scope),
+    sqlc.arg(idempotency_key),
+    sqlc.arg(fingerprint),
+    NULL,
+    sqlc.arg(state),
+    sqlc.arg(token),
+    NULL,
+    COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
+    DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(ttl_us) MICROSECOND)
+);
+
 -- name: KeyGetLocked :one
 -- A locking read: under REPEATABLE READ a plain SELECT would read the
 -- transaction's old snapshot, not the row that made the INSERT fail.

@@ -320,6 +320,57 @@ func (q *Queries) KeyInsert(ctx context.Context, db DBTX, arg KeyInsertParams) (
 	)
 }
 
+const keyInsertNonce = `-- name: KeyInsertNonce :exec
+INSERT INTO sqlonce_keys (
+    namespace, scope, idempotency_key, fingerprint, response, state, token, locked_until, created_at, expires_at
+) VALUES (
+    ?,
+    ?,
+    ?,
+    ?,
+    NULL,
+    ?,
+    ?,
+    NULL,
+    COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
+    DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND)
+)
+`
+
+type KeyInsertNonceParams struct {
+	Namespace      int16
+	Scope          []byte
+	IdempotencyKey []byte
+	Fingerprint    []byte
+	State          int16
+	Token          int64
+	Now            sql.NullTime
+	TtlUs          interface{}
+}
+
+// KeyInsert for an in-transaction claim, whose token is the caller's
+// nonce, without LAST_INSERT_ID: the MySQL driver sends it through
+// Vitess's vtgate. A statement that calls LAST_INSERT_ID(x) makes vttablet
+// reset the session's LAST_INSERT_ID first, with a statement that
+// reconnects and runs again on a lost connection: a transaction whose
+// MySQL connection was killed then goes on, without an error, on a new
+// connection in autocommit, its earlier statements lost and its later
+// ones each committing alone.
+func (q *Queries) KeyInsertNonce(ctx context.Context, db DBTX, arg KeyInsertNonceParams) error {
+	_, err := db.ExecContext(ctx, keyInsertNonce,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Fingerprint,
+		arg.State,
+		arg.Token,
+		arg.Now,
+		arg.Now,
+		arg.TtlUs,
+	)
+	return err
+}
+
 const keyInspect = `-- name: KeyInspect :one
 SELECT
     state,
