@@ -277,7 +277,16 @@ func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (dr
 // the driver closes the connection instead.
 func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (c driver.Claim, err error) {
 	if e.wsrep.vtgate {
-		return c, errVtgateLockWait
+		// The SET reaches the keyspace's first shard: the key's shard
+		// only when the session is on one shard (a DSN whose database is
+		// keyspace:shard) or the keyspace has one.
+		targets, err := e.vtgateShards(ctx, tx)
+		if err != nil {
+			return c, err
+		}
+		if len(targets) > 1 {
+			return c, errVtgateLockWait
+		}
 	}
 	if _, err := tx.ExecContext(ctx, fmt.Sprintf(sqlSaveLockWait, int64(p.LockWait/time.Second))); err != nil {
 		return c, err

@@ -254,7 +254,9 @@ func vtgateErr(ctx context.Context, q querier) (refusal, err error) {
 // query on the keyspace's first shard, inside the transaction: under
 // transaction_mode=single a claim whose key lives on another shard then
 // fails as a cross-shard transaction (1317), depending on where the key
-// hashes. Refused always, rather than on some keys.
-var errVtgateLockWait = fmt.Errorf("%w: mysqldriver: a bounded lock wait (dedupe.WithNoWait, WithLockWait) is not supported through vtgate: "+
+// hashes. Refused on a sharded keyspace, rather than on some keys; a
+// session on one shard (keyspace:shard in the DSN) or a keyspace of one
+// shard runs it as MariaDB does.
+var errVtgateLockWait = fmt.Errorf("%w: mysqldriver: a bounded lock wait (dedupe.WithNoWait, WithLockWait) is not supported through vtgate on a sharded keyspace: "+
 	"its SET innodb_lock_wait_timeout runs on the keyspace's first shard inside the transaction, which makes a key on another shard "+
 	"a cross-shard transaction; use a Store without it (docs/deployments.md, Vitess)", sqlonce.ErrInvalidArgument)

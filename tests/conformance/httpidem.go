@@ -473,7 +473,11 @@ func runHTTPIdemMode[TTx any](t *testing.T, f harness.Factory[TTx], lease bool) 
 			}
 			firstc <- r
 		}()
-		<-holding
+		select {
+		case <-holding:
+		case r := <-firstc:
+			t.Fatalf("the first request ended (%d %q) before its handler ran", r.status, r.body)
+		}
 		dupc := make(chan reply, 1)
 		go func() {
 			r, err := s.send(ctxT(t), nil, q)
