@@ -50,6 +50,7 @@ var singleNode = map[string]string{
 	"Unique/Insert/SnapshotTrap/SERIALIZABLE/locking_read_after_checking_the_code":    whySerialLocks,
 	"Unique/InsertOne/SnapshotTrap/SERIALIZABLE/locking_read_after_checking_the_code": whySerialLocks,
 	"AntiPattern/SelectThenInsertSerializable":                                        whySerial,
+	"Token/WaitsForConsumer":                                                          whyLocks,
 }
 
 // ciGroups are the groups run by default: those that read across
