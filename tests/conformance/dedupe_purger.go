@@ -110,7 +110,12 @@ func purgerEightInstances[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		instances = 8
 		expired   = 120
 		live      = 40
-		interval  = 50 * time.Millisecond
+		// The lease lasts two intervals: a round later than that lets
+		// another instance take it over. At 50ms, on a loaded machine
+		// (SQLite under -race, eight instances contending for its one
+		// writer), rounds came that late often enough for the lease to
+		// visit all eight instances before the expired keys were gone.
+		interval = 200 * time.Millisecond
 	)
 	ctx := ctxT(t)
 	db := f(t, 4)
@@ -222,7 +227,11 @@ func purgerEightInstances[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		t.Fatal("the expired keys went, but no instance reports a purge")
 	}
 	if len(stopped) == instances {
-		t.Fatalf("all %d instances purged: the lease elected each in turn", instances)
+		var per []int64
+		for i := range rounds {
+			per = append(per, rounds[i].purged.Load())
+		}
+		t.Fatalf("all %d instances purged (rounds each: %v): the lease elected each in turn", instances, per)
 	}
 	// More keys expire; one of the others takes the lease over once it
 	// has lapsed, and purges them.
