@@ -68,7 +68,15 @@
 // single statement), and a claim with a bounded lock wait (dedupe's
 // WithNoWait, WithLockWait) is refused with an error matching
 // sqlonce.ErrInvalidArgument: vtgate runs its SET on the keyspace's first
-// shard, inside the transaction. A purge in a transaction of the
+// shard, inside the transaction. The driver lists the keyspace's shards
+// for that (SHOW VITESS_SHARDS, and SELECT DATABASE() without
+// WithDatabase) once per *sql.DB and database, in the first bounded
+// claim's transaction, and keeps the answer: later bounded claims send
+// nothing for it. The session's keyspace is taken from the first claim's
+// connection (a pool's connections all start on the DSN's database; a
+// program that moves some with USE should use WithDatabase); a purge
+// lists the shards anew at every round and refreshes the kept answer, so
+// a resharded keyspace is seen there or by a new handle. A purge in a transaction of the
 // driver's own (Purge, PurgeEvery) runs shard by shard, each shard's
 // statements committing on their own (the keys' listed with a read that
 // locks nothing, then deleted one by one, so that none waits for a row
@@ -170,8 +178,9 @@ func New(db *sql.DB, opts ...Option) *Driver {
 		e.stmts = cacheFor(db)
 		e.wsrep = e.stmts.wsrep // shared by the drivers on db
 		e.batch = e.stmts.batch
+		e.shards = e.stmts.shards
 	} else {
-		e.wsrep, e.batch = &wsrepCheck{}, &batchShape{}
+		e.wsrep, e.batch, e.shards = &wsrepCheck{}, &batchShape{}, &vtShardCache{}
 	}
 	return &Driver{e: e, check: checkDialect(db), optErr: optErr}
 }
@@ -207,6 +216,8 @@ type engine struct {
 	wsrep *wsrepCheck
 	// batch: the batch claim's shapes the server refused (batchjson.go).
 	batch *batchShape
+	// shards: through vtgate, the keyspace's shards (vtShardCache).
+	shards *vtShardCache
 	// schema qualifies every statement (WithDatabase); nil: unqualified.
 	schema *driver.Schema
 }
@@ -279,7 +290,8 @@ func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimPara
 	if e.wsrep.vtgate {
 		// The SET reaches the keyspace's first shard: the key's shard
 		// only when the session is on one shard (a DSN whose database is
-		// keyspace:shard) or the keyspace has one.
+		// keyspace:shard) or the keyspace has one. The shards are
+		// listed once per handle (vtShardCache), not per claim.
 		targets, err := e.vtgateShards(ctx, tx)
 		if err != nil {
 			return c, err

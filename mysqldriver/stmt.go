@@ -35,6 +35,8 @@ type stmtCache struct {
 	wsrep *wsrepCheck
 	// batch: the batch claim's shapes db's server refused (batchjson.go).
 	batch *batchShape
+	// shards: through vtgate, the keyspace's shards (vtShardCache).
+	shards *vtShardCache
 }
 
 // stmts is the part of a stmtCache that its cleanup closes: it must not
@@ -81,7 +83,7 @@ func cacheFor(db *sql.DB) *stmtCache {
 	if c := caches.m[k].Value(); c != nil {
 		return c
 	}
-	c := &stmtCache{db: db, stmts: &stmts{}, wsrep: &wsrepCheck{}, batch: &batchShape{}}
+	c := &stmtCache{db: db, stmts: &stmts{}, wsrep: &wsrepCheck{}, batch: &batchShape{}, shards: &vtShardCache{}}
 	self := weak.Make(c)
 	caches.m[k] = self
 	runtime.AddCleanup(c, func(s *stmts) {

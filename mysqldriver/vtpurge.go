@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sqlonce/sqlonce"
@@ -68,8 +69,17 @@ var errVtgatePurgeTx = fmt.Errorf("%w: mysqldriver: a purge in a caller's transa
 // by shard; none when the statement runs in tx as it would elsewhere: the
 // session is on one shard, or the keyspace has one. A purge in a caller's
 // transaction on a sharded keyspace is refused (errVtgatePurgeTx).
+//
+// Unlike a bounded claim (vtgateShards), a purge lists the shards anew at
+// every call, and leaves the answer for the claims: the list decides which
+// shards it deletes on, and one read once per handle would, after the
+// keyspace was resharded, send a round's statements to a shard that is
+// gone (every round failing) or skip a new one (its expired rows never
+// purged), for the handle's life. One round trip per purge is little
+// next to the purge's own statements, and a service that runs PurgeEvery
+// then refreshes its claims' view of the keyspace at every round too.
 func (e engine) vtgatePurgeShards(ctx context.Context, tx *sql.Tx) ([]string, error) {
-	targets, err := e.vtgateShards(ctx, tx)
+	targets, err := e.listShards(ctx, tx)
 	if err != nil || len(targets) < 2 {
 		return nil, err
 	}
@@ -100,15 +110,32 @@ func (e engine) purgeShards(ctx context.Context, targets []string, limit int, de
 // vtgateShards returns the targets (keyspace:shard) of the shards of the
 // keyspace holding sqlonce's tables: the driver's database
 // (WithDatabase), or the session's. None when the session is on a target
-// already.
+// already. The answer is the handle's (vtShardCache): listed by the first
+// call that needs it, in its transaction, and reused by every later call
+// of every driver on the same *sql.DB with the same database, so that a
+// bounded claim after the first costs no round trip for it.
 func (e engine) vtgateShards(ctx context.Context, tx *sql.Tx) ([]string, error) {
-	ks := e.schema.Name()
+	if targets, ok := e.shards.get(e.schema.Name()); ok {
+		return targets, nil
+	}
+	return e.listShards(ctx, tx)
+}
+
+// listShards asks vtgate, in tx, for what vtgateShards answers (the
+// session's database, unless the driver has one, and the shards), and
+// leaves the answer in the handle's cache. Both statements vtgate
+// answers itself, without reaching a shard or opening a shard's
+// transaction. A failure is not kept: the next call asks again.
+func (e engine) listShards(ctx context.Context, tx *sql.Tx) ([]string, error) {
+	name := e.schema.Name()
+	ks := name
 	if ks == "" {
 		if err := tx.QueryRowContext(ctx, sqlDatabase).Scan(&ks); err != nil {
 			return nil, err
 		}
 	}
 	if strings.ContainsAny(ks, ":@[/") {
+		e.shards.put(name, nil)
 		return nil, nil
 	}
 	rows, err := tx.QueryContext(ctx, sqlShards)
@@ -126,7 +153,48 @@ func (e engine) vtgateShards(ctx context.Context, tx *sql.Tx) ([]string, error) 
 			targets = append(targets, ks+":"+shard)
 		}
 	}
-	return targets, rows.Err()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	e.shards.put(name, targets)
+	return targets, nil
+}
+
+// vtShardCache is what vtgateShards answers, by the driver's database
+// (WithDatabase's name; "" for the session's), shared by the drivers on
+// one *sql.DB (per driver built with nil), as wsrepCheck is.
+//
+// For the session's database it keeps the keyspace the first asking
+// call's session was on: every connection of a pool starts on the DSN's
+// database, and a handle whose connections are on different keyspaces
+// (a USE on some of them) is not one sqlonce's unqualified statements
+// could serve anyway; give such a program a driver WithDatabase, or a
+// handle per keyspace. A keyspace resharded while the handle lives is
+// seen at the next purge (vtgatePurgeShards lists the shards every time
+// and refreshes the cache), or by a new handle. Until then a bounded
+// claim is judged by the old count: a keyspace split from one shard into
+// several lets it through, and under transaction_mode=single a key on a
+// shard other than the first then fails as cross-shard (1317, nothing
+// committed), as before the driver refused it.
+type vtShardCache struct {
+	mu sync.Mutex
+	m  map[string][]string
+}
+
+func (c *vtShardCache) get(name string) ([]string, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	targets, ok := c.m[name]
+	return targets, ok
+}
+
+func (c *vtShardCache) put(name string, targets []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil {
+		c.m = map[string][]string{}
+	}
+	c.m[name] = targets
 }
 
 func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time) (int64, error) {
