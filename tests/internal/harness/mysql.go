@@ -63,13 +63,20 @@ func (m *myDB) Tx(tx *sql.Tx) Biz { return myBiz{q: mysqlbiz.New(tx)} }
 func (m *myDB) Pool() Biz         { return myBiz{q: mysqlbiz.New(m.db.DB)} }
 
 func (m *myDB) Key(ctx context.Context, scope, key string) (KeyRow, bool, error) {
+	return mysqlKey(ctx, m.db.DB, scope, key)
+}
+
+func (m *myDB) KeyCount(ctx context.Context) (int64, error) { return mysqlKeyCount(ctx, m.db.DB) }
+
+// mysqlKey reads the key row of scope and key on db, for myDB and
+// vtTenantDB (through vtgate a read by scope goes to the scope's shard).
+func mysqlKey(ctx context.Context, db *sql.DB, scope, key string) (KeyRow, bool, error) {
 	var r KeyRow
 	var leased, expired, lockedUntil int64
-	now := "UTC_TIMESTAMP(6)"
-	err := m.db.DB.QueryRowContext(ctx, `
+	err := db.QueryRowContext(ctx, `
 		SELECT fingerprint, response, state, token,
-		       COALESCE(state = 2 AND locked_until > `+now+`, 0),
-		       expires_at <= `+now+`,
+		       COALESCE(state = 2 AND locked_until > UTC_TIMESTAMP(6), 0),
+		       expires_at <= UTC_TIMESTAMP(6),
 		       COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', locked_until), 0)
 		FROM sqlonce_keys WHERE scope = ? AND idempotency_key = ?`, scope, key).
 		Scan(&r.Fingerprint, &r.Response, &r.State, &r.Token, &leased, &expired, &lockedUntil)
@@ -81,9 +88,11 @@ func (m *myDB) Key(ctx context.Context, scope, key string) (KeyRow, bool, error)
 	return r, err == nil, err
 }
 
-func (m *myDB) KeyCount(ctx context.Context) (int64, error) {
+// mysqlKeyCount counts the rows of sqlonce_keys on db (through vtgate on
+// the keyspace, over every shard).
+func mysqlKeyCount(ctx context.Context, db *sql.DB) (int64, error) {
 	var n int64
-	err := m.db.DB.QueryRowContext(ctx, "SELECT count(*) FROM sqlonce_keys").Scan(&n)
+	err := db.QueryRowContext(ctx, "SELECT count(*) FROM sqlonce_keys").Scan(&n)
 	return n, err
 }
 

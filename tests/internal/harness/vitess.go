@@ -52,7 +52,7 @@ func Vitess(c *vitess.Cluster, skip func(t testing.TB)) Factory[*sql.Tx] {
 		if skip != nil {
 			skip(t)
 		}
-		if err := vtSetup(c); err != nil {
+		if err := vtSetup(&vtSchema, c, vitess.VSchema, vtShardTables(c)); err != nil {
 			t.Fatalf("schema through vtgate: %v", err)
 		}
 		shard := vtTake(t)
@@ -66,7 +66,7 @@ func Vitess(c *vitess.Cluster, skip func(t testing.TB)) Factory[*sql.Tx] {
 		dsn := c.DSN(vitess.Keyspace+":"+shard, vitess.Single, "parseTime=true", "interpolateParams=true")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := vtEmpty(ctx, dsn); err != nil {
+		if err := vtEmpty(ctx, dsn, vtTables...); err != nil {
 			t.Fatalf("empty the tables of shard %s: %v", shard, err)
 		}
 		db, err := sql.Open("mysql", dsn)
@@ -139,61 +139,76 @@ func vtTake(t testing.TB) string {
 	return ""
 }
 
-var vtSchema struct {
+// vtOnce is a schema made once per process.
+type vtOnce struct {
 	once sync.Once
 	err  error
 }
 
-// vtSetup applies the VSchema and sqlonce's migrations through vtgate on
-// the keyspace, and the business tables on each shard, once per process.
-func vtSetup(c *vitess.Cluster) error {
-	vtSchema.once.Do(func() {
+// vtSchema is Vitess's schema: vitess.VSchema, the business tables on
+// each shard.
+var vtSchema vtOnce
+
+// vtSetup makes a schema through vtgate on the keyspace of c, once per
+// process for each s: it applies vschema's statements and sqlonce's
+// migrations, then tables, given the handle on the keyspace, makes the
+// business tables.
+func vtSetup(s *vtOnce, c *vitess.Cluster, vschema []string, tables func(ctx context.Context, db *sql.DB) error) error {
+	s.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		db, err := sql.Open("mysql", c.DSN(vitess.Keyspace))
-		if err != nil {
-			vtSchema.err = err
-			return
-		}
-		defer db.Close()
-		for _, s := range vitess.VSchema {
-			if _, err := db.ExecContext(ctx, s); err != nil {
-				vtSchema.err = fmt.Errorf("%s: %w", s, err)
-				return
+		s.err = func() error {
+			db, err := sql.Open("mysql", c.DSN(vitess.Keyspace))
+			if err != nil {
+				return err
 			}
-		}
-		if err := migrations.Up(ctx, db, migrations.MySQL); err != nil {
-			vtSchema.err = fmt.Errorf("migrations.Up: %w", err)
-			return
-		}
+			defer db.Close()
+			for _, stmt := range vschema {
+				if _, err := db.ExecContext(ctx, stmt); err != nil {
+					return fmt.Errorf("%s: %w", stmt, err)
+				}
+			}
+			if err := migrations.Up(ctx, db, migrations.MySQL); err != nil {
+				return fmt.Errorf("migrations.Up: %w", err)
+			}
+			return tables(ctx, db)
+		}()
+	})
+	return s.err
+}
+
+// vtShardTables makes the suite's business tables (bizdb) on each shard
+// of c's keyspace, in a session pinned to it: they have no column to
+// shard them by.
+func vtShardTables(c *vitess.Cluster) func(ctx context.Context, _ *sql.DB) error {
+	return func(ctx context.Context, _ *sql.DB) error {
 		for _, shard := range vitess.Shards {
 			sdb, err := sql.Open("mysql", c.DSN(vitess.Keyspace+":"+shard))
 			if err != nil {
-				vtSchema.err = err
-				return
+				return err
 			}
 			err = bizdb.Migrate(ctx, sdb, "mysql")
 			sdb.Close()
 			if err != nil {
-				vtSchema.err = fmt.Errorf("shard %s: %w", shard, err)
-				return
+				return fmt.Errorf("shard %s: %w", shard, err)
 			}
 		}
-	})
-	return vtSchema.err
+		return nil
+	}
 }
 
 // vtTables are the tables a case writes, children first.
 var vtTables = []string{"shipments", "orders", "ledger", "sqlonce_keys", "sqlonce_tokens"}
 
-// vtEmpty deletes every row of the tables on the shard of dsn.
-func vtEmpty(ctx context.Context, dsn string) error {
+// vtEmpty deletes every row of tables on the shard or keyspace of dsn,
+// in order.
+func vtEmpty(ctx context.Context, dsn string, tables ...string) error {
 	db, err := sql.Open("mysql", dsn)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	for _, table := range vtTables {
+	for _, table := range tables {
 		if _, err := db.ExecContext(ctx, "DELETE FROM "+table); err != nil {
 			return fmt.Errorf("%s: %w", table, err)
 		}

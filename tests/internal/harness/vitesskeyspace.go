@@ -4,14 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sqlonce/sqlonce"
-	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/vitess"
 )
@@ -35,7 +33,7 @@ import (
 // connection, not the client's, and the client's session lives on.
 func VitessTenants(t testing.TB, c *vitess.Cluster, tenant func(s string) string, maxConns int) DB[*sql.Tx] {
 	t.Helper()
-	if err := vtTenantSetup(c); err != nil {
+	if err := vtSetup(&vtTenantSchema, c, append(append([]string(nil), vitess.VSchema...), VitessTenantsVSchema...), vtTenantTables); err != nil {
 		t.Fatalf("schema through vtgate: %v", err)
 	}
 	if maxConns <= 0 {
@@ -47,10 +45,8 @@ func VitessTenants(t testing.TB, c *vitess.Cluster, tenant func(s string) string
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, shard := range vitess.Shards {
-		for _, table := range []string{"ledger", "orders", "sqlonce_keys", "sqlonce_tokens"} {
-			if err := vtEmptyTable(ctx, c.DSN(vitess.Keyspace+":"+shard), table); err != nil {
-				t.Fatalf("empty %s on shard %s: %v", table, shard, err)
-			}
+		if err := vtEmpty(ctx, c.DSN(vitess.Keyspace+":"+shard), "ledger", "orders", "sqlonce_keys", "sqlonce_tokens"); err != nil {
+			t.Fatalf("empty shard %s: %v", shard, err)
 		}
 	}
 	db, err := sql.Open("mysql", dsn)
@@ -93,39 +89,19 @@ var vtTenantDDL = []string{
 ) ENGINE = InnoDB`,
 }
 
-var vtTenantSchema struct {
-	once sync.Once
-	err  error
-}
+// vtTenantSchema is VitessTenants's schema: VitessTenantsVSchema too,
+// and vtTenantDDL's tables on the keyspace.
+var vtTenantSchema vtOnce
 
-func vtTenantSetup(c *vitess.Cluster) error {
-	vtTenantSchema.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		db, err := sql.Open("mysql", c.DSN(vitess.Keyspace))
-		if err != nil {
-			vtTenantSchema.err = err
-			return
+// vtTenantTables makes vtTenantDDL's tables through vtgate on the
+// keyspace, which sends the DDL to every shard.
+func vtTenantTables(ctx context.Context, db *sql.DB) error {
+	for _, s := range vtTenantDDL {
+		if _, err := db.ExecContext(ctx, s); err != nil {
+			return err
 		}
-		defer db.Close()
-		for _, s := range append(append([]string(nil), vitess.VSchema...), VitessTenantsVSchema...) {
-			if _, err := db.ExecContext(ctx, s); err != nil {
-				vtTenantSchema.err = fmt.Errorf("%s: %w", s, err)
-				return
-			}
-		}
-		if err := migrations.Up(ctx, db, migrations.MySQL); err != nil {
-			vtTenantSchema.err = fmt.Errorf("migrations.Up: %w", err)
-			return
-		}
-		for _, s := range vtTenantDDL {
-			if _, err := db.ExecContext(ctx, s); err != nil {
-				vtTenantSchema.err = err
-				return
-			}
-		}
-	})
-	return vtTenantSchema.err
+	}
+	return nil
 }
 
 type vtTenantDB struct {
@@ -164,28 +140,10 @@ func (d *vtTenantDB) Tx(tx *sql.Tx) Biz                            { return vtBi
 func (d *vtTenantDB) Pool() Biz                                    { return vtBiz{d: d, q: d.db} }
 
 func (d *vtTenantDB) Key(ctx context.Context, scope, key string) (KeyRow, bool, error) {
-	var r KeyRow
-	var leased, expired, lockedUntil int64
-	err := d.db.QueryRowContext(ctx, `
-		SELECT fingerprint, response, state, token,
-		       COALESCE(state = 2 AND locked_until > UTC_TIMESTAMP(6), 0),
-		       expires_at <= UTC_TIMESTAMP(6),
-		       COALESCE(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', locked_until), 0)
-		FROM sqlonce_keys WHERE scope = ? AND idempotency_key = ?`, scope, key).
-		Scan(&r.Fingerprint, &r.Response, &r.State, &r.Token, &leased, &expired, &lockedUntil)
-	if errors.Is(err, sql.ErrNoRows) {
-		return KeyRow{}, false, nil
-	}
-	r.Leased, r.Expired = leased == 1, expired == 1
-	r.LockedUntil = unixMicro(lockedUntil)
-	return r, err == nil, err
+	return mysqlKey(ctx, d.db, scope, key)
 }
 
-func (d *vtTenantDB) KeyCount(ctx context.Context) (int64, error) {
-	var n int64
-	err := d.db.QueryRowContext(ctx, "SELECT count(*) FROM sqlonce_keys").Scan(&n)
-	return n, err
-}
+func (d *vtTenantDB) KeyCount(ctx context.Context) (int64, error) { return mysqlKeyCount(ctx, d.db) }
 
 func (d *vtTenantDB) Exec(ctx context.Context, stmt string, args ...any) error {
 	_, err := d.db.ExecContext(ctx, stmt, args...)
@@ -375,13 +333,3 @@ func (b vtBiz) ShipmentInsertIgnore(context.Context, string, int64, *string) (in
 	return 0, errVtBiz
 }
 func (b vtBiz) ShipmentCountByCode(context.Context, string) (int64, error) { return 0, errVtBiz }
-
-func vtEmptyTable(ctx context.Context, dsn, table string) error {
-	db, err := sql.Open("mysql", dsn)
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-	_, err = db.ExecContext(ctx, "DELETE FROM "+table)
-	return err
-}
