@@ -76,9 +76,9 @@
 // connection (a pool's connections all start on the DSN's database; a
 // program that moves some with USE should use WithDatabase); a purge
 // lists the shards anew at every round and refreshes the kept answer, so
-// a resharded keyspace is seen there or by a new handle. A purge in a transaction of the
-// driver's own (Purge, PurgeEvery) runs shard by shard, each shard's
-// statements committing on their own (the keys' listed with a read that
+// a resharded keyspace is seen there or by a new handle.
+// A purge in a transaction of the driver's own (Purge, PurgeEvery) runs
+// shard by shard, each shard's statements committing on their own (the keys' listed with a read that
 // locks nothing, then deleted one by one, so that none waits for a row
 // the purge's own transaction holds, such as PurgeEvery's lease);
 // PurgeTx in a caller's transaction
@@ -93,10 +93,10 @@
 // through vtgate only), which vtgate's rollback would otherwise turn into
 // a write in autocommit that records the step without its work.
 // A session pinned to one shard
-// (keyspace:shard in the DSN) reaches that shard alone; vtgate passes the
-// driver's probe on to the tablet there, so the driver takes it for
-// MariaDB, and claims a batch's keys one by one once vtgate's parser
-// refuses the batch's statement. Give such a DSN interpolateParams=true:
+// (keyspace:shard in the DSN) reaches that shard alone; the driver
+// recognises vtgate there too (vtgate answers the probe's SELECT
+// @@version itself), claims a batch's keys one by one, and sets a
+// bounded lock wait as on MariaDB. Give such a DSN interpolateParams=true:
 // vtgate cannot prepare a statement with LIMIT ? in a pinned session.
 // Through vtgate (on the keyspace) the driver sends no statement calling
 // LAST_INSERT_ID(x) in a caller's transaction: for one, vttablet (v0.24)
