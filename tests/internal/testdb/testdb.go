@@ -216,22 +216,15 @@ func EmptyPostgres(t testing.TB) (schema, dsn string) {
 	server := PostgresDSN(t)
 	ctx := context.Background()
 	schema = uniqueName("t_")
-	admin, err := pgx.Connect(ctx, server)
+	admin, err := postgresAdmin(server)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
-	defer admin.Close(ctx)
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatalf("create schema: %v", err)
 	}
 	t.Cleanup(func() {
-		c, err := pgx.Connect(context.Background(), server)
-		if err != nil {
-			t.Errorf("cleanup connect: %v", err)
-			return
-		}
-		defer c.Close(context.Background())
-		if _, err := c.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+		if _, err := admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
 			t.Errorf("drop schema: %v", err)
 		}
 	})
@@ -240,6 +233,63 @@ func EmptyPostgres(t testing.TB) (schema, dsn string) {
 		sep = "&"
 	}
 	return schema, server + sep + "search_path=" + schema
+}
+
+// Admin handles, one per server for the whole test process: creating and
+// dropping a case's schema or database on a connection of its own cost
+// two connections per case, and a PostgreSQL connection costs ~40 ms of
+// CPU on a virtual machine (a backend forked, its caches built, torn
+// down), as much as ~350 queries: thousands of cases paid minutes of CPU
+// for them. The handles are never closed: the process's end closes them.
+var admins struct {
+	sync.Mutex
+	pg map[string]*pgxpool.Pool
+	my map[string]*sql.DB
+}
+
+// adminConns bounds each admin handle: the configurations that run side
+// by side create and drop schemas a statement at a time.
+const adminConns = 4
+
+func postgresAdmin(server string) (*pgxpool.Pool, error) {
+	admins.Lock()
+	defer admins.Unlock()
+	if p, ok := admins.pg[server]; ok {
+		return p, nil
+	}
+	cfg, err := pgxpool.ParseConfig(server)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = adminConns
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		return nil, err
+	}
+	if admins.pg == nil {
+		admins.pg = map[string]*pgxpool.Pool{}
+	}
+	admins.pg[server] = p
+	return p, nil
+}
+
+func mysqlAdmin(server string) (*sql.DB, error) {
+	admins.Lock()
+	defer admins.Unlock()
+	if db, ok := admins.my[server]; ok {
+		return db, nil
+	}
+	db, err := sql.Open("mysql", server)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(adminConns)
+	db.SetMaxIdleConns(adminConns)
+	if admins.my == nil {
+		admins.my = map[string]*sql.DB{}
+	}
+	admins.my[server] = db
+	return db, nil
 }
 
 // NewPostgres creates a schema for t, migrates it, and drops it when t
@@ -297,22 +347,15 @@ func EmptyMySQLOn(t testing.TB, server string) (name, dsn string) {
 	t.Helper()
 	ctx := context.Background()
 	name = uniqueName("t_")
-	admin, err := sql.Open("mysql", server)
+	admin, err := mysqlAdmin(server)
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}
-	defer admin.Close()
 	if _, err := admin.ExecContext(ctx, "CREATE DATABASE "+name); err != nil {
 		t.Fatalf("create database: %v", err)
 	}
 	t.Cleanup(func() {
-		a, err := sql.Open("mysql", server)
-		if err != nil {
-			t.Errorf("cleanup open: %v", err)
-			return
-		}
-		defer a.Close()
-		if _, err := a.ExecContext(context.Background(), "DROP DATABASE "+name); err != nil {
+		if _, err := admin.ExecContext(context.Background(), "DROP DATABASE "+name); err != nil {
 			t.Errorf("drop database: %v", err)
 		}
 	})
