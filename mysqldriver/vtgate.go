@@ -35,8 +35,10 @@ var (
 	// a later COMMIT answers OK on nothing.
 	vtMultiDB = "multi-db transaction attempted"
 	// A tablet ended the shard's transaction (its transaction killer, a
-	// tablet restart): vterrors.TxClosed.
-	vtTxClosed = regexp.MustCompile(`transaction ([a-z0-9:]+) (?:ended|not found|in use: for tx killer rollback)`)
+	// tablet restart): vterrors.TxClosed. While a statement of the
+	// transaction runs, the killer's reason comes behind one "in use:"
+	// per layer that found the connection busy.
+	vtTxClosed = regexp.MustCompile(`transaction ([a-z0-9:]+) (?:ended|not found|(?:in use: )+for tx killer rollback)`)
 	// No tablet serves the shard (its primary is down or being replaced):
 	// vtrpc UNAVAILABLE, as vtgate words it.
 	// vtgate keeps a transaction's SAVEPOINT and ROLLBACK TO statements

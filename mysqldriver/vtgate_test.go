@@ -11,10 +11,14 @@ import (
 // The messages below are vtgate v0.24's, as it answered through
 // go-sql-driver/mysql (tests/vitess meets each of the first three).
 const (
-	vtDupMsg            = `target: ks.-80.primary: vttablet: rpc error: code = AlreadyExists desc = Duplicate entry '\x00\x00t1-k' for key 'PRIMARY' (errno 1062) (sqlstate 23000) (CallerID: userData1): Sql: "insert into sqlonce_keys(namespace, scope) values (:v1, :v2)", BindVars: {v1: "type:INT64 value:\"0\""}`
-	vtMultiDBMsg        = `multi-db transaction attempted: [keyspace:"ks" shard:"-80" tablet_type:PRIMARY transaction_id:1764199447064617541 tablet_alias:{cell:"test" uid:1}]`
-	vtDeadlockMsg       = `target: ks.80-.primary: vttablet: rpc error: code = Aborted desc = Deadlock found when trying to get lock; try restarting transaction (errno 1213) (sqlstate 40001) (CallerID: userData1): Sql: "update t set v = 1", BindVars: {}`
-	vtTxKilledMsg       = `target: ks.-80.primary: vttablet: rpc error: code = Aborted desc = transaction 1764199447064617541: ended at 2026-11-26 22:00:00.000 UTC (exceeded timeout: 30s) (CallerID: userData1)`
+	vtDupMsg      = `target: ks.-80.primary: vttablet: rpc error: code = AlreadyExists desc = Duplicate entry '\x00\x00t1-k' for key 'PRIMARY' (errno 1062) (sqlstate 23000) (CallerID: userData1): Sql: "insert into sqlonce_keys(namespace, scope) values (:v1, :v2)", BindVars: {v1: "type:INT64 value:\"0\""}`
+	vtMultiDBMsg  = `multi-db transaction attempted: [keyspace:"ks" shard:"-80" tablet_type:PRIMARY transaction_id:1764199447064617541 tablet_alias:{cell:"test" uid:1}]`
+	vtDeadlockMsg = `target: ks.80-.primary: vttablet: rpc error: code = Aborted desc = Deadlock found when trying to get lock; try restarting transaction (errno 1213) (sqlstate 40001) (CallerID: userData1): Sql: "update t set v = 1", BindVars: {}`
+	vtTxKilledMsg = `target: ks.-80.primary: vttablet: rpc error: code = Aborted desc = transaction 1764199447064617541: ended at 2026-11-26 22:00:00.000 UTC (exceeded timeout: 30s) (CallerID: userData1)`
+	// The transaction killer took a shard's transaction while a statement
+	// of it was running (seen in CI: a 16 MB response recorded for over
+	// vttablet's 30 s transaction timeout on a loaded machine).
+	vtTxKillerInUseMsg  = `target: ks.80-.primary: vttablet: rpc error: code = Aborted desc = transaction 1795752487172451995: in use: in use: for tx killer rollback (CallerID: userData1)`
 	vtStaleSavepointMsg = `target: ks.-80.primary: vttablet: rpc error: code = Unknown desc = SAVEPOINT sqlonce_sp_315 does not exist (errno 1305) (sqlstate 42000) (CallerID: userData1): Sql: "begin", BindVars: {}`
 	vtLostMsg           = `target: ks.-80.primary: vttablet: rpc error: code = Canceled desc = EOF (errno 2013) (sqlstate HY000) (CallerID: userData1): Sql: "insert into orders(tenant_id, order_id, amount) values (:v1, :v2, 1)", BindVars: {}`
 	vtGoneMsg           = `target: ks.-80.primary: vttablet: rpc error: code = Unavailable desc = conn 123: Write(packet) failed: write unix @->/tmp/vt/mysql.sock: write: broken pipe (errno 2006) (sqlstate HY000) (CallerID: userData1)`
@@ -32,6 +36,7 @@ func TestClassifyVtgate(t *testing.T) {
 		{"multi-db", myErr(errQueryInterrupted, vtMultiDBMsg), sqdriver.TxRolledBack},
 		{"multi-db wrapped", fmt.Errorf("work: %w", myErr(errQueryInterrupted, vtMultiDBMsg)), sqdriver.TxRolledBack},
 		{"tablet ended the transaction", myErr(errQueryInterrupted, vtTxKilledMsg), sqdriver.Retryable | sqdriver.TxRolledBack},
+		{"tx killer while a statement ran", myErr(errQueryInterrupted, vtTxKillerInUseMsg), sqdriver.Retryable | sqdriver.TxRolledBack},
 		{"no tablet", myErr(errUnknown, vtNoTabletMsg), sqdriver.ConnLost | sqdriver.Retryable | sqdriver.TxRolledBack},
 		// MariaDB's own 1317 (KILL QUERY, max_statement_time) leaves the
 		// transaction as it was: not classified.
