@@ -235,6 +235,28 @@ func (b *Bouncer) dsn(dbname string) string {
 // returns its DSN. The database is removed when t ends.
 func (b *Bouncer) Schema(t testing.TB, schema string, settings map[string]string) string {
 	t.Helper()
+	dsn, reconnect, err := b.KeptSchema(schema, settings)
+	if err != nil {
+		t.Fatalf("pgbouncer RELOAD: %v", err)
+	}
+	// The database stays in the configuration until the bouncer stops:
+	// PgBouncer 1.18 aborted (FATAL "bad client state" in
+	// disconnect_client) on KILL or removal of a database whose clients
+	// were still logging in. When t ends (after the case's pools closed:
+	// cleanups run last registered first) RECONNECT closes its server
+	// connections, each as soon as it is idle, and touches no client.
+	t.Cleanup(func() {
+		if err := reconnect(); err != nil {
+			t.Errorf("pgbouncer %v", err)
+		}
+	})
+	return dsn
+}
+
+// KeptSchema is Schema for a schema that outlives a test (the harness
+// keeps migrated schemas for the next case): reconnect closes the bouncer
+// database's server connections, as Schema does when its test ends.
+func (b *Bouncer) KeptSchema(schema string, settings map[string]string) (dsn string, reconnect func() error, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	host, port := b.server.Hostname(), b.server.Port()
@@ -261,20 +283,14 @@ func (b *Bouncer) Schema(t testing.TB, schema string, settings map[string]string
 		name, host, port, strings.TrimPrefix(b.server.Path, "/"), MaxServerConns, query)
 	b.entries = append(b.entries, entry)
 	if err := b.reload(); err != nil {
-		t.Fatalf("pgbouncer RELOAD: %v", err)
+		return "", nil, err
 	}
-	// The database stays in the configuration until the bouncer stops:
-	// PgBouncer 1.18 aborted (FATAL "bad client state" in
-	// disconnect_client) on KILL or removal of a database whose clients
-	// were still logging in. When t ends (after the case's pools closed:
-	// cleanups run last registered first) RECONNECT closes its server
-	// connections, each as soon as it is idle, and touches no client.
-	t.Cleanup(func() {
+	return b.dsn(name), func() error {
 		if err := b.admin("RECONNECT " + name); err != nil {
-			t.Errorf("pgbouncer RECONNECT %s: %v", name, err)
+			return fmt.Errorf("RECONNECT %s: %w", name, err)
 		}
-	})
-	return b.dsn(name)
+		return nil
+	}, nil
 }
 
 func (b *Bouncer) reload() error {

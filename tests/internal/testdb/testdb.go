@@ -213,6 +213,19 @@ type Postgres struct {
 // returns its name and a DSN whose search_path is that schema.
 func EmptyPostgres(t testing.TB) (schema, dsn string) {
 	t.Helper()
+	schema, dsn, drop := emptyPostgres(t)
+	t.Cleanup(func() {
+		if err := drop(); err != nil {
+			t.Errorf("drop schema: %v", err)
+		}
+	})
+	return schema, dsn
+}
+
+// emptyPostgres is EmptyPostgres without the cleanup: drop drops the
+// schema.
+func emptyPostgres(t testing.TB) (schema, dsn string, drop func() error) {
+	t.Helper()
 	server := PostgresDSN(t)
 	ctx := context.Background()
 	schema = uniqueName("t_")
@@ -223,16 +236,27 @@ func EmptyPostgres(t testing.TB) (schema, dsn string) {
 	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+schema); err != nil {
 		t.Fatalf("create schema: %v", err)
 	}
-	t.Cleanup(func() {
-		if _, err := admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-			t.Errorf("drop schema: %v", err)
-		}
-	})
+	drop = func() error {
+		_, err := admin.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE")
+		return err
+	}
 	sep := "?"
 	if strings.Contains(server, "?") {
 		sep = "&"
 	}
-	return schema, server + sep + "search_path=" + schema
+	return schema, server + sep + "search_path=" + schema, drop
+}
+
+// PostgresAdmin returns the test process's admin pool on the server of
+// t's PostgreSQL (see admins): for statements on a schema from outside
+// its cases' pools, schema-qualified. Never close it.
+func PostgresAdmin(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	p, err := postgresAdmin(PostgresDSN(t))
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	return p
 }
 
 // Admin handles, one per server for the whole test process: creating and
@@ -296,7 +320,27 @@ func mysqlAdmin(server string) (*sql.DB, error) {
 // ends. maxConns bounds the pool (0: 8).
 func NewPostgres(t testing.TB, maxConns int32) *Postgres {
 	t.Helper()
-	schema, dsn := EmptyPostgres(t)
+	p, drop := KeptPostgres(t, maxConns)
+	t.Cleanup(func() {
+		if err := drop(); err != nil {
+			t.Errorf("drop schema: %v", err)
+		}
+	})
+	return p
+}
+
+// KeptPostgres is NewPostgres for a schema that outlives t (the harness
+// keeps migrated schemas for the next case): drop closes the pool and
+// drops the schema.
+func KeptPostgres(t testing.TB, maxConns int32) (p *Postgres, drop func() error) {
+	t.Helper()
+	schema, dsn, dropSchema := emptyPostgres(t)
+	ok := false
+	defer func() {
+		if !ok {
+			_ = dropSchema()
+		}
+	}()
 	ctx := context.Background()
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
@@ -310,7 +354,11 @@ func NewPostgres(t testing.TB, maxConns int32) *Postgres {
 	if err != nil {
 		t.Fatalf("pool: %v", err)
 	}
-	t.Cleanup(pool.Close)
+	defer func() {
+		if !ok {
+			pool.Close()
+		}
+	}()
 	db := stdlib.OpenDBFromPool(pool)
 	defer db.Close()
 	// The handle's bound is the pool's: with one connection, migrations
@@ -323,7 +371,11 @@ func NewPostgres(t testing.TB, maxConns int32) *Postgres {
 	if err := bizdb.Migrate(ctx, db, "postgres"); err != nil {
 		t.Fatal(err)
 	}
-	return &Postgres{Pool: pool, Schema: schema, DSN: dsn}
+	ok = true
+	return &Postgres{Pool: pool, Schema: schema, DSN: dsn}, func() error {
+		pool.Close()
+		return dropSchema()
+	}
 }
 
 // MySQL is an isolated MySQL/MariaDB database with the tables migrated.
