@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"flag"
+	"fmt"
 	"os"
 	"testing"
 
@@ -46,7 +47,14 @@ func TestMain(m *testing.M) {
 	if testing.Short() {
 		Racers = 16
 	}
+	dropKept := harness.KeepSchemas()
 	code := m.Run()
+	if err := dropKept(); err != nil {
+		fmt.Fprintf(os.Stderr, "dropping the kept schemas: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
 	pgbouncer.Stop()
 	vitess.StopShared()
 	os.Exit(code)

@@ -3,10 +3,12 @@ package harness
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/pgxdriver"
@@ -17,8 +19,23 @@ import (
 // Postgres is the Factory for PostgreSQL through pgx.
 func Postgres(t testing.TB, maxConns int) DB[pgx.Tx] {
 	t.Helper()
-	db := testdb.NewPostgres(t, int32(maxConns))
-	return &pgDB{db: db, driver: pgxdriver.New(db.Pool)}
+	k := keptFor(t, fmt.Sprintf("pgx/%d", maxConns), func() *keptSchema {
+		db, drop := testdb.KeptPostgres(t, int32(maxConns))
+		return &keptSchema{schema: db.Schema, handle: &pgDB{db: db}, inUse: pgxInUse(db.Pool), idle: pgxIdle(db.Pool), drop: drop}
+	})
+	return k.handle.(*pgDB).withDriver()
+}
+
+// withDriver returns a copy of p with a new sqlonce driver on its pool.
+func (p *pgDB) withDriver() *pgDB {
+	c := *p
+	c.driver = pgxdriver.New(p.db.Pool)
+	return &c
+}
+
+// pgxInUse counts pool's connections in use.
+func pgxInUse(pool *pgxpool.Pool) func() int {
+	return func() int { return int(pool.Stat().AcquiredConns()) }
 }
 
 type pgDB struct {

@@ -3,12 +3,13 @@ package harness
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/tests/internal/pgbouncer"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
 )
@@ -24,23 +25,69 @@ func PgBouncerPgx(mode string) Factory[pgx.Tx] {
 	return func(t testing.TB, maxConns int) DB[pgx.Tx] {
 		t.Helper()
 		b := pgbouncer.Named(t, "pgx-"+mode)
-		direct := testdb.NewPostgres(t, 2)
-		direct.Pool.Close() // the case reaches the schema through the bouncer only
-		reopen := func(t testing.TB, settings map[string]string) string {
-			return b.Schema(t, direct.Schema, settings) + "&default_query_exec_mode=" + mode
+		reopen := func(schema string) func(t testing.TB, settings map[string]string) string {
+			return func(t testing.TB, settings map[string]string) string {
+				return b.Schema(t, schema, settings) + "&default_query_exec_mode=" + mode
+			}
 		}
-		db := bouncedPgx(t, reopen(t, nil), direct.Schema, maxConns)
-		db.reopenDSN = reopen
-		return db
+		k := keptBounced(t, b, fmt.Sprintf("bouncer-pgx-%s/%d", mode, maxConns), func(schema, dsn string) (any, func() int, func(bool), func(), error) {
+			db, err := openBouncedPgx(dsn+"&default_query_exec_mode="+mode, schema, maxConns)
+			if err != nil {
+				return nil, nil, nil, nil, err
+			}
+			db.reopenDSN = reopen(schema)
+			return db, pgxInUse(db.db.Pool), pgxIdle(db.db.Pool), db.db.Pool.Close, nil
+		})
+		return k.handle.(*pgDB).withDriver()
 	}
 }
 
-// bouncedPgx opens a pgx pool on dsn, a bouncer database of schema.
+// keptBounced is a kept schema (keptFor) of kind reached through bouncer
+// b: created and migrated directly on the server, then reached through a
+// bouncer database of its own, on a handle open makes.
+func keptBounced(t testing.TB, b *pgbouncer.Bouncer, kind string, open func(schema, dsn string) (handle any, inUse func() int, idle func(bool), close func(), err error)) *keptSchema {
+	t.Helper()
+	return keptFor(t, kind, func() *keptSchema {
+		direct, drop := testdb.KeptPostgres(t, 2)
+		direct.Pool.Close() // the case reaches the schema through the bouncer only
+		dsn, reconnect, err := b.KeptSchema(direct.Schema, nil)
+		if err != nil {
+			_ = drop()
+			t.Fatalf("pgbouncer: %v", err)
+		}
+		handle, inUse, idle, closeHandle, err := open(direct.Schema, dsn)
+		if err != nil {
+			_ = drop()
+			t.Fatal(err)
+		}
+		return &keptSchema{schema: direct.Schema, handle: handle, inUse: inUse, idle: idle, drop: func() error {
+			// The bouncer database stays in the configuration until the
+			// bouncer stops (see pgbouncer.Bouncer.Schema): RECONNECT
+			// closes its server connections once the handle is closed.
+			closeHandle()
+			return errors.Join(reconnect(), drop())
+		}}
+	})
+}
+
+// bouncedPgx opens a pgx pool on dsn, a bouncer database of schema,
+// closed when t ends.
 func bouncedPgx(t testing.TB, dsn, schema string, maxConns int) *pgDB {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(dsn)
+	db, err := openBouncedPgx(dsn, schema, maxConns)
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(db.db.Pool.Close)
+	return db.withDriver()
+}
+
+// openBouncedPgx opens a pgx pool on dsn, a bouncer database of schema,
+// without a sqlonce driver (withDriver).
+func openBouncedPgx(dsn, schema string, maxConns int) (*pgDB, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, err
 	}
 	if maxConns <= 0 {
 		maxConns = 8
@@ -48,10 +95,9 @@ func bouncedPgx(t testing.TB, dsn, schema string, maxConns int) *pgDB {
 	cfg.MaxConns = int32(maxConns)
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(pool.Close)
-	return &pgDB{db: &testdb.Postgres{Pool: pool, Schema: schema, DSN: dsn}, driver: pgxdriver.New(pool)}
+	return &pgDB{db: &testdb.Postgres{Pool: pool, Schema: schema, DSN: dsn}}, nil
 }
 
 // PgBouncerSQL is the Factory for pgsqldriver through a PgBouncer in
@@ -63,27 +109,37 @@ func PgBouncerSQL(sqlDriver string) Factory[*sql.Tx] {
 	return func(t testing.TB, maxConns int) DB[*sql.Tx] {
 		t.Helper()
 		b := pgbouncer.Named(t, "sql-"+sqlDriver)
-		direct := testdb.NewPostgres(t, 2)
-		direct.Pool.Close() // the case reaches the schema through the bouncer only
-		reopen := func(t testing.TB, settings map[string]string) string {
-			dsn := b.Schema(t, direct.Schema, settings)
-			switch sqlDriver {
-			case "pgx":
-				dsn += "&default_query_exec_mode=exec"
-			case "postgres":
-				// lib/pq otherwise parses a statement with arguments in
-				// one round trip and binds it in another: outside a
-				// transaction the bouncer may send the two to different
-				// server connections ("unnamed prepared statement does
-				// not exist"). binary_parameters=yes sends both at once.
-				dsn += "&binary_parameters=yes"
-			}
-			return dsn
+		params := ""
+		switch sqlDriver {
+		case "pgx":
+			params = "&default_query_exec_mode=exec"
+		case "postgres":
+			// lib/pq otherwise parses a statement with arguments in
+			// one round trip and binds it in another: outside a
+			// transaction the bouncer may send the two to different
+			// server connections ("unnamed prepared statement does
+			// not exist"). binary_parameters=yes sends both at once.
+			params = "&binary_parameters=yes"
 		}
-		db := newPgSQL(t, sqlDriver, reopen(t, nil), maxConns)
-		db.reopenDSN = reopen
-		return db
+		return keptBouncedSQL(t, b, "bouncer-sql-"+sqlDriver, sqlDriver, params, maxConns)
 	}
+}
+
+// keptBouncedSQL is a kept schema through bouncer b (keptBounced) on a
+// database/sql handle of sqlDriver, with params after each DSN.
+func keptBouncedSQL(t testing.TB, b *pgbouncer.Bouncer, kind, sqlDriver, params string, maxConns int) *pgSQLDB {
+	t.Helper()
+	k := keptBounced(t, b, fmt.Sprintf("%s/%d", kind, maxConns), func(schema, dsn string) (any, func() int, func(bool), func(), error) {
+		db, err := openPgSQL(sqlDriver, dsn+params, maxConns)
+		if err != nil {
+			return nil, nil, nil, nil, err
+		}
+		db.reopenDSN = func(t testing.TB, settings map[string]string) string {
+			return b.Schema(t, schema, settings) + params
+		}
+		return db, sqlInUse(db.db), sqlIdle(db.db, maxConnsOr8(maxConns)), func() { db.db.Close() }, nil
+	})
+	return k.handle.(*pgSQLDB).withDriver()
 }
 
 // PgBouncerPQText is PgBouncerSQL("postgres") without binary_parameters:
@@ -92,14 +148,6 @@ func PgBouncerSQL(sqlDriver string) Factory[*sql.Tx] {
 func PgBouncerPQText() Factory[*sql.Tx] {
 	return func(t testing.TB, maxConns int) DB[*sql.Tx] {
 		t.Helper()
-		b := pgbouncer.Shared(t)
-		direct := testdb.NewPostgres(t, 2)
-		direct.Pool.Close()
-		reopen := func(t testing.TB, settings map[string]string) string {
-			return b.Schema(t, direct.Schema, settings)
-		}
-		db := newPgSQL(t, "postgres", reopen(t, nil), maxConns)
-		db.reopenDSN = reopen
-		return db
+		return keptBouncedSQL(t, pgbouncer.Shared(t), "bouncer-pqtext", "postgres", "", maxConns)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
@@ -19,40 +20,83 @@ import (
 // pgx's stdlib driver ("pgx").
 func PostgresSQL(t testing.TB, maxConns int) DB[*sql.Tx] {
 	t.Helper()
-	return newPgSQL(t, "pgx", migrated(t), maxConns)
+	return keptPgSQL(t, "pgx", maxConns)
 }
 
 // PostgresPQ is the Factory for PostgreSQL through database/sql with
 // lib/pq ("postgres").
 func PostgresPQ(t testing.TB, maxConns int) DB[*sql.Tx] {
 	t.Helper()
-	return newPgSQL(t, "postgres", migrated(t), maxConns)
+	return keptPgSQL(t, "postgres", maxConns)
 }
 
-// migrated creates t's schema with the tables and returns its DSN. The
-// pgx pool that migrated it is closed: the case uses database/sql only.
-func migrated(t testing.TB) string {
+// keptPgSQL is a kept schema (keptFor) opened with the database/sql
+// driver sqlDriver. The pgx pool that migrated it is closed: the case
+// uses database/sql only.
+func keptPgSQL(t testing.TB, sqlDriver string, maxConns int) *pgSQLDB {
 	t.Helper()
-	pg := testdb.NewPostgres(t, 2)
-	pg.Pool.Close()
-	return pg.DSN
+	k := keptFor(t, fmt.Sprintf("sql-%s/%d", sqlDriver, maxConns), func() *keptSchema {
+		pg, drop := testdb.KeptPostgres(t, 2)
+		pg.Pool.Close()
+		db, err := openPgSQL(sqlDriver, pg.DSN, maxConns)
+		if err != nil {
+			_ = drop()
+			t.Fatal(err)
+		}
+		return &keptSchema{schema: pg.Schema, handle: db, inUse: sqlInUse(db.db), idle: sqlIdle(db.db, maxConnsOr8(maxConns)), drop: func() error {
+			db.db.Close()
+			return drop()
+		}}
+	})
+	return k.handle.(*pgSQLDB).withDriver()
 }
 
 // newPgSQL opens dsn with the database/sql driver named sqlDriver ("pgx"
-// or "postgres") and builds pgsqldriver on it.
+// or "postgres") and builds pgsqldriver on it; the handle is closed when
+// t ends.
 func newPgSQL(t testing.TB, sqlDriver, dsn string, maxConns int) *pgSQLDB {
 	t.Helper()
+	p, err := openPgSQL(sqlDriver, dsn, maxConns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.db.Close() })
+	return p.withDriver()
+}
+
+// openPgSQL opens dsn with the database/sql driver sqlDriver, maxConns
+// connections at most (0: 8), without a sqlonce driver (withDriver).
+func openPgSQL(sqlDriver, dsn string, maxConns int) (*pgSQLDB, error) {
 	db, err := sql.Open(sqlDriver, dsn)
 	if err != nil {
-		t.Fatalf("open %s: %v", sqlDriver, err)
+		return nil, fmt.Errorf("open %s: %w", sqlDriver, err)
 	}
 	if maxConns <= 0 {
 		maxConns = 8
 	}
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
-	t.Cleanup(func() { db.Close() })
-	return &pgSQLDB{db: db, dsn: dsn, sqlDriver: sqlDriver, driver: pgsqldriver.New(db)}
+	return &pgSQLDB{db: db, dsn: dsn, sqlDriver: sqlDriver}, nil
+}
+
+// withDriver returns a copy of p with a new sqlonce driver on its handle.
+func (p *pgSQLDB) withDriver() *pgSQLDB {
+	c := *p
+	c.driver = pgsqldriver.New(p.db)
+	return &c
+}
+
+// maxConnsOr8 is a handle's bound for a Factory's maxConns (0: 8).
+func maxConnsOr8(maxConns int) int {
+	if maxConns <= 0 {
+		return 8
+	}
+	return maxConns
+}
+
+// sqlInUse counts db's connections in use.
+func sqlInUse(db *sql.DB) func() int {
+	return func() int { return db.Stats().InUse }
 }
 
 type pgSQLDB struct {
