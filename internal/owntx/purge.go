@@ -45,7 +45,7 @@ func Purge(ctx context.Context, batch int, runBatch func(limit int) (int64, erro
 	for {
 		n, err := runBatch(limit)
 		if err != nil {
-			if !sqlonce.IsRetryable(err) || driver.Classify(err).Has(driver.LockNotAvailable) || rounds == PurgeRounds || !sleep(ctx, time.Duration(rounds+1)*10*time.Millisecond) {
+			if !sqlonce.IsRetryable(err) || driver.Classify(err).Has(driver.LockNotAvailable) || rounds == PurgeRounds || !sleep(ctx, time.Millisecond, time.Duration(rounds+1)*10*time.Millisecond) {
 				return total, err
 			}
 			rounds++
