@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -46,6 +47,9 @@ var kept struct {
 	sync.Mutex
 	on   bool
 	free map[string][]*keptSchema // by configuration and pool size
+	// idle counts the idle connections the waiting handles keep beyond
+	// keepIdle each (idleBudget).
+	idle int
 }
 
 // KeepSchemas turns kept schemas on for the test binary, unless
@@ -91,10 +95,17 @@ type keptSchema struct {
 	handle any
 	// inUse counts the handle's connections in use.
 	inUse func() int
-	// idle closes the handle's idle connections but keepIdle when
-	// keep is true (a case ended), and lets it keep its bound of idle
-	// connections again when false (a case begins).
-	idle func(keep bool)
+	// idle closes the handle's idle connections but n when n >= 0 (a
+	// case ended), and lets it keep its bound of idle connections again
+	// when n < 0 (a case begins).
+	idle func(n int)
+	// maxIdle is the handle's bound of connections.
+	maxIdle int
+	// bounced: the handle's connections are a PgBouncer's clients, not
+	// server connections (idleBudget does not bound them).
+	bounced bool
+	// extra is what k holds of idleBudget while it waits for a case.
+	extra int
 	// drop closes the handle and drops the schema.
 	drop func() error
 }
@@ -118,9 +129,13 @@ func keptFor(t testing.TB, kind string, mk func() *keptSchema) *keptSchema {
 		k = kept.free[kind][n-1]
 		kept.free[kind] = kept.free[kind][:n-1]
 	}
+	if k != nil {
+		kept.idle -= k.extra
+		k.extra = 0
+	}
 	kept.Unlock()
 	if k != nil && k.idle != nil {
-		k.idle(false)
+		k.idle(-1)
 	}
 	if k == nil {
 		k = mk()
@@ -187,26 +202,53 @@ func (k *keptSchema) keep(t testing.TB) string {
 		return "emptying it: " + err.Error()
 	}
 	if k.idle != nil {
-		k.idle(true)
+		k.idle(k.idleToKeep(t))
 	}
 	return ""
 }
 
-// keepIdle is how many idle connections a kept handle keeps between
-// cases. Kept with all of them, the handles of the race cases (Racers+4
-// connections each) held hundreds of idle connections together, and
-// PostgreSQL refused new ones ("too many clients already").
+// keepIdle is how many idle connections a kept handle keeps between cases
+// at least. A handle of the race cases (Racers+4 connections) keeps more,
+// all of them where the server has room (idleBudget): each of the ~50 race
+// cases of a configuration opened ~32 connections anew, most of a
+// configuration's ~2,000 sessions (measured with log_connections). Kept
+// with all of them on a server of max_connections 400, the handles held
+// hundreds of idle connections together and PostgreSQL refused new ones
+// ("too many clients already").
 const keepIdle = 2
 
+// idleBudget is how many idle server connections beyond keepIdle each the
+// waiting kept handles of the process hold together: a quarter of the
+// server's max_connections (250 of .ci/run's 1000; 25 of the default 100).
+func idleBudget(t testing.TB) int {
+	return testdb.PostgresMaxConnections(t) / 4
+}
+
+// idleToKeep returns how many of its idle connections k keeps while it
+// waits for the next case, and takes what it keeps beyond keepIdle from
+// the budget. A bouncer's clients cost the server nothing: a bounced
+// handle keeps all of them.
+func (k *keptSchema) idleToKeep(t testing.TB) int {
+	if k.bounced {
+		return math.MaxInt
+	}
+	budget := idleBudget(t)
+	kept.Lock()
+	defer kept.Unlock()
+	k.extra = max(0, min(k.maxIdle-keepIdle, budget-kept.idle))
+	kept.idle += k.extra
+	return keepIdle + k.extra
+}
+
 // pgxIdle is keptSchema.idle for pool.
-func pgxIdle(pool *pgxpool.Pool) func(keep bool) {
-	return func(keep bool) {
-		if !keep {
+func pgxIdle(pool *pgxpool.Pool) func(n int) {
+	return func(n int) {
+		if n < 0 {
 			return
 		}
 		ctx := context.Background()
 		for i, c := range pool.AcquireAllIdle(ctx) {
-			if i < keepIdle {
+			if i < n {
 				c.Release()
 				continue
 			}
@@ -217,12 +259,12 @@ func pgxIdle(pool *pgxpool.Pool) func(keep bool) {
 
 // sqlIdle is keptSchema.idle for db, whose bound of idle connections is
 // maxIdle.
-func sqlIdle(db *sql.DB, maxIdle int) func(keep bool) {
-	return func(keep bool) {
-		if keep {
-			db.SetMaxIdleConns(keepIdle)
-		} else {
+func sqlIdle(db *sql.DB, maxIdle int) func(n int) {
+	return func(n int) {
+		if n < 0 {
 			db.SetMaxIdleConns(maxIdle)
+		} else {
+			db.SetMaxIdleConns(min(n, maxIdle))
 		}
 	}
 }

@@ -21,7 +21,7 @@ func Postgres(t testing.TB, maxConns int) DB[pgx.Tx] {
 	t.Helper()
 	k := keptFor(t, fmt.Sprintf("pgx/%d", maxConns), func() *keptSchema {
 		db, drop := testdb.KeptPostgres(t, int32(maxConns))
-		return &keptSchema{schema: db.Schema, handle: &pgDB{db: db}, inUse: pgxInUse(db.Pool), idle: pgxIdle(db.Pool), drop: drop}
+		return &keptSchema{schema: db.Schema, handle: &pgDB{db: db}, inUse: pgxInUse(db.Pool), idle: pgxIdle(db.Pool), maxIdle: int(db.Pool.Config().MaxConns), drop: drop}
 	})
 	return k.handle.(*pgDB).withDriver()
 }

@@ -30,7 +30,7 @@ func PgBouncerPgx(mode string) Factory[pgx.Tx] {
 				return b.Schema(t, schema, settings) + "&default_query_exec_mode=" + mode
 			}
 		}
-		k := keptBounced(t, b, fmt.Sprintf("bouncer-pgx-%s/%d", mode, maxConns), func(schema, dsn string) (any, func() int, func(bool), func(), error) {
+		k := keptBounced(t, b, fmt.Sprintf("bouncer-pgx-%s/%d", mode, maxConns), func(schema, dsn string) (any, func() int, func(int), func(), error) {
 			db, err := openBouncedPgx(dsn+"&default_query_exec_mode="+mode, schema, maxConns)
 			if err != nil {
 				return nil, nil, nil, nil, err
@@ -45,7 +45,7 @@ func PgBouncerPgx(mode string) Factory[pgx.Tx] {
 // keptBounced is a kept schema (keptFor) of kind reached through bouncer
 // b: created and migrated directly on the server, then reached through a
 // bouncer database of its own, on a handle open makes.
-func keptBounced(t testing.TB, b *pgbouncer.Bouncer, kind string, open func(schema, dsn string) (handle any, inUse func() int, idle func(bool), close func(), err error)) *keptSchema {
+func keptBounced(t testing.TB, b *pgbouncer.Bouncer, kind string, open func(schema, dsn string) (handle any, inUse func() int, idle func(int), close func(), err error)) *keptSchema {
 	t.Helper()
 	return keptFor(t, kind, func() *keptSchema {
 		direct, drop := testdb.KeptPostgres(t, 2)
@@ -60,7 +60,7 @@ func keptBounced(t testing.TB, b *pgbouncer.Bouncer, kind string, open func(sche
 			_ = drop()
 			t.Fatal(err)
 		}
-		return &keptSchema{schema: direct.Schema, handle: handle, inUse: inUse, idle: idle, drop: func() error {
+		return &keptSchema{schema: direct.Schema, handle: handle, inUse: inUse, idle: idle, bounced: true, drop: func() error {
 			// The bouncer database stays in the configuration until the
 			// bouncer stops (see pgbouncer.Bouncer.Schema): RECONNECT
 			// closes its server connections once the handle is closed.
@@ -129,7 +129,7 @@ func PgBouncerSQL(sqlDriver string) Factory[*sql.Tx] {
 // database/sql handle of sqlDriver, with params after each DSN.
 func keptBouncedSQL(t testing.TB, b *pgbouncer.Bouncer, kind, sqlDriver, params string, maxConns int) *pgSQLDB {
 	t.Helper()
-	k := keptBounced(t, b, fmt.Sprintf("%s/%d", kind, maxConns), func(schema, dsn string) (any, func() int, func(bool), func(), error) {
+	k := keptBounced(t, b, fmt.Sprintf("%s/%d", kind, maxConns), func(schema, dsn string) (any, func() int, func(int), func(), error) {
 		db, err := openPgSQL(sqlDriver, dsn+params, maxConns)
 		if err != nil {
 			return nil, nil, nil, nil, err

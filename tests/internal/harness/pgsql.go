@@ -43,7 +43,7 @@ func keptPgSQL(t testing.TB, sqlDriver string, maxConns int) *pgSQLDB {
 			_ = drop()
 			t.Fatal(err)
 		}
-		return &keptSchema{schema: pg.Schema, handle: db, inUse: sqlInUse(db.db), idle: sqlIdle(db.db, maxConnsOr8(maxConns)), drop: func() error {
+		return &keptSchema{schema: pg.Schema, handle: db, inUse: sqlInUse(db.db), idle: sqlIdle(db.db, maxConnsOr8(maxConns)), maxIdle: maxConnsOr8(maxConns), drop: func() error {
 			db.db.Close()
 			return drop()
 		}}

@@ -18,7 +18,8 @@
 // connect directly: all its pools together hold at most MaxServerConns
 // (max_user_connections: a pool short of one closes the oldest idle
 // connection of another pool, so a finished test's idle connections make
-// room for the next), an idle server connection closes after a second, and
+// room for the next), an idle server connection closes after a second (a
+// minute on a server of max_connections 1000, as .ci/run sets), and
 // a schema's database has its server connections closed when its test
 // ends (RECONNECT, which leaves clients alone).
 package pgbouncer
@@ -58,14 +59,16 @@ const MaxServerConns = 50
 type Bouncer struct {
 	Port int
 
-	dir     string
-	ini     string
-	server  *url.URL // the PostgreSQL server behind it
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	mu      sync.Mutex
-	entries []string // [databases] lines
-	n       int      // databases added with settings
+	dir    string
+	ini    string
+	server *url.URL // the PostgreSQL server behind it
+	// idleTimeout is server_idle_timeout, in seconds.
+	idleTimeout int
+	cmd         *exec.Cmd
+	exited      chan struct{}
+	mu          sync.Mutex
+	entries     []string // [databases] lines
+	n           int      // databases added with settings
 }
 
 var (
@@ -100,7 +103,7 @@ func Named(t testing.TB, name string) *Bouncer {
 		bouncers[name] = s
 	}
 	mu.Unlock()
-	s.once.Do(func() { s.b, s.err = start(server) })
+	s.once.Do(func() { s.b, s.err = start(server, idleTimeout(testdb.PostgresMaxConnections(t))) })
 	if s.err != nil {
 		if testdb.InCI() {
 			t.Fatalf("CI=true and pgbouncer did not start: %v", s.err)
@@ -121,7 +124,21 @@ func Stop() {
 	}
 }
 
-func start(serverDSN string) (*Bouncer, error) {
+// idleTimeout is server_idle_timeout for a server of max_connections n:
+// a second where the server has little room (the default 100), a minute
+// where it has 1000 (.ci/run), so that the next case on a kept schema
+// (the harness keeps them) finds the server connections it needs open:
+// each race case opened ~32 of them anew, a fork and ~5 to 40 ms of the
+// server's CPU each. The bouncers' pools hold MaxServerConns together
+// at most each.
+func idleTimeout(n int) int {
+	if n >= 1000 {
+		return 60
+	}
+	return 1
+}
+
+func start(serverDSN string, idleTimeout int) (*Bouncer, error) {
 	bin := os.Getenv(BinEnv)
 	if bin == "" {
 		var err error
@@ -149,7 +166,7 @@ func start(serverDSN string) (*Bouncer, error) {
 	if err := os.Chmod(dir, 0o777); err != nil {
 		return nil, err
 	}
-	b := &Bouncer{Port: port, dir: dir, ini: filepath.Join(dir, "pgbouncer.ini"), server: server, exited: make(chan struct{})}
+	b := &Bouncer{Port: port, dir: dir, ini: filepath.Join(dir, "pgbouncer.ini"), server: server, idleTimeout: idleTimeout, exited: make(chan struct{})}
 	if err := os.WriteFile(filepath.Join(dir, "users.txt"), []byte(`"postgres" ""`+"\n"), 0o644); err != nil {
 		return nil, err
 	}
@@ -215,10 +232,10 @@ ignore_startup_parameters = extra_float_digits
 max_client_conn = 2000
 default_pool_size = 20
 max_user_connections = %d
-server_idle_timeout = 1
+server_idle_timeout = %d
 logfile = %s
 pidfile = %s
-`, b.Port, filepath.Join(b.dir, "users.txt"), MaxServerConns, filepath.Join(b.dir, "pgbouncer.log"), filepath.Join(b.dir, "pgbouncer.pid"))
+`, b.Port, filepath.Join(b.dir, "users.txt"), MaxServerConns, b.idleTimeout, filepath.Join(b.dir, "pgbouncer.log"), filepath.Join(b.dir, "pgbouncer.pid"))
 	return os.WriteFile(b.ini, []byte(sb.String()), 0o644)
 }
 

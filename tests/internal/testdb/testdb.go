@@ -259,6 +259,37 @@ func PostgresAdmin(t testing.TB) *pgxpool.Pool {
 	return p
 }
 
+// PostgresMaxConnections returns the server's max_connections, read once
+// per server: the harness keeps more idle connections between cases where
+// the server has room for them (.ci/run sets 1000).
+func PostgresMaxConnections(t testing.TB) int {
+	t.Helper()
+	server := PostgresDSN(t)
+	maxConns.Lock()
+	defer maxConns.Unlock()
+	if n, ok := maxConns.pg[server]; ok {
+		return n
+	}
+	p, err := postgresAdmin(server)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	var n int
+	if err := p.QueryRow(context.Background(), "SELECT current_setting('max_connections')::int").Scan(&n); err != nil {
+		t.Fatalf("max_connections: %v", err)
+	}
+	if maxConns.pg == nil {
+		maxConns.pg = map[string]int{}
+	}
+	maxConns.pg[server] = n
+	return n
+}
+
+var maxConns struct {
+	sync.Mutex
+	pg map[string]int
+}
+
 // Admin handles, one per server for the whole test process: creating and
 // dropping a case's schema or database on a connection of its own cost
 // two connections per case, and a PostgreSQL connection costs ~40 ms of
