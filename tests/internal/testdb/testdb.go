@@ -459,7 +459,8 @@ func NewMySQL(t testing.TB, maxConns int) *MySQL {
 }
 
 // NewMySQLOn is NewMySQL on the server of DSN server (a node of a
-// cluster); the database's DSN keeps server's parameters.
+// cluster); the database's DSN keeps server's parameters. Its tables are
+// made from a template migrated once per server (mysqlTemplate).
 func NewMySQLOn(t testing.TB, server string, maxConns int) *MySQL {
 	t.Helper()
 	name, dsn := EmptyMySQLOn(t, server)
@@ -474,11 +475,12 @@ func NewMySQLOn(t testing.TB, server string, maxConns int) *MySQL {
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
 	t.Cleanup(func() { db.Close() })
-	if err := migrations.Up(ctx, db, migrations.MySQL); err != nil {
-		t.Fatalf("sqlonce migrations: %v", err)
+	tm, err := mysqlTemplateOf(ctx, server)
+	if err != nil {
+		t.Fatalf("mysql template: %v", err)
 	}
-	if err := bizdb.Migrate(ctx, db, "mysql"); err != nil {
-		t.Fatal(err)
+	if err := tm.create(ctx, db); err != nil {
+		t.Fatalf("tables from the template: %v", err)
 	}
 	return &MySQL{DB: db, Name: name, DSN: dsn}
 }
