@@ -47,6 +47,20 @@ func TestHAProxyGalera(t *testing.T) {
 	}
 	t.Cleanup(func() { root.Close() })
 	mustExec(t, root, "CREATE DATABASE app")
+	// Node 1, the clients' writer, applies the DDL after node 2 has
+	// answered: a client connecting to app there at once was refused
+	// (1049 unknown database). A read with wsrep_sync_wait=1 on node 1
+	// waits until it has applied what the cluster committed before it.
+	node1, err := sql.Open("mysql", c.DSN(1, "", "wsrep_sync_wait=1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schemas int
+	err = node1.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.schemata WHERE schema_name = 'app'").Scan(&schemas)
+	node1.Close()
+	if err != nil || schemas != 1 {
+		t.Fatalf("app on node 1 after its creation on node 2: %d schemas, %v", schemas, err)
+	}
 	db, err := sql.Open("mysql", fmt.Sprintf("root@tcp(127.0.0.1:%d)/app?parseTime=true&timeout=10s&%s",
 		proxy.Port, strings.Join(galera.Params, "&")))
 	if err != nil {
