@@ -86,22 +86,51 @@ func canceled(ctx context.Context, err error) error {
 // (both from the protocol's 'n' field). Neither library has a method for
 // it.
 func constraintName(err error) string {
+	s, _ := stringField(err, "ConstraintName", "Constraint")
+	return s
+}
+
+// stringField returns the first of the named string fields that the struct
+// err points to has; ok false: it has none of them.
+func stringField(err error, names ...string) (s string, ok bool) {
 	v := reflect.ValueOf(err)
 	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
 		if v.IsNil() {
-			return ""
+			return "", false
 		}
 		v = v.Elem()
 	}
 	if v.Kind() != reflect.Struct {
-		return ""
+		return "", false
 	}
-	for _, name := range [...]string{"ConstraintName", "Constraint"} {
+	for _, name := range names {
 		if f := v.FieldByName(name); f.IsValid() && f.Kind() == reflect.String {
-			return f.String()
+			return f.String(), true
 		}
 	}
-	return ""
+	return "", false
+}
+
+// lockElsewhere reports whether an error of err's tree is a lock wait that
+// gave up (55P03, lock_timeout) on something other than a row. PostgreSQL
+// names the row in the error's context, the string field Where of both
+// libraries' errors ("while inserting index tuple ..." for a key that a
+// transaction still open inserted, "while checking uniqueness of tuple
+// ..." for one it updates or deletes); the wait for a table's lock, or for
+// the lock on growing the table's file, has none. So has the wait for an
+// INSERT of the same key at the instant it inserts (a speculative
+// insertion): the next attempt waits for the row, and names it. Only
+// whether the context is empty is read: its words follow the server's
+// lc_messages. An error of another library, without the field, is the
+// key's.
+func lockElsewhere(err error) bool {
+	return driver.Walk(err, func(e error) bool {
+		if sqlState(e) != codeLockNotAvailable {
+			return false
+		}
+		where, ok := stringField(e, "Where")
+		return ok && where == ""
+	})
 }
 
 // uniqueViolation reports whether an error of err's tree is a unique

@@ -179,7 +179,7 @@ func pgNow(t time.Time) sql.NullTime {
 func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (_ driver.Claim, err error) {
 	defer func() { err = canceled(ctx, err) }()
 	if p.LockWait > 0 {
-		return e.claimBounded(ctx, tx, p)
+		return driver.PastOtherLocks(ctx, lockElsewhere, func() (driver.Claim, error) { return e.claimBounded(ctx, tx, p) })
 	}
 	return e.claim(ctx, tx, p)
 }

@@ -239,7 +239,7 @@ func pgNow(t time.Time) pgtype.Timestamptz {
 
 func (e engine) Claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (driver.Claim, error) {
 	if p.LockWait > 0 {
-		return e.claimBounded(ctx, tx, p)
+		return driver.PastOtherLocks(ctx, lockElsewhere, func() (driver.Claim, error) { return e.claimBounded(ctx, tx, p) })
 	}
 	return e.claim(ctx, tx, p)
 }

@@ -136,26 +136,43 @@ func (e engine) runAnswered(ctx context.Context, conn *pgx.Conn, p driver.RunPar
 // gave up is sqlonce.ErrInProgress. It serves the inbox (p.NoRecord),
 // which records no response: its COMMIT travels alone.
 func (e engine) runHeld(ctx context.Context, conn *pgx.Conn, p driver.RunParams, fn func(ctx context.Context, tx pgx.Tx) ([]byte, error)) (driver.RunResult, error) {
-	var (
-		pl    pipeline
+	type begun struct {
+		tx    pgx.Tx
 		c     pgdb.KeyClaimRow
 		found bool
-	)
-	pl.begin(runTxOptions)
-	e.boundedClaim(ctx, &pl, claimParams(p), p.LockWait, &c, &found)
-	if err := pl.send(ctx, conn); err != nil {
+	}
+	begin := func() (b begun, err error) {
+		var pl pipeline
+		pl.begin(runTxOptions)
+		e.boundedClaim(ctx, &pl, claimParams(p), p.LockWait, &b.c, &b.found)
+		if err := pl.send(ctx, conn); err != nil {
+			rollback(ctx, conn)
+			return b, err
+		}
+		b.tx = pl.tx
+		return b, nil
+	}
+	var b begun
+	var err error
+	if p.LockWait > 0 {
+		// A claim that gave up on a lock that is not the key's begins again.
+		b, err = driver.PastOtherLocks(ctx, lockElsewhere, begin)
+	} else {
+		b, err = begin()
+	}
+	if err != nil {
 		return driver.RunResult{}, inProgress(p, err)
 	}
-	tx := pl.tx
-	cl, ok := decided(c, found)
+	tx := b.tx
+	cl, ok := decided(b.c, b.found)
 	if !ok {
 		// Rare: committed while the claim waited, or free to take over.
-		claim := e.claim
 		if p.LockWait > 0 {
-			claim = e.claimBoundedSteps
+			cl, err = driver.PastOtherLocks(ctx, lockElsewhere, func() (driver.Claim, error) { return e.claimBoundedSteps(ctx, tx, p) })
+		} else {
+			cl, err = e.claim(ctx, tx, p)
 		}
-		var err error
-		if cl, err = claim(ctx, tx, p); err != nil {
+		if err != nil {
 			return driver.RunResult{}, inProgress(p, err)
 		}
 	}
@@ -170,7 +187,7 @@ func (e engine) runHeld(ctx context.Context, conn *pgx.Conn, p driver.RunParams,
 	if conn.PgConn().TxStatus() == 'I' {
 		return driver.RunResult{}, driver.ErrTxEnded
 	}
-	pl = pipeline{}
+	var pl pipeline
 	if !p.NoRecord {
 		pl.thenExec(e.q.KeyRunRespond(ctx, e.on(&pl), []pgdb.KeyRunRespondParams{{
 			Response: driver.NonNil(resp), Namespace: int16(p.Namespace), Scope: p.Scope, IdempotencyKey: p.Key.Key, Token: cl.Token,

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -181,6 +182,71 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		wantOutcome(t, "after the takeover committed", res, err, sqlonce.AlreadyDone, nil)
 		if n := ledgerRows(t, ctx, db, req.Key); n != 2 {
 			t.Fatalf("ledger rows: %d, want 2", n)
+		}
+	})
+
+	t.Run("WaitsOutATableLock", func(t *testing.T) {
+		// PostgreSQL's lock_timeout, the bound of a claim that must not
+		// wait, bounds every lock wait of the claim's statement: the
+		// table's lock too (a DDL statement, VACUUM truncating the table's
+		// end, LOCK TABLE), and the lock on growing the table's file. A
+		// key nobody holds is no key in progress: the claim waits those
+		// out and runs.
+		for _, viaRun := range []bool{false, true} {
+			name := "Do"
+			if viaRun {
+				name = "Run"
+			}
+			t.Run(name, func(t *testing.T) {
+				ctx := ctxT(t)
+				db := f(t, 4)
+				if db.Dialect() != "postgres" {
+					t.Skip("PostgreSQL's lock_timeout bounds a table's lock as any other; MySQL's innodb_lock_wait_timeout bounds row locks only, and SQLite has no per-key wait")
+				}
+				s, err := dedupe.New(db.Driver(), dedupe.WithNoWait())
+				must(t, err)
+				req := dedupe.Request{Scope: "nowait-table", Key: name}
+
+				holder, err := db.Begin(ctx, harness.Default)
+				must(t, err)
+				defer func() { _ = db.Rollback(context.Background(), holder) }()
+				must(t, db.TxExec(ctx, holder, "LOCK TABLE sqlonce_keys IN SHARE MODE"))
+				const hold = 300 * time.Millisecond
+				released := make(chan error, 1)
+				go func() {
+					time.Sleep(hold)
+					released <- db.Rollback(context.Background(), holder)
+				}()
+
+				var calls atomic.Int64
+				start := time.Now()
+				var res sqlonce.Result
+				if viaRun {
+					res, err = s.Run(ctx, req, drWork(db, req.Key, []byte("ran"), &calls))
+				} else {
+					err = harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+						var err error
+						res, err = s.Do(ctx, tx, req, func(ctx context.Context) error {
+							calls.Add(1)
+							return db.Tx(tx).LedgerInsert(ctx, req.Key, 1)
+						})
+						return err
+					})
+				}
+				elapsed := time.Since(start)
+				must(t, <-released)
+				wantOutcome(t, "a claim while the key table was locked", res, err, sqlonce.FirstRun, nil)
+				if elapsed < hold*2/3 {
+					t.Errorf("the claim returned after %v: the table lock did not hold it", elapsed)
+				}
+				if n := calls.Load(); n != 1 {
+					t.Errorf("fn ran %d times, want 1", n)
+				}
+				if n := ledgerRows(t, ctx, db, req.Key); n != 1 {
+					t.Fatalf("ledger rows: %d, want 1", n)
+				}
+				t.Logf("claimed after %v", elapsed.Round(time.Millisecond))
+			})
 		}
 	})
 
