@@ -148,6 +148,12 @@ type Config[TTx any] struct {
 	Hits int
 	// Duration is how long workers start new operations (10s).
 	Duration time.Duration
+	// Enough, if set, is asked after Duration: workers go on starting
+	// operations until it reports true, for at most 30s more. A
+	// test that needs every fault of a kind to have fired sets it, so
+	// that a run on a loaded machine, which commits less in Duration,
+	// still sees them all.
+	Enough func() bool
 	// FaultRate is the share of attempts that get a fault (0.3); negative
 	// disables faults.
 	FaultRate float64
@@ -299,6 +305,10 @@ func (r *run[TTx]) logf(format string, args ...any) {
 	r.t.Logf("%s: "+format, append([]any{r.db.Dialect()}, args...)...)
 }
 
+// enoughLimit bounds the time a run goes on past Config.Duration for
+// Config.Enough.
+const enoughLimit = 30 * time.Second
+
 // Run drives the workload on db for cfg.Duration, then checks the
 // invariants from the database and returns the report. It fails t only
 // for setup errors; the caller decides what violations mean.
@@ -370,12 +380,19 @@ func Run[TTx any](t testing.TB, db harness.DB[TTx], cfg Config[TTx]) *Report {
 		}
 	}()
 	time.Sleep(cfg.Duration)
+	if cfg.Enough != nil && !cfg.Enough() {
+		for limit := time.Now().Add(enoughLimit); !cfg.Enough() && time.Now().Before(limit); {
+			time.Sleep(50 * time.Millisecond)
+		}
+		r.logf("ran %v: Enough asked for more than %v", time.Since(start).Round(time.Millisecond), cfg.Duration)
+	}
 	r.stop.Store(true)
+	stopped := time.Now()
 	close(stepsDone)
 	wg.Wait()
 	<-duringDone
 	elapsed := time.Since(start)
-	drained := elapsed - cfg.Duration
+	drained := time.Since(stopped)
 
 	rep := &Report{Dialect: db.Dialect(), Elapsed: elapsed, Config: fmt.Sprintf("%d workers, %d keys, %d hits", cfg.Workers, cfg.Keys, cfg.Hits)}
 	vEnd := r.vclock.Now()

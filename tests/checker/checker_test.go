@@ -73,7 +73,11 @@ func TestSQLite(t *testing.T) {
 // set, and fails t on any violation.
 func exactlyOnce[TTx any](t *testing.T, db harness.DB[TTx], p *faultproxy.Proxy, isolations ...harness.Isolation) *checker.Report {
 	ops := checker.Ops(t, db.Dialect())
-	rep := checker.Run(t, db, checker.Config[TTx]{Ops: ops, Duration: checker.Duration(t, *durationFlag, 10*time.Second), Isolations: isolations, Proxy: p})
+	cfg := checker.Config[TTx]{Ops: ops, Duration: checker.Duration(t, *durationFlag, 10*time.Second), Isolations: isolations, Proxy: p}
+	if p != nil {
+		cfg.Enough = func() bool { return allNetFaultsFired(p) }
+	}
+	rep := checker.Run(t, db, cfg)
 	rep.Log(t.Logf, 50)
 	if len(rep.Violations) > 0 {
 		t.Errorf("%d violations of exactly-once", len(rep.Violations))

@@ -4,6 +4,7 @@ import (
 	"net"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
@@ -62,7 +63,7 @@ func netFaultsSeen(t *testing.T, rep *checker.Report, p *faultproxy.Proxy) {
 	if testing.Short() {
 		missing = t.Logf
 	}
-	for _, f := range []faultproxy.Fault{faultproxy.LoseReply, faultproxy.LoseCommit, faultproxy.HalfOpenDeliver, faultproxy.HalfOpenDrop} {
+	for _, f := range proxyFaults {
 		if c.Fired[f] == 0 {
 			missing("the proxy never fired %q", f)
 		}
@@ -70,4 +71,43 @@ func netFaultsSeen(t *testing.T, rep *checker.Report, p *faultproxy.Proxy) {
 	if rep.UnknownCommitted() == 0 {
 		missing("no unknown commit was resolved as committed: the reply-lost fault proved nothing")
 	}
+}
+
+// proxyFaults are the faults netFaultsSeen asks to have fired.
+var proxyFaults = []faultproxy.Fault{faultproxy.LoseReply, faultproxy.LoseCommit, faultproxy.HalfOpenDeliver, faultproxy.HalfOpenDrop}
+
+// allNetFaultsFired reports whether p fired each of proxyFaults: the
+// checker's Enough, which makes a run on a loaded machine (fewer COMMITs
+// in its time) go on until the half-open faults, picked at random between
+// dropped and delivered, have fired both ways.
+func allNetFaultsFired(p *faultproxy.Proxy) bool {
+	c := p.Counts()
+	for _, f := range proxyFaults {
+		if c.Fired[f] == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// TestEnoughOutlastsAShortRun runs the network faults for far less time than
+// they need to fire both ways (a fifth of a second), with Enough asking for them
+// all: the run goes on until they fired, as a full-length run on a loaded
+// machine does when it committed too little in its ten seconds.
+func TestEnoughOutlastsAShortRun(t *testing.T) {
+	db, p := throughProxy(t, harness.Postgres(t, poolSize))
+	const short = 200 * time.Millisecond
+	rep := checker.Run(t, db, checker.Config[pgx.Tx]{
+		Ops: checker.Ops(t, db.Dialect()), Duration: short, Proxy: p,
+		Enough: func() bool { return allNetFaultsFired(p) },
+	})
+	if len(rep.Violations) > 0 {
+		rep.Log(t.Logf, 50)
+		t.Errorf("%d violations of exactly-once", len(rep.Violations))
+	}
+	if !allNetFaultsFired(p) {
+		c := p.Counts()
+		t.Errorf("after %v (Duration %v), fired: %v", rep.Elapsed, short, c.Fired)
+	}
+	t.Logf("every network fault fired after %v", rep.Elapsed.Round(time.Millisecond))
 }
