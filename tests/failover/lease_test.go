@@ -33,6 +33,10 @@ func leaseRun(t *testing.T, synchronous, lagging bool) (completed, lost, claimed
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if lagging {
+		// The standby lags the claims, not the schema: stopped before it
+		// replayed the migrations, the new primary would have no tables
+		// (or an older version of them) to complete a lease in.
+		waitReplayed(t, primary, standby)
 		c, err := pgx.Connect(ctx, standby.DSN)
 		if err != nil {
 			t.Fatal(err)
