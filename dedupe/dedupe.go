@@ -108,8 +108,10 @@ func WithMaxResponseSize(n int) Option {
 // lock_timeout bounds every lock wait, not only the key's: a claim that
 // gave up on another lock (the table's, taken by a DDL statement or by
 // VACUUM truncating the table; the lock on growing the table's file) is
-// rolled back to the savepoint and runs again until it gets past it, or
-// until ctx ends.
+// rolled back to the savepoint and runs again until it gets past it, for
+// at most 2 seconds (or d of WithLockWait, if longer); then the error
+// satisfies sqlonce.IsRetryable and is no ErrInProgress: roll back, run
+// again later. If ctx ends first, the error is ctx's.
 // On MySQL/MariaDB it runs with innodb_lock_wait_timeout 0 for the session
 // and the previous value is restored; MySQL 8 cannot wait less than 1
 // second. A lock wait timeout there undoes only the statement, unless the

@@ -179,7 +179,7 @@ func pgNow(t time.Time) sql.NullTime {
 func (e engine) Claim(ctx context.Context, tx *sql.Tx, p driver.ClaimParams) (_ driver.Claim, err error) {
 	defer func() { err = canceled(ctx, err) }()
 	if p.LockWait > 0 {
-		return driver.PastOtherLocks(ctx, lockElsewhere, func() (driver.Claim, error) { return e.claimBounded(ctx, tx, p) })
+		return driver.PastOtherLocks(ctx, p.LockWait, lockElsewhere, func() (driver.Claim, error) { return e.claimBounded(ctx, tx, p) })
 	}
 	return e.claim(ctx, tx, p)
 }
@@ -203,7 +203,7 @@ func (e engine) claimBounded(ctx context.Context, tx *sql.Tx, p driver.ClaimPara
 	if err != nil {
 		// The rollback restores lock_timeout too.
 		if _, rbErr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+name+"; RELEASE SAVEPOINT "+name); rbErr != nil {
-			return driver.Claim{}, errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
+			return driver.Claim{}, driver.NotRestored(err, rbErr)
 		}
 		return driver.Claim{}, err
 	}

@@ -80,13 +80,14 @@ func uniqueViolation(err error, constraint string) bool {
 
 // lockElsewhere reports whether an error of err's tree is a lock wait that
 // gave up (55P03, lock_timeout) on something other than a row. PostgreSQL
-// names the row in the error's context ("while inserting index tuple ..."
-// for a key that a transaction still open inserted, "while checking
-// uniqueness of tuple ..." for one it updates or deletes); the wait for a
-// table's lock, or for the lock on growing the table's file, has none.
-// So has the wait for an INSERT of the same key at the instant it inserts
-// (a speculative insertion): the next attempt waits for the row, and
-// names it. Only whether the context is empty is read: its words follow the
+// names the row in the error's context when it waits for the transaction
+// that holds it ("while inserting index tuple ..." for the claim's
+// INSERT, "while updating tuple ..." for a takeover's UPDATE); the wait
+// for a table's lock, or for the lock on growing the table's file, has
+// none. So have two short waits on the key itself: for an INSERT of the
+// same key at the instant it inserts (a speculative insertion), and for
+// the place in the queue of a row's lock; the next attempt waits for the
+// row's transaction, and names it. Only whether the context is empty is read: its words follow the
 // server's lc_messages.
 func lockElsewhere(err error) bool {
 	return driver.Walk(err, func(e error) bool {

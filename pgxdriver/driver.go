@@ -213,17 +213,20 @@ func leaveOpen(tx pgx.Tx) bool {
 // after ROLLBACK TO: pgx runs a nested Begin as SAVEPOINT and its Rollback
 // as ROLLBACK TO SAVEPOINT.
 func savepoint(ctx context.Context, tx pgx.Tx, fn func(ctx context.Context) error) error {
-	sp, err := tx.Begin(ctx)
-	if err != nil {
+	// Not pgx's nested Tx: its Rollback leaves the savepoint open (ROLLBACK
+	// TO keeps it), a subtransaction behind each fn that failed.
+	const name = "sqlonce_steps"
+	if _, err := tx.Exec(ctx, "savepoint "+name); err != nil {
 		return err
 	}
 	if err := fn(ctx); err != nil {
-		if rbErr := sp.Rollback(ctx); rbErr != nil {
-			return errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
+		if _, rbErr := tx.Exec(ctx, "rollback to savepoint "+name+"; release savepoint "+name); rbErr != nil {
+			return driver.NotRestored(err, rbErr)
 		}
 		return err
 	}
-	return sp.Commit(ctx)
+	_, err := tx.Exec(ctx, "release savepoint "+name)
+	return err
 }
 
 func (engine) IsDuplicate(err error, constraint string) bool {
@@ -239,7 +242,7 @@ func pgNow(t time.Time) pgtype.Timestamptz {
 
 func (e engine) Claim(ctx context.Context, tx pgx.Tx, p driver.ClaimParams) (driver.Claim, error) {
 	if p.LockWait > 0 {
-		return driver.PastOtherLocks(ctx, lockElsewhere, func() (driver.Claim, error) { return e.claimBounded(ctx, tx, p) })
+		return driver.PastOtherLocks(ctx, p.LockWait, lockElsewhere, func() (driver.Claim, error) { return e.claimBounded(ctx, tx, p) })
 	}
 	return e.claim(ctx, tx, p)
 }
@@ -266,8 +269,12 @@ func (e engine) claimBounded(ctx context.Context, tx pgx.Tx, p driver.ClaimParam
 	e.boundedClaim(ctx, &pl, claimParams(p), p.LockWait, &c, &found)
 	pl.exec("release savepoint " + name)
 	if err := pl.send(ctx, tx); err != nil {
-		if _, rbErr := tx.Exec(ctx, "rollback to savepoint "+name); rbErr != nil {
-			return driver.Claim{}, errors.Join(err, fmt.Errorf("rollback to savepoint: %w", rbErr))
+		// ROLLBACK TO keeps the savepoint: RELEASE ends it, in the same
+		// round trip (no arguments: the simple protocol, both statements
+		// in one message), so that a claim given up leaves no
+		// subtransaction behind.
+		if _, rbErr := tx.Exec(ctx, "rollback to savepoint "+name+"; release savepoint "+name); rbErr != nil {
+			return driver.Claim{}, driver.NotRestored(err, rbErr)
 		}
 		return driver.Claim{}, err
 	}

@@ -147,6 +147,9 @@ func (e engine) runHeld(ctx context.Context, conn *pgx.Conn, p driver.RunParams,
 		e.boundedClaim(ctx, &pl, claimParams(p), p.LockWait, &b.c, &b.found)
 		if err := pl.send(ctx, conn); err != nil {
 			rollback(ctx, conn)
+			if conn.IsClosed() {
+				return b, driver.NotRestored(err, errors.New("the connection closed at ROLLBACK"))
+			}
 			return b, err
 		}
 		b.tx = pl.tx
@@ -156,7 +159,7 @@ func (e engine) runHeld(ctx context.Context, conn *pgx.Conn, p driver.RunParams,
 	var err error
 	if p.LockWait > 0 {
 		// A claim that gave up on a lock that is not the key's begins again.
-		b, err = driver.PastOtherLocks(ctx, lockElsewhere, begin)
+		b, err = driver.PastOtherLocks(ctx, p.LockWait, lockElsewhere, begin)
 	} else {
 		b, err = begin()
 	}
@@ -168,7 +171,7 @@ func (e engine) runHeld(ctx context.Context, conn *pgx.Conn, p driver.RunParams,
 	if !ok {
 		// Rare: committed while the claim waited, or free to take over.
 		if p.LockWait > 0 {
-			cl, err = driver.PastOtherLocks(ctx, lockElsewhere, func() (driver.Claim, error) { return e.claimBoundedSteps(ctx, tx, p) })
+			cl, err = driver.PastOtherLocks(ctx, p.LockWait, lockElsewhere, func() (driver.Claim, error) { return e.claimBoundedSteps(ctx, tx, p) })
 		} else {
 			cl, err = e.claim(ctx, tx, p)
 		}

@@ -149,6 +149,8 @@ func classifyStd(err error) Class {
 		return ConnLost
 	}
 	switch e := err.(type) {
+	case *OtherLockError:
+		return Retryable
 	case *net.OpError:
 		return ConnLost
 	case syscall.Errno:

@@ -200,23 +200,12 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			t.Run(name, func(t *testing.T) {
 				ctx := ctxT(t)
 				db := f(t, 4)
-				if db.Dialect() != "postgres" {
-					t.Skip("PostgreSQL's lock_timeout bounds a table's lock as any other; MySQL's innodb_lock_wait_timeout bounds row locks only, and SQLite has no per-key wait")
-				}
+				skipUnlessPostgres(t, db)
 				s, err := dedupe.New(db.Driver(), dedupe.WithNoWait())
 				must(t, err)
 				req := dedupe.Request{Scope: "nowait-table", Key: name}
-
-				holder, err := db.Begin(ctx, harness.Default)
-				must(t, err)
-				defer func() { _ = db.Rollback(context.Background(), holder) }()
-				must(t, db.TxExec(ctx, holder, "LOCK TABLE sqlonce_keys IN SHARE MODE"))
 				const hold = 300 * time.Millisecond
-				released := make(chan error, 1)
-				go func() {
-					time.Sleep(hold)
-					released <- db.Rollback(context.Background(), holder)
-				}()
+				released := lockKeyTable(t, ctx, db, hold)
 
 				var calls atomic.Int64
 				start := time.Now()
@@ -224,14 +213,7 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				if viaRun {
 					res, err = s.Run(ctx, req, drWork(db, req.Key, []byte("ran"), &calls))
 				} else {
-					err = harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
-						var err error
-						res, err = s.Do(ctx, tx, req, func(ctx context.Context) error {
-							calls.Add(1)
-							return db.Tx(tx).LedgerInsert(ctx, req.Key, 1)
-						})
-						return err
-					})
+					res, err = doNoWait(ctx, db, s, req, &calls)
 				}
 				elapsed := time.Since(start)
 				must(t, <-released)
@@ -248,6 +230,92 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				t.Logf("claimed after %v", elapsed.Round(time.Millisecond))
 			})
 		}
+
+		// A table locked for longer than the claim waits out (2 s): a
+		// retryable error, no ErrInProgress, fn not run. Through pgx's
+		// statement cache the outcome may be a first run instead: pgx
+		// drops the cached statements of a batch that failed, and the next
+		// attempt's Parse, before the savepoint's lock_timeout, waits for
+		// the table like any statement (the deadlock detector watches
+		// that wait).
+		t.Run("GivesUpRetryable", func(t *testing.T) {
+			ctx := ctxT(t)
+			db := f(t, 4)
+			skipUnlessPostgres(t, db)
+			s, err := dedupe.New(db.Driver(), dedupe.WithNoWait())
+			must(t, err)
+			req := dedupe.Request{Scope: "nowait-table", Key: "long"}
+			const hold = 4 * time.Second
+			released := lockKeyTable(t, ctx, db, hold)
+			var calls atomic.Int64
+			start := time.Now()
+			res, err := doNoWait(ctx, db, s, req, &calls)
+			elapsed := time.Since(start)
+			must(t, <-released)
+			if err == nil {
+				wantOutcome(t, "a claim behind a table locked for 4 s", res, err, sqlonce.FirstRun, nil)
+				if n := ledgerRows(t, ctx, db, req.Key); n != 1 || calls.Load() != 1 {
+					t.Errorf("fn ran %d times, ledger rows %d; want 1 and 1", calls.Load(), n)
+				}
+			} else {
+				if errors.Is(err, sqlonce.ErrInProgress) || !sqlonce.IsRetryable(err) {
+					t.Errorf("a claim behind a table locked for 4 s: %v (after %v); want a retryable error, no ErrInProgress", err, elapsed)
+				}
+				if n := calls.Load(); n != 0 {
+					t.Errorf("fn ran %d times", n)
+				}
+				if elapsed >= hold {
+					t.Errorf("gave up after %v, when the table's lock ended (%v)", elapsed, hold)
+				}
+			}
+			t.Logf("after %v: %v, %v", elapsed.Round(time.Millisecond), res.Outcome, err)
+		})
+
+		// ctx ending while the table is locked: ctx's error.
+		t.Run("CtxEnds", func(t *testing.T) {
+			ctx := ctxT(t)
+			db := f(t, 4)
+			skipUnlessPostgres(t, db)
+			s, err := dedupe.New(db.Driver(), dedupe.WithNoWait())
+			must(t, err)
+			req := dedupe.Request{Scope: "nowait-table", Key: "ctx"}
+			released := lockKeyTable(t, ctx, db, time.Second)
+			short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			var calls atomic.Int64
+			_, err = doNoWait(short, db, s, req, &calls)
+			must(t, <-released)
+			if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sqlonce.ErrInProgress) {
+				t.Errorf("ctx ended behind a locked table: %v; want context.DeadlineExceeded, no ErrInProgress", err)
+			}
+			if n := calls.Load(); n != 0 {
+				t.Errorf("fn ran %d times", n)
+			}
+		})
+
+		// A claim that gave up (ErrInProgress) leaves no savepoint of its
+		// own open in the caller's transaction: ROLLBACK TO keeps a
+		// savepoint, and pgxdriver left one (a subtransaction) per 409.
+		t.Run("InProgressLeavesNoSavepoint", func(t *testing.T) {
+			ctx := ctxT(t)
+			db := f(t, 4)
+			skipUnlessPostgres(t, db)
+			s, err := dedupe.New(db.Driver(), dedupe.WithNoWait())
+			must(t, err)
+			req := dedupe.Request{Scope: "nowait-table", Key: "held"}
+			holder := holdKey(t, ctx, db, s, req)
+			defer func() { _ = db.Rollback(context.Background(), holder) }()
+			tx, err := db.Begin(ctx, harness.Default)
+			must(t, err)
+			defer func() { _ = db.Rollback(context.Background(), tx) }()
+			_, err = s.Do(ctx, tx, req, func(ctx context.Context) error { return nil })
+			if !errors.Is(err, sqlonce.ErrInProgress) {
+				t.Fatalf("claim of a held key: %v, want ErrInProgress", err)
+			}
+			if err := db.TxExec(ctx, tx, "RELEASE SAVEPOINT sqlonce_claim"); err == nil {
+				t.Error("the claim's savepoint sqlonce_claim is still open after ErrInProgress")
+			}
+		})
 	})
 
 	t.Run("LockWaitThenFirstRun", func(t *testing.T) {
@@ -367,4 +435,41 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			}
 		}
 	})
+}
+
+func skipUnlessPostgres[TTx any](t *testing.T, db harness.DB[TTx]) {
+	t.Helper()
+	if db.Dialect() != "postgres" {
+		t.Skip("PostgreSQL's lock_timeout bounds a table's lock as any other; MySQL's innodb_lock_wait_timeout bounds row locks only, and SQLite has no per-key wait")
+	}
+}
+
+// lockKeyTable locks sqlonce_keys against writes (SHARE) in a transaction
+// of its own, for hold; the channel gets the error of its rollback.
+func lockKeyTable[TTx any](t *testing.T, ctx context.Context, db harness.DB[TTx], hold time.Duration) <-chan error {
+	t.Helper()
+	holder, err := db.Begin(ctx, harness.Default)
+	must(t, err)
+	t.Cleanup(func() { _ = db.Rollback(context.Background(), holder) })
+	must(t, db.TxExec(ctx, holder, "LOCK TABLE sqlonce_keys IN SHARE MODE"))
+	released := make(chan error, 1)
+	go func() {
+		time.Sleep(hold)
+		released <- db.Rollback(context.Background(), holder)
+	}()
+	return released
+}
+
+// doNoWait claims req with s in a transaction of its own, fn writing a
+// ledger row and counting its calls.
+func doNoWait[TTx any](ctx context.Context, db harness.DB[TTx], s *dedupe.Store[TTx], req dedupe.Request, calls *atomic.Int64) (res sqlonce.Result, err error) {
+	err = harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+		var err error
+		res, err = s.Do(ctx, tx, req, func(ctx context.Context) error {
+			calls.Add(1)
+			return db.Tx(tx).LedgerInsert(ctx, req.Key, 1)
+		})
+		return err
+	})
+	return res, err
 }
