@@ -198,12 +198,8 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				name = "Run"
 			}
 			t.Run(name, func(t *testing.T) {
-				ctx := ctxT(t)
-				db := f(t, 4)
-				skipUnlessPostgres(t, db)
-				s, err := dedupe.New(db.Driver(), dedupe.WithNoWait())
-				must(t, err)
-				req := dedupe.Request{Scope: "nowait-table", Key: name}
+				ctx, db, s, req := tableLockCase(t, f, name)
+				var err error
 				const hold = 300 * time.Millisecond
 				released := lockKeyTable(t, ctx, db, hold)
 
@@ -239,12 +235,7 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		// the table like any statement (the deadlock detector watches
 		// that wait).
 		t.Run("GivesUpRetryable", func(t *testing.T) {
-			ctx := ctxT(t)
-			db := f(t, 4)
-			skipUnlessPostgres(t, db)
-			s, err := dedupe.New(db.Driver(), dedupe.WithNoWait())
-			must(t, err)
-			req := dedupe.Request{Scope: "nowait-table", Key: "long"}
+			ctx, db, s, req := tableLockCase(t, f, "long")
 			const hold = 4 * time.Second
 			released := lockKeyTable(t, ctx, db, hold)
 			var calls atomic.Int64
@@ -273,17 +264,12 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 
 		// ctx ending while the table is locked: ctx's error.
 		t.Run("CtxEnds", func(t *testing.T) {
-			ctx := ctxT(t)
-			db := f(t, 4)
-			skipUnlessPostgres(t, db)
-			s, err := dedupe.New(db.Driver(), dedupe.WithNoWait())
-			must(t, err)
-			req := dedupe.Request{Scope: "nowait-table", Key: "ctx"}
+			ctx, db, s, req := tableLockCase(t, f, "ctx")
 			released := lockKeyTable(t, ctx, db, time.Second)
 			short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 			defer cancel()
 			var calls atomic.Int64
-			_, err = doNoWait(short, db, s, req, &calls)
+			_, err := doNoWait(short, db, s, req, &calls)
 			must(t, <-released)
 			if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, sqlonce.ErrInProgress) {
 				t.Errorf("ctx ended behind a locked table: %v; want context.DeadlineExceeded, no ErrInProgress", err)
@@ -297,12 +283,7 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		// own open in the caller's transaction: ROLLBACK TO keeps a
 		// savepoint, and pgxdriver left one (a subtransaction) per 409.
 		t.Run("InProgressLeavesNoSavepoint", func(t *testing.T) {
-			ctx := ctxT(t)
-			db := f(t, 4)
-			skipUnlessPostgres(t, db)
-			s, err := dedupe.New(db.Driver(), dedupe.WithNoWait())
-			must(t, err)
-			req := dedupe.Request{Scope: "nowait-table", Key: "held"}
+			ctx, db, s, req := tableLockCase(t, f, "held")
 			holder := holdKey(t, ctx, db, s, req)
 			defer func() { _ = db.Rollback(context.Background(), holder) }()
 			tx, err := db.Begin(ctx, harness.Default)
@@ -437,11 +418,18 @@ func runDedupeNoWait[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	})
 }
 
-func skipUnlessPostgres[TTx any](t *testing.T, db harness.DB[TTx]) {
+// tableLockCase sets up a case of WaitsOutATableLock: a database, a Store
+// that must not wait, and a request for key. PostgreSQL only.
+func tableLockCase[TTx any](t *testing.T, f harness.Factory[TTx], key string) (context.Context, harness.DB[TTx], *dedupe.Store[TTx], dedupe.Request) {
 	t.Helper()
+	ctx := ctxT(t)
+	db := f(t, 4)
 	if db.Dialect() != "postgres" {
 		t.Skip("PostgreSQL's lock_timeout bounds a table's lock as any other; MySQL's innodb_lock_wait_timeout bounds row locks only, and SQLite has no per-key wait")
 	}
+	s, err := dedupe.New(db.Driver(), dedupe.WithNoWait())
+	must(t, err)
+	return ctx, db, s, dedupe.Request{Scope: "nowait-table", Key: key}
 }
 
 // lockKeyTable locks sqlonce_keys against writes (SHARE) in a transaction
