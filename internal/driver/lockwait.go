@@ -41,7 +41,15 @@ func PastOtherLocks[T any](ctx context.Context, lockWait time.Duration, notTheKe
 	pause := time.Millisecond
 	for {
 		v, err := attempt()
-		if err == nil || errors.Is(err, errNotRestored) || !notTheKey(err) {
+		if err == nil || !notTheKey(err) {
+			return v, err
+		}
+		if ctx.Err() != nil {
+			// Ended during the attempt, its rollback refused for it
+			// (NotRestored) or not.
+			return v, ctxEnded(ctx, err)
+		}
+		if errors.Is(err, errNotRestored) {
 			return v, err
 		}
 		waited := time.Since(start)
@@ -52,13 +60,18 @@ func PastOtherLocks[T any](ctx context.Context, lockWait time.Duration, notTheKe
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			// The cause is formatted, not wrapped: this is no answer
-			// about the key (no sqlonce.ErrInProgress), only ctx's.
-			return v, fmt.Errorf("%w (waiting for a lock that is not the key's: %v)", context.Cause(ctx), err)
+			return v, ctxEnded(ctx, err)
 		case <-t.C:
 		}
 		pause = min(2*pause, 64*time.Millisecond)
 	}
+}
+
+// ctxEnded is ctx's error for a claim that ended waiting on a lock that is
+// not the key's: err is formatted, not wrapped, as this is no answer about
+// the key (no sqlonce.ErrInProgress).
+func ctxEnded(ctx context.Context, err error) error {
+	return fmt.Errorf("%w (waiting for a lock that is not the key's: %v)", context.Cause(ctx), err)
 }
 
 // OtherLockError is PastOtherLocks giving up: the claim met locks that are
