@@ -111,7 +111,11 @@ func WithMaxResponseSize(n int) Option {
 // rolled back to the savepoint and runs again until it gets past it, for
 // at most 2 seconds (or d of WithLockWait, if longer); then the error
 // satisfies sqlonce.IsRetryable and is no ErrInProgress: roll back, run
-// again later. If ctx ends first, the error is ctx's.
+// again later. If ctx ends first, the error is ctx's. Through pgxdriver
+// with pgx's statement cache (its default), pgx forgets the claim's
+// prepared statements when a claim gives up, and the next attempt's
+// PREPARE waits for a locked table as any statement does (the server's
+// deadlock detector watches that wait).
 // On MySQL/MariaDB it runs with innodb_lock_wait_timeout 0 for the session
 // and the previous value is restored; MySQL 8 cannot wait less than 1
 // second. A lock wait timeout there undoes only the statement, unless the
