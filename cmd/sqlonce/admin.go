@@ -129,7 +129,7 @@ func needSchema[TTx any](ctx context.Context, b *backend[TTx]) error {
 func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("purge", flag.ContinueOnError)
 	dsn := dbFlag(fs)
-	batch := fs.Int("batch", dedupe.DefaultPurgeBatch, "rows deleted per transaction (1..100000)")
+	batch := fs.Int("batch", dedupe.DefaultPurgeBatch, "`N` rows deleted per transaction (1..100000)")
 	pos, err := flags(fs, args)
 	if err != nil {
 		return err

@@ -32,7 +32,7 @@ import (
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	dsn := dbFlag(fs)
-	orders := fs.Int("orders", 30, "checkouts per scenario (1..1000)")
+	orders := fs.Int("orders", 30, "`N` checkouts per scenario (1..1000)")
 	keep := fs.Bool("keep", false, "keep the demo's rows, and its SQLite file, afterwards")
 	pos, err := flags(fs, args)
 	if err != nil {

@@ -26,9 +26,12 @@ func keysCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		return usagef("keys takes get, forget or list")
 	}
 	sub, args := args[0], args[1:]
+	if isHelp(sub) {
+		return helpRequest{keysHelp()}
+	}
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
 	dsn := dbFlag(fs)
-	scope := fs.String("scope", "", "the keys' `scope` (required)")
+	scope := fs.String("scope", "", "the keys' scope `S` (required)")
 	asJSON := fs.Bool("json", false, "write JSON for scripts")
 	var (
 		leased *bool
@@ -40,8 +43,8 @@ func keysCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	case "forget":
 		leased = fs.Bool("leased", false, "forget a key whose lease still holds (its holder loses it)")
 	case "list":
-		state = fs.String("state", "", "only keys in `state` done, leased, lapsed or expired")
-		limit = fs.Int("limit", 100, "list at most `n` keys (1..10000)")
+		state = fs.String("state", "", "only keys in `STATE`: done, leased, lapsed or expired")
+		limit = fs.Int("limit", 100, "list at most `N` keys (1..10000)")
 	default:
 		return usagef("keys %q: want get, forget or list", sub)
 	}
@@ -101,9 +104,9 @@ func keysCmd(ctx context.Context, args []string, stdout io.Writer) error {
 func keyError(err error, scope, key string) error {
 	switch {
 	case errors.Is(err, sqlonce.ErrNotFound):
-		return fmt.Errorf("key %q in scope %q: not found (never recorded, forgotten, purged, or not committed yet)", key, scope)
+		return exitError{exitNotFound, fmt.Sprintf("key %q in scope %q: not found (never recorded, forgotten, purged, or not committed yet)", key, scope)}
 	case errors.Is(err, sqlonce.ErrInProgress):
-		return fmt.Errorf("key %q in scope %q: a lease still holds it; add --leased to forget it anyway (its holder loses it)", key, scope)
+		return exitError{exitRefused, fmt.Sprintf("key %q in scope %q: a lease still holds it; add --leased to forget it anyway (its holder loses it)", key, scope)}
 	}
 	return err
 }
@@ -138,7 +141,7 @@ type keyJSON struct {
 	Created          time.Time  `json:"created"`
 	Expires          time.Time  `json:"expires"`
 	LeaseUntil       *time.Time `json:"lease_until,omitempty"`
-	Token            int64      `json:"token"`
+	FencingToken     int64      `json:"fencing_token"`
 	FingerprintBytes int        `json:"fingerprint_bytes"`
 	Response         bool       `json:"response"`
 	ResponseBytes    int        `json:"response_bytes"`
@@ -146,7 +149,7 @@ type keyJSON struct {
 
 func toJSON(k dedupe.KeyInfo) keyJSON {
 	j := keyJSON{
-		Scope: k.Scope, Key: k.Key, State: k.State.String(), Created: k.Created, Expires: k.Expires, Token: k.Token,
+		Scope: k.Scope, Key: k.Key, State: k.State.String(), Created: k.Created, Expires: k.Expires, FencingToken: k.Token,
 		FingerprintBytes: k.FingerprintSize, Response: k.HasResponse, ResponseBytes: k.ResponseSize,
 	}
 	if !k.LeaseUntil.IsZero() {
@@ -170,7 +173,7 @@ func writeKey(out io.Writer, k dedupe.KeyInfo, asJSON bool) error {
 	if !k.LeaseUntil.IsZero() {
 		fmt.Fprintf(w, "lease until\t%s\n", k.LeaseUntil.UTC().Format(timeLayout))
 	}
-	fmt.Fprintf(w, "token\t%d\n", k.Token)
+	fmt.Fprintf(w, "fencing token\t%d\t(grows with every claim of the key)\n", k.Token)
 	if k.FingerprintSize > 0 {
 		fmt.Fprintf(w, "fingerprint\t%d bytes\n", k.FingerprintSize)
 	} else {

@@ -1,20 +1,37 @@
 // Command sqlonce shows the toolkit at work and looks after its tables.
 //
-//	sqlonce demo    [--db DSN] [--orders N]   a checkout service hammered by repeats
-//	sqlonce migrate [up|down|status] --db DSN  sqlonce's own migrations
-//	sqlonce purge   --db DSN [--batch N]       delete expired keys and tokens
-//	sqlonce stats   --db DSN                   keys per scope, leased, expired, oldest
-//	sqlonce keys get|forget --db DSN --scope S KEY [--json]   one key of a dedupe store
-//	sqlonce keys list --db DSN --scope S [--state STATE] [--json]
+//	sqlonce demo    [--db DSN] [--orders N] [--keep]   a checkout service hammered by repeats
+//	sqlonce migrate [up|down|status] --db DSN          sqlonce's own migrations
+//	sqlonce purge   --db DSN [--batch N]               delete expired keys and tokens
+//	sqlonce stats   --db DSN                           keys per scope, leased, expired, oldest
+//	sqlonce keys get|forget|list --db DSN --scope S    the keys of a dedupe store
+//	sqlonce version                                    the command's module version and Go's
 //
-// DSN picks the database by its scheme:
+// 'sqlonce CMD -h' (or 'sqlonce help CMD') shows a command's flags and an
+// example.
 //
-//	postgres://user:pass@host:5432/db?sslmode=disable   (or postgresql://)
-//	mysql://user:pass@tcp(host:3306)/db                 (go-sql-driver/mysql's DSN after mysql://)
-//	sqlite://path/to/file.db                            (a file; created if missing)
+// --db takes a DSN as each driver's users write it (and defaults to
+// $SQLONCE_DB):
 //
-// --db defaults to $SQLONCE_DB. Without either, demo runs on a SQLite file
-// in a temporary directory, removed afterwards.
+//	postgres://user:pass@host:5432/db?sslmode=disable  PostgreSQL URL (or postgresql://)
+//	host=localhost user=app dbname=shop                PostgreSQL key=value DSN
+//	user:pass@tcp(host:3306)/db                        MySQL/MariaDB: go-sql-driver/mysql's DSN
+//	mysql://user:pass@tcp(host:3306)/db                the same, with a scheme
+//	./app.db, /var/lib/app.db, file:app.db             SQLite file (or sqlite://path)
+//
+// A bare SQLite path must contain a slash or end in .db, .sqlite, .sqlite3
+// or .db3, so that a mistyped server address is not taken for a file name.
+// Without --db and $SQLONCE_DB, demo runs on a SQLite file in a temporary
+// directory, removed afterwards.
+//
+// Exit status:
+//
+//	0  success
+//	1  operational failure: the database is unreachable, a migration is
+//	   missing, an SQL statement failed, a demo check failed
+//	2  usage error: an unknown command or flag, a missing --db
+//	3  not found: keys get or keys forget named a key that does not exist
+//	4  refused: keys forget named a key a lease still holds (see --leased)
 package main
 
 import (
@@ -38,15 +55,41 @@ Usage:
   sqlonce keys get    --db DSN --scope S KEY [--json]
   sqlonce keys forget --db DSN --scope S KEY [--leased] [--json]
   sqlonce keys list   --db DSN --scope S [--state done|leased|lapsed|expired] [--limit N] [--json]
+  sqlonce version
 
-DSN schemes:
-  postgres://user:pass@host:5432/db?sslmode=disable
-  mysql://user:pass@tcp(host:3306)/db
-  sqlite://path/to/file.db
+'sqlonce CMD -h' or 'sqlonce help CMD' shows a command's flags and an example.
 
---db defaults to $SQLONCE_DB; demo without it runs on a SQLite file in a
-temporary directory.
+` + dsnHelp + `
+Without --db or $SQLONCE_DB, demo runs on a SQLite file in a temporary
+directory.
+
+` + exitHelp
+
+// dsnHelp is the DSN forms --db accepts, shown by every command's help.
+const dsnHelp = `DSN (--db, default $SQLONCE_DB), as each driver's users write it:
+  postgres://user:pass@host:5432/db?sslmode=disable   PostgreSQL URL (or postgresql://)
+  host=localhost user=app dbname=shop                 PostgreSQL key=value DSN
+  user:pass@tcp(host:3306)/db                         MySQL/MariaDB (go-sql-driver/mysql)
+  mysql://user:pass@tcp(host:3306)/db                 the same, with a scheme
+  ./app.db  /var/lib/app.db  file:app.db              SQLite file (or sqlite://path)
 `
+
+const exitHelp = `Exit status:
+  0  success
+  1  operational failure: database unreachable, migrations missing, SQL error,
+     a demo check failed
+  2  usage error: unknown command or flag, missing --db
+  3  not found: keys get/forget named a key that does not exist
+  4  refused: keys forget named a key a lease still holds (see --leased)
+`
+
+// Exit statuses; see the package documentation.
+const (
+	exitFailure  = 1
+	exitUsage    = 2
+	exitNotFound = 3
+	exitRefused  = 4
+)
 
 // usageError is a command line that could not be understood: exit status 2.
 type usageError struct{ msg string }
@@ -57,21 +100,44 @@ func usagef(format string, args ...any) error {
 	return usageError{fmt.Sprintf(format, args...)}
 }
 
+// exitError is a failure that exits with its own status, not 1.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string { return e.msg }
+
+// helpRequest is -h or help: its text goes to stdout, exit status 0.
+type helpRequest struct{ text string }
+
+func (helpRequest) Error() string { return "help requested" }
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	switch {
-	case err == nil:
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprint(os.Stdout, usage)
-	case errors.As(err, new(usageError)):
-		fmt.Fprintf(os.Stderr, "sqlonce: %v (see 'sqlonce help')\n", oneLine(err))
-		os.Exit(2)
-	default:
-		fmt.Fprintf(os.Stderr, "sqlonce: %v\n", oneLine(err))
-		os.Exit(1)
+	os.Exit(report(err, os.Stdout, os.Stderr))
+}
+
+// report writes err for people and returns the exit status it means.
+func report(err error, stdout, stderr io.Writer) int {
+	if err == nil {
+		return 0
 	}
+	if h, ok := errors.AsType[helpRequest](err); ok {
+		fmt.Fprint(stdout, h.text)
+		return 0
+	}
+	if _, ok := errors.AsType[usageError](err); ok {
+		fmt.Fprintf(stderr, "sqlonce: %v (see 'sqlonce help')\n", oneLine(err))
+		return exitUsage
+	}
+	fmt.Fprintf(stderr, "sqlonce: %v\n", oneLine(err))
+	if e, ok := errors.AsType[exitError](err); ok {
+		return e.code
+	}
+	return exitFailure
 }
 
 // oneLine keeps an error to the single line the command promises.
@@ -87,8 +153,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	cmd, args := args[0], args[1:]
 	switch cmd {
-	case "help", "-h", "-help", "--help":
-		return flag.ErrHelp
+	case "-h", "-help", "--help":
+		return helpRequest{usage}
+	case "help":
+		if len(args) == 0 {
+			return helpRequest{usage}
+		}
+		// "help keys get" is "keys get -h".
+		return run(ctx, append(args, "-h"), stdout, stderr)
 	case "demo":
 		return demoCmd(ctx, args, stdout, stderr)
 	case "migrate":
@@ -99,19 +171,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return statsCmd(ctx, args, stdout)
 	case "keys":
 		return keysCmd(ctx, args, stdout)
+	case "version", "-version", "--version":
+		return versionCmd(args, stdout)
 	}
 	return usagef("unknown command %q", cmd)
 }
 
+// isHelp tells whether arg asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
+}
+
 // flags parses a command's flags, which may come before or after its
 // positional arguments ("migrate up --db X" and "migrate --db X up").
+// -h returns a helpRequest with the command's help.
 func flags(fs *flag.FlagSet, args []string) ([]string, error) {
 	fs.SetOutput(io.Discard)
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
+				return nil, helpRequest{commandHelp(fs)}
 			}
 			return nil, usagef("%s: %v", fs.Name(), err)
 		}
@@ -125,12 +209,12 @@ func flags(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 func dbFlag(fs *flag.FlagSet) *string {
-	return fs.String("db", os.Getenv("SQLONCE_DB"), "database `DSN` (postgres://, mysql://, sqlite://)")
+	return fs.String("db", os.Getenv("SQLONCE_DB"), "the database's `DSN` (forms below; default $SQLONCE_DB)")
 }
 
 func needDB(cmd, dsn string) error {
 	if dsn == "" {
-		return usagef("%s needs --db DSN (postgres://..., mysql://..., sqlite://path)", cmd)
+		return usagef("%s needs --db DSN (or $SQLONCE_DB); 'sqlonce %s -h' lists the DSN forms", cmd, cmd)
 	}
 	return nil
 }

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+)
+
+// help is what 'sqlonce CMD -h' says besides the command's flags.
+type help struct {
+	synopsis string // after "Usage: "
+	short    string // one line, for 'sqlonce keys -h'
+	about    string // what the command does, a few lines
+	example  string
+	// exit lists the statuses besides 0, 1 and 2 the command returns.
+	exit []string
+	// db tells whether the command takes --db, and so shows the DSN forms.
+	db bool
+}
+
+var helps = map[string]help{
+	"demo": {
+		synopsis: "sqlonce demo [--db DSN] [--orders N] [--keep]",
+		about: `Runs a checkout service whose requests all arrive more than once (double
+clicks, client retries, broker redeliveries, two workers, two tabs) and
+stages crashes and timeouts on the way, then proves from the database that
+no effect happened twice. Without --db it runs on a SQLite file in a
+temporary directory; on a server database it deletes its rows afterwards
+unless --keep.`,
+		example: "sqlonce demo\n  sqlonce demo --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
+		db:      true,
+	},
+	"migrate": {
+		synopsis: "sqlonce migrate [up|down|status] --db DSN",
+		about: `Applies sqlonce's own migrations (up, the default), rolls back the last
+one (down), or lists them (status). up creates a missing SQLite file.`,
+		example: "sqlonce migrate up --db 'root@tcp(127.0.0.1:3306)/shop'",
+		db:      true,
+	},
+	"purge": {
+		synopsis: "sqlonce purge --db DSN [--batch N]",
+		about: `Deletes expired keys, then expired tokens, one batch per short
+transaction, reporting each batch on stderr. Expired rows already count as
+absent; purging frees their space.`,
+		example: "sqlonce purge --db postgres://app@db:5432/shop --batch 5000",
+		db:      true,
+	},
+	"stats": {
+		synopsis: "sqlonce stats --db DSN",
+		about: `Counts the keys of every package and scope: all, leased (a holder is at
+work), expired (purge deletes them), and the oldest; then the tokens.`,
+		example: "sqlonce stats --db ./app.db",
+		db:      true,
+	},
+	"keys get": {
+		short:    "one key: state, times, fencing token, sizes",
+		synopsis: "sqlonce keys get --db DSN --scope S KEY [--json]",
+		about: `Shows one key of a dedupe store: its state, when it was created and
+expires, a lease's deadline, its fencing token (a number that grows with
+every claim of the key; a lease holder hands it to other systems so they
+refuse a former holder's late writes), and the sizes of its fingerprint
+and recorded response.`,
+		example: "sqlonce keys get --db postgres://app@db:5432/shop --scope customer-7 refund-3",
+		exit:    []string{"3  not found: the key does not exist"},
+		db:      true,
+	},
+	"keys forget": {
+		short:    "delete a key so that its next request runs again",
+		synopsis: "sqlonce keys forget --db DSN --scope S KEY [--leased] [--json]",
+		about: `Deletes one key of a dedupe store, so that its next request runs the work
+again. A key a lease still holds is refused unless --leased.`,
+		example: "sqlonce keys forget --db 'root@tcp(127.0.0.1:3306)/shop' --scope customer-7 refund-3",
+		exit:    []string{"3  not found: the key does not exist", "4  refused: a lease holds the key and --leased is not given"},
+		db:      true,
+	},
+	"keys list": {
+		short:    "the keys of a scope, with their state",
+		synopsis: "sqlonce keys list --db DSN --scope S [--state STATE] [--limit N] [--json]",
+		about: `Lists the keys of one scope of a dedupe store, in key order, with their
+state: done (repeats get the recorded answer), leased (a holder is at
+work), lapsed (the lease ran out; the next request takes the key over) or
+expired (counts as absent until purged).`,
+		example: "sqlonce keys list --db ./app.db --scope customer-7 --state leased",
+		db:      true,
+	},
+	"version": {
+		synopsis: "sqlonce version",
+		about: `Prints the version of the sqlonce module the command was built from (a
+release such as v0.1.0, or (devel) with the commit of a checkout), and the
+Go version and platform it was built with.`,
+		example: "sqlonce version",
+	},
+}
+
+// keysHelp is 'sqlonce keys -h'.
+func keysHelp() string {
+	var sb strings.Builder
+	sb.WriteString("Usage: sqlonce keys get|forget|list --db DSN --scope S ...\n\n")
+	sb.WriteString("Reads, lists and forgets the keys of dedupe stores (not httpidem's nor inbox's).\n\n")
+	for _, sub := range []string{"keys get", "keys forget", "keys list"} {
+		h := helps[sub]
+		fmt.Fprintf(&sb, "  %s\n      %s\n", h.synopsis, h.short)
+	}
+	sb.WriteString("\n'sqlonce keys get -h' (forget, list) shows a subcommand's flags.\n\n")
+	sb.WriteString("Example:\n  " + helps["keys get"].example + "\n")
+	return sb.String()
+}
+
+// commandHelp is 'sqlonce CMD -h': usage, what it does, its flags, an
+// example, the DSN forms and its exit statuses.
+func commandHelp(fs *flag.FlagSet) string {
+	h := helps[fs.Name()]
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "Usage: %s\n\n%s\n\n", h.synopsis, h.about)
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if n > 0 {
+		sb.WriteString("Flags:\n")
+		w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
+		fs.VisitAll(func(f *flag.Flag) {
+			name, text := flag.UnquoteUsage(f)
+			arg := "--" + f.Name
+			if name != "" {
+				arg += " " + name
+			}
+			// --db's default is $SQLONCE_DB, which may hold a password:
+			// its text says so without showing it.
+			if f.Name != "db" && f.DefValue != "" && f.DefValue != "false" {
+				text += fmt.Sprintf(" (default %s)", f.DefValue)
+			}
+			fmt.Fprintf(w, "  %s\t%s\n", arg, text)
+		})
+		w.Flush()
+		sb.WriteString("\n")
+	}
+	fmt.Fprintf(&sb, "Example:\n  %s\n\n", h.example)
+	if h.db {
+		sb.WriteString(dsnHelp + "\n")
+	}
+	sb.WriteString("Exit status:\n  0  success\n")
+	if h.db {
+		sb.WriteString("  1  operational failure: database unreachable, migrations missing, SQL error\n")
+	} else {
+		sb.WriteString("  1  operational failure\n")
+	}
+	sb.WriteString("  2  usage error\n")
+	for _, e := range h.exit {
+		sb.WriteString("  " + e + "\n")
+	}
+	return sb.String()
+}
