@@ -138,6 +138,12 @@ type line struct {
 	effects     string
 	ok          bool
 	proof       string
+	// The failures the scenario staged: the table's words ("8 crashes"),
+	// and, when each is an error an Observer sees, their number and what
+	// they were ("checkouts crashed before their commit").
+	staged     string
+	stagedErrs int64
+	stagedWhat string
 }
 
 func (l *line) count(r sqlonce.Result) {
@@ -243,13 +249,21 @@ func runDemo[TTx any](ctx context.Context, b *backend[TTx], o demoOpts) error {
 	elapsed := time.Since(start)
 
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "what happened\tguarded by\trequests\tfirst runs\talready done\treplayed\teffects written")
+	fmt.Fprintln(w, "what happened\tguarded by\trequests\tfirst runs\talready done\treplayed\tstaged failures\teffects written")
+	var failures []staged
 	for _, l := range lines {
 		replayed := "-"
 		if r := l.replayed.Load(); r >= 0 {
 			replayed = fmt.Sprint(r)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\n", l.what, l.guard, l.requests.Load(), l.first.Load(), l.done.Load(), replayed, l.effects)
+		stagedHere := "-"
+		if l.staged != "" {
+			stagedHere = l.staged
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t%s\t%s\n", l.what, l.guard, l.requests.Load(), l.first.Load(), l.done.Load(), replayed, stagedHere, l.effects)
+		if l.stagedErrs > 0 {
+			failures = append(failures, staged{strategy: strings.Fields(l.guard)[0], n: l.stagedErrs, what: l.stagedWhat})
+		}
 	}
 	if err := w.Flush(); err != nil {
 		return err
@@ -264,7 +278,9 @@ func runDemo[TTx any](ctx context.Context, b *backend[TTx], o demoOpts) error {
 		}
 		fmt.Fprintf(out, "  %s %-13s %s\n", mark, l.guard, l.proof)
 	}
-	if err := seen.print(out); err != nil {
+	fmt.Fprintf(out, "\nStaged failures are crashes and timeouts the demo causes on purpose, as production has them;\n")
+	fmt.Fprintf(out, "each request is sent again, and the proofs above count what they left behind.\n")
+	if err := seen.print(out, failures); err != nil {
 		return err
 	}
 	fmt.Fprintf(out, "\n%d transactions in %v.\n", d.txs.Load(), elapsed.Round(10*time.Millisecond))
@@ -516,6 +532,8 @@ func (d *demo[TTx]) clientRetries(ctx context.Context) (*line, error) {
 	l, err = d.checkoutProof(ctx, l, "retry", mismatched.Load(), repeats.Load())
 	if l != nil {
 		l.proof += fmt.Sprintf("; %d attempts crashed before their commit and ran again", crashed.Load())
+		l.staged = fmt.Sprintf("%d crashes", crashed.Load())
+		l.stagedErrs, l.stagedWhat = crashed.Load(), "checkouts crashed before their commit"
 	}
 	return l, err
 }
@@ -623,6 +641,8 @@ func (d *demo[TTx]) redelivery(ctx context.Context) (*line, error) {
 	}
 	l.proof = fmt.Sprintf("%d events delivered %d times (%d failed half-way and came again): %d receipts, one per event",
 		events, l.requests.Load(), failed.Load(), rows)
+	l.staged = fmt.Sprintf("%d timeouts", failed.Load())
+	l.stagedErrs, l.stagedWhat = failed.Load(), "receipt mails timed out"
 	return l, nil
 }
 
@@ -846,6 +866,7 @@ func (d *demo[TTx]) charges(ctx context.Context) (*line, error) {
 	}
 	n := int64(d.n)
 	l.effects = fmt.Sprintf("%d charges", len(p.charges))
+	l.staged = "1 worker killed"
 	l.ok = int64(len(p.charges)) == n && int64(p.calls) == n+1 && l.first.Load() == n+1 && mismatched.Load() == 0
 	l.proof = fmt.Sprintf("%d orders, each card charged once: %d provider calls, %d charges; the dead worker's lease lapsed after %v and its successor's repeat call was absorbed by the provider's idempotency key; %d claims waited on a live lease",
 		n, p.calls, len(p.charges), deadLease, inProgress.Load())

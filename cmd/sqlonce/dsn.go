@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -97,22 +99,67 @@ func rebindPG(query string) string {
 // opened is a *backend[pgx.Tx] or a *backend[*sql.Tx].
 type opened any
 
+// The kinds of database a DSN names.
+const (
+	kindPostgres = "postgres"
+	kindMySQL    = "mysql"
+	kindSQLite   = "sqlite"
+)
+
+var (
+	// urlScheme is a URL's scheme, before "://".
+	urlScheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*$`)
+	// mysqlDSN is go-sql-driver/mysql's DSN: [user[:pass]@][tcp(addr)]/db.
+	mysqlDSN = regexp.MustCompile(`(^|@)(tcp|tcp6|unix)\(|@/`)
+	// pgKeyValue is a libpq key=value DSN: "host=db user=app dbname=shop".
+	pgKeyValue = regexp.MustCompile(`^\s*[a-z_]+\s*=`)
+	// sqliteExt is a file name that says it is a SQLite database.
+	sqliteExt = regexp.MustCompile(`(?i)\.(db|db3|sqlite|sqlite3)$`)
+)
+
+const dsnWant = "want postgres://..., host=... dbname=..., user@tcp(host:3306)/db, or a SQLite file such as ./app.db ('sqlonce help stats' lists the forms)"
+
+// parseDSN tells which database dsn names, in the forms each driver's
+// users write (see dsnHelp), and returns what that driver takes.
+func parseDSN(dsn string) (kind, rest string, err error) {
+	if scheme, rest, ok := strings.Cut(dsn, "://"); ok && urlScheme.MatchString(scheme) {
+		switch strings.ToLower(scheme) {
+		case "postgres", "postgresql":
+			return kindPostgres, dsn, nil
+		case "mysql":
+			return kindMySQL, rest, nil
+		case "sqlite", "sqlite3", "file":
+			return kindSQLite, rest, nil
+		}
+		return "", "", fmt.Errorf("unknown DSN scheme %q: %s", scheme, dsnWant)
+	}
+	switch {
+	case strings.HasPrefix(dsn, "file:"):
+		return kindSQLite, strings.TrimPrefix(dsn, "file:"), nil
+	case mysqlDSN.MatchString(dsn):
+		return kindMySQL, dsn, nil
+	case pgKeyValue.MatchString(dsn):
+		return kindPostgres, dsn, nil
+	case strings.ContainsRune(dsn, '/') || strings.ContainsRune(dsn, filepath.Separator) || sqliteExt.MatchString(dsn):
+		return kindSQLite, dsn, nil
+	}
+	return "", "", fmt.Errorf("%q is not a DSN: %s", redact(dsn), dsnWant)
+}
+
 // open connects to dsn and checks that the server answers. create says
 // whether a missing SQLite file may be created.
 func open(ctx context.Context, dsn string, create bool) (opened, error) {
-	scheme, rest, ok := strings.Cut(dsn, "://")
-	if !ok {
-		return nil, fmt.Errorf("%q is not a DSN: want postgres://..., mysql://... or sqlite://path", redact(dsn))
+	kind, rest, err := parseDSN(dsn)
+	if err != nil {
+		return nil, err
 	}
-	switch strings.ToLower(scheme) {
-	case "postgres", "postgresql":
-		return openPostgres(ctx, dsn)
-	case "mysql":
+	switch kind {
+	case kindPostgres:
+		return openPostgres(ctx, rest)
+	case kindMySQL:
 		return openMySQL(ctx, rest)
-	case "sqlite", "sqlite3", "file":
-		return openSQLite(rest, create)
 	}
-	return nil, fmt.Errorf("unknown DSN scheme %q: want postgres://, mysql:// or sqlite://", scheme)
+	return openSQLite(rest, create)
 }
 
 func openPostgres(ctx context.Context, dsn string) (opened, error) {
@@ -157,7 +204,7 @@ func openPostgres(ctx context.Context, dsn string) (opened, error) {
 func openMySQL(ctx context.Context, dsn string) (opened, error) {
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
-		return nil, fmt.Errorf("bad MySQL DSN (want mysql://user:pass@tcp(host:3306)/db): %v", err)
+		return nil, fmt.Errorf("bad MySQL DSN (want user:pass@tcp(host:3306)/db): %v", err)
 	}
 	cfg.ParseTime = true
 	cfg.Loc = time.UTC
@@ -178,7 +225,7 @@ func openMySQL(ctx context.Context, dsn string) (opened, error) {
 	}
 	if cfg.DBName == "" {
 		db.Close()
-		return nil, errors.New("the MySQL DSN names no database: mysql://user@tcp(host:3306)/db")
+		return nil, errors.New("the MySQL DSN names no database: user@tcp(host:3306)/db")
 	}
 	return sqlBackend(migrations.MySQL, fmt.Sprintf("MySQL/MariaDB at %s/%s", cfg.Addr, cfg.DBName), db, mysqldriver.New(db),
 		&sql.TxOptions{Isolation: sql.LevelReadCommitted}), nil
@@ -186,7 +233,12 @@ func openMySQL(ctx context.Context, dsn string) (opened, error) {
 
 func openSQLite(path string, create bool) (opened, error) {
 	if path == "" {
-		return nil, errors.New("sqlite:// names no file: sqlite://path/to/file.db")
+		return nil, errors.New("the SQLite DSN names no file: ./app.db, sqlite://path/to/app.db")
+	}
+	if strings.ContainsRune(path, '?') {
+		// modernc.Open sets the parameters sqlitedriver needs (WAL,
+		// busy_timeout, immediate transactions) and takes a path only.
+		return nil, fmt.Errorf("SQLite DSN %q: parameters after '?' are not taken; sqlonce sets its own (WAL, busy_timeout)", path)
 	}
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) && !create {
 		return nil, fmt.Errorf("no SQLite database at %s", path)
@@ -255,6 +307,9 @@ func connCause(err error) error {
 	return rootCause(err)
 }
 
+// pgPassword is a password in a key=value DSN.
+var pgPassword = regexp.MustCompile(`(password\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+
 // redact hides a password in a DSN shown back to the user.
 func redact(dsn string) string {
 	if u, err := url.Parse(dsn); err == nil && u.User != nil {
@@ -263,5 +318,9 @@ func redact(dsn string) string {
 			return u.String()
 		}
 	}
-	return dsn
+	if cfg, err := mysql.ParseDSN(dsn); err == nil && cfg.Passwd != "" {
+		cfg.Passwd = "xxx"
+		return cfg.FormatDSN()
+	}
+	return pgPassword.ReplaceAllString(dsn, "${1}xxx")
 }
