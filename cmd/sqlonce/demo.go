@@ -249,7 +249,7 @@ func runDemo[TTx any](ctx context.Context, b *backend[TTx], o demoOpts) error {
 	elapsed := time.Since(start)
 
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "what happened\tguarded by\trequests\tfirst runs\talready done\treplayed\tstaged failures\teffects written")
+	fmt.Fprintln(w, "what happened\tguarded by\trequests\tfirst runs\trepeats\treplayed\tstaged failures\teffects written")
 	var failures []staged
 	for _, l := range lines {
 		replayed := "-"

@@ -9,19 +9,29 @@ import (
 	"testing"
 )
 
-func TestKeysSQLite(t *testing.T)   { keys(t, sqliteTarget(t)) }
-func TestKeysPostgres(t *testing.T) { keys(t, postgresTarget(t)) }
-func TestKeysMySQL(t *testing.T)    { keys(t, mysqlTarget(t)) }
+func TestKeysSQLite(t *testing.T) {
+	tg := sqliteTarget(t)
+	tg.dsn = "sqlite://" + tg.dsn
+	keys(t, tg)
+}
+
+func TestKeysPostgres(t *testing.T) { keys(t, keyValue(t, postgresTarget(t))) }
+
+func TestKeysMySQL(t *testing.T) {
+	tg := mysqlTarget(t)
+	tg.dsn = "mysql://" + tg.dsn // the form with a scheme, still taken
+	keys(t, tg)
+}
 
 // keyJSON is what keys get --json and keys list --json write.
 type keyJSON struct {
 	Scope, Key, State string
 	Created, Expires  string
 	LeaseUntil        *string `json:"lease_until"`
-	Token             int64
-	FingerprintBytes  int  `json:"fingerprint_bytes"`
-	Response          bool `json:"response"`
-	ResponseBytes     int  `json:"response_bytes"`
+	FencingToken      int64   `json:"fencing_token"`
+	FingerprintBytes  int     `json:"fingerprint_bytes"`
+	Response          bool    `json:"response"`
+	ResponseBytes     int     `json:"response_bytes"`
 }
 
 // keys: support's questions answered from a shell: what a key holds,
@@ -66,7 +76,7 @@ func keys(t *testing.T, tg target) {
 	insert(2, "cust-7", "refund-3", 1, "NULL", -60, 3600, []byte{}, []byte("httpidem's"))
 
 	r := sqlonce(t, "keys", "get", "--db", db, "--scope", "cust-7", "refund-3").succeeds(t)
-	for _, re := range []string{`(?m)^state\s+done\s`, `(?m)^fingerprint\s+3 bytes$`, `(?m)^response\s+8 bytes$`, `(?m)^token\s+7$`, `(?m)^created\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} UTC$`} {
+	for _, re := range []string{`(?m)^state\s+done\s`, `(?m)^fingerprint\s+3 bytes$`, `(?m)^response\s+8 bytes$`, `(?m)^fencing token\s+7\s`, `(?m)^created\s+\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6} UTC$`} {
 		if !regexp.MustCompile(re).MatchString(r.stdout) {
 			t.Fatalf("keys get: no %s in\n%s", re, r.stdout)
 		}
@@ -76,7 +86,7 @@ func keys(t *testing.T, tg target) {
 	if err := json.Unmarshal([]byte(r.stdout), &k); err != nil {
 		t.Fatalf("keys get --json: %v\n%s", err, r.stdout)
 	}
-	if k.State != "leased" || k.Key != "charge-1" || k.Scope != "cust-7" || k.LeaseUntil == nil || k.Response || k.FingerprintBytes != 0 {
+	if k.State != "leased" || k.Key != "charge-1" || k.Scope != "cust-7" || k.LeaseUntil == nil || k.Response || k.FingerprintBytes != 0 || k.FencingToken != 7 {
 		t.Fatalf("keys get --json: %+v", k)
 	}
 
@@ -111,14 +121,14 @@ func keys(t *testing.T, tg target) {
 	}
 
 	// A lease that holds is forgotten only when asked.
-	sqlonce(t, "keys", "forget", "--db", db, "--scope", "cust-7", "charge-1").failsWith(t, 1, "--leased")
+	sqlonce(t, "keys", "forget", "--db", db, "--scope", "cust-7", "charge-1").failsWith(t, 4, "--leased")
 	sqlonce(t, "keys", "forget", "--db", db, "--scope", "cust-7", "charge-1", "--leased").succeeds(t)
 	r = sqlonce(t, "keys", "forget", "--db", db, "--scope", "cust-7", "refund-3", "--json").succeeds(t)
 	if !strings.Contains(r.stdout, `"forgotten":true`) {
 		t.Fatalf("keys forget --json: %s", r.stdout)
 	}
-	sqlonce(t, "keys", "get", "--db", db, "--scope", "cust-7", "refund-3").failsWith(t, 1, "not found")
-	sqlonce(t, "keys", "forget", "--db", db, "--scope", "cust-7", "refund-3").failsWith(t, 1, "not found")
+	sqlonce(t, "keys", "get", "--db", db, "--scope", "cust-7", "refund-3").failsWith(t, 3, "not found")
+	sqlonce(t, "keys", "forget", "--db", db, "--scope", "cust-7", "refund-3").failsWith(t, 3, "not found")
 	if got := names(list()); got != "charge-2:lapsed old:expired" {
 		t.Fatalf("keys list after forget: %s", got)
 	}

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
@@ -103,6 +104,10 @@ type target struct {
 	expired string // inserts an expired key: scope, key, token
 }
 
+// The targets' DSNs take each form a driver's users write: the lifecycle
+// runs on the plainest (a SQLite path, a PostgreSQL URL, go-sql-driver's
+// user@tcp(host)/db), keys on the others (sqlite://, key=value, mysql://).
+
 func sqliteTarget(t *testing.T) target {
 	// An application's database file, without sqlonce's tables yet.
 	path := testdb.EmptySQLite(t)
@@ -110,7 +115,7 @@ func sqliteTarget(t *testing.T) target {
 		t.Fatal(err)
 	}
 	return target{
-		dsn: "sqlite://" + path, driver: "sqlite", sqlDSN: path,
+		dsn: path, driver: "sqlite", sqlDSN: path,
 		expired: `INSERT INTO sqlonce_keys (scope, idempotency_key, state, token, created_at, expires_at)
 			VALUES (?, ?, 1, ?, (unixepoch() - 7200) * 1000000, (unixepoch() - 3600) * 1000000)`,
 	}
@@ -128,10 +133,24 @@ func postgresTarget(t *testing.T) target {
 func mysqlTarget(t *testing.T) target {
 	_, dsn := testdb.EmptyMySQL(t)
 	return target{
-		dsn: "mysql://" + dsn, driver: "mysql", sqlDSN: dsn,
+		dsn: dsn, driver: "mysql", sqlDSN: dsn,
 		expired: `INSERT INTO sqlonce_keys (scope, idempotency_key, state, token, created_at, expires_at)
 			VALUES (?, ?, 1, ?, UTC_TIMESTAMP(6) - INTERVAL 2 HOUR, UTC_TIMESTAMP(6) - INTERVAL 1 HOUR)`,
 	}
+}
+
+// keyValue is tg's PostgreSQL URL as a key=value DSN.
+func keyValue(t *testing.T, tg target) target {
+	cfg, err := pgconn.ParseConfig(tg.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tg.dsn = fmt.Sprintf("host=%s port=%d user=%s dbname=%s sslmode=disable search_path=%s",
+		cfg.Host, cfg.Port, cfg.User, cfg.Database, cfg.RuntimeParams["search_path"])
+	if cfg.Password != "" {
+		tg.dsn += " password=" + cfg.Password
+	}
+	return tg
 }
 
 func TestSQLite(t *testing.T)   { lifecycle(t, sqliteTarget(t)) }
@@ -224,14 +243,38 @@ func demoReport(t *testing.T, r result, orders int) {
 	}
 	n := orders
 	for _, row := range []string{
-		fmt.Sprintf(`Pay double-clicked \(3 clicks\)\s+dedupe\s+%d\s+%d\s+%d\s+%d\s+%d orders, %d payments`, 3*n, n, 2*n, 2*n, n, n),
-		fmt.Sprintf(`two instances ship orders\s+statemachine\s+%d\s+%d\s+%d\s+-\s+%d shipments`, 4*n, 2*n, 2*n, 2*n),
-		fmt.Sprintf(`coupon applied twice\s+unique\s+%d\s+%d\s+%d\s+-\s+%d coupon uses`, 2*n, n, n, n),
-		fmt.Sprintf(`refund form sent twice\s+token\s+%d\s+%d\s+%d\s+-\s+%d refunds`, 2*n, n, n, n),
+		fmt.Sprintf(`Pay double-clicked \(3 clicks\)\s+dedupe\s+%d\s+%d\s+%d\s+%d\s+-\s+%d orders, %d payments`, 3*n, n, 2*n, 2*n, n, n),
+		fmt.Sprintf(`two instances ship orders\s+statemachine\s+%d\s+%d\s+%d\s+-\s+-\s+%d shipments`, 4*n, 2*n, 2*n, 2*n),
+		fmt.Sprintf(`coupon applied twice\s+unique\s+%d\s+%d\s+%d\s+-\s+-\s+%d coupon uses`, 2*n, n, n, n),
+		fmt.Sprintf(`refund form sent twice\s+token\s+%d\s+%d\s+%d\s+-\s+-\s+%d refunds`, 2*n, n, n, n),
+		`card charged by two workers\s+dedupe lease\s+\d+\s+\d+\s+\d+\s+\d+\s+1 worker killed\s+`,
 	} {
 		if !regexp.MustCompile(row).MatchString(r.stdout) {
 			t.Errorf("no table row matching %q", row)
 		}
+	}
+	// The errors an Observer saw are the failures the demo staged, and it
+	// says so: the crashes and timeouts of the table, and no other.
+	crashes := regexp.MustCompile(`client retries after timeouts\s+dedupe\s+\d+\s+\d+\s+\d+\s+\d+\s+(\d+) crashes\s`).FindStringSubmatch(r.stdout)
+	timeouts := regexp.MustCompile(`broker redelivers events\s+inbox\s+\d+\s+\d+\s+\d+\s+-\s+(\d+) timeouts\s`).FindStringSubmatch(r.stdout)
+	dedupeErrs := regexp.MustCompile(`(?m)^dedupe\s+(\d+)\s`).FindStringSubmatch(r.stdout)
+	inboxErrs := regexp.MustCompile(`(?m)^inbox\s+(\d+)\s`).FindStringSubmatch(r.stdout)
+	switch {
+	case crashes == nil || timeouts == nil:
+		t.Errorf("the table does not show the staged crashes and timeouts")
+	case dedupeErrs == nil || inboxErrs == nil:
+		t.Errorf("the Observer's table has no dedupe or inbox row")
+	case crashes[1] != dedupeErrs[1] || timeouts[1] != inboxErrs[1]:
+		t.Errorf("errors seen (dedupe %s, inbox %s) are not the crashes (%s) and timeouts (%s) staged",
+			dedupeErrs[1], inboxErrs[1], crashes[1], timeouts[1])
+	default:
+		want := fmt.Sprintf("%s checkouts crashed before their commit (dedupe) and %s receipt mails timed out (inbox)", crashes[1], timeouts[1])
+		if !strings.Contains(strings.Join(strings.Fields(r.stdout), " "), want) {
+			t.Errorf("the demo does not say its errors were staged: no %q", want)
+		}
+	}
+	if !strings.Contains(r.stdout, "failures the demo staged, not bugs") {
+		t.Errorf("the demo does not say its staged failures are not bugs")
 	}
 	if t.Failed() {
 		t.Fatalf("demo output:\n%s", r.stdout)
@@ -265,9 +308,15 @@ func TestBadInput(t *testing.T) {
 		{[]string{"demo", "--db", "redis://127.0.0.1:6379"}, 1, `unknown DSN scheme "redis"`},
 		{[]string{"stats", "--db", "127.0.0.1:5432"}, 1, "is not a DSN"},
 		{[]string{"stats", "--db", "postgres://postgres@127.0.0.1:1/test?sslmode=disable"}, 1, "cannot reach PostgreSQL at 127.0.0.1:1"},
+		{[]string{"stats", "--db", "host=127.0.0.1 port=1 user=postgres password=hunter2 dbname=test"}, 1, "cannot reach PostgreSQL at 127.0.0.1:1"},
+		{[]string{"stats", "--db", "root@tcp(127.0.0.1:1)/test"}, 1, "cannot reach MySQL at 127.0.0.1:1"},
 		{[]string{"stats", "--db", "mysql://root@tcp(127.0.0.1:1)/test"}, 1, "cannot reach MySQL at 127.0.0.1:1"},
 		{[]string{"stats", "--db", "mysql://not a dsn"}, 1, "bad MySQL DSN"},
+		{[]string{"stats", "--db", "root:hunter2@tcp(127.0.0.1:3306)"}, 1, "bad MySQL DSN"},
 		{[]string{"stats", "--db", "sqlite://" + missing}, 1, "no SQLite database at " + missing},
+		{[]string{"stats", "--db", missing}, 1, "no SQLite database at " + missing},
+		{[]string{"stats", "--db", "file:" + missing}, 1, "no SQLite database at " + missing},
+		{[]string{"stats", "--db", missing + "?mode=ro"}, 1, "parameters after '?'"},
 		{[]string{"stats"}, 2, "stats needs --db"},
 		{[]string{"migrate", "sideways", "--db", "sqlite://" + missing}, 2, `migrate "sideways"`},
 		{[]string{"demo", "--orders", "0"}, 2, "--orders 0"},
@@ -276,7 +325,11 @@ func TestBadInput(t *testing.T) {
 		{nil, 2, "no command"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			sqlonce(t, tc.args...).failsWith(t, tc.code, tc.want)
+			r := sqlonce(t, tc.args...)
+			r.failsWith(t, tc.code, tc.want)
+			if strings.Contains(r.stderr, "hunter2") {
+				t.Errorf("stderr shows the password: %q", r.stderr)
+			}
 		})
 	}
 	if _, err := os.Stat(missing); err == nil {
