@@ -117,7 +117,7 @@ var (
 	sqliteExt = regexp.MustCompile(`(?i)\.(db|db3|sqlite|sqlite3)$`)
 )
 
-const dsnWant = "want postgres://..., host=... dbname=..., user@tcp(host:3306)/db, or a SQLite file such as ./app.db ('sqlonce help stats' lists the forms)"
+const dsnWant = "want postgres://..., host=... dbname=..., user@tcp(host:3306)/db, or a SQLite file such as ./app.db ('sqlonce help' lists the forms)"
 
 // parseDSN tells which database dsn names, in the forms each driver's
 // users write (see dsnHelp), and returns what that driver takes.

@@ -53,10 +53,10 @@ var outcomeHelp = map[sqlonce.EventOutcome]string{
 	sqlonce.EventFirstRun:    "the call did the work",
 	sqlonce.EventAlreadyDone: "an earlier call had done the work; nothing recorded to hand back",
 	sqlonce.EventReplayed:    "an earlier call had done the work; its recorded answer was handed back",
-	sqlonce.EventInProgress:  "another worker held the key's lease; the call waited and asked again",
+	sqlonce.EventInProgress:  "another caller held the key; the call waited and asked again",
 	sqlonce.EventKeyReuse:    "the key came back with another request, refused",
 	sqlonce.EventLeaseLost:   "a lease holder found its lease taken over",
-	sqlonce.EventTakeover:    "the call took over a lapsed lease: the worker the demo killed",
+	sqlonce.EventTakeover:    "the call took over the lapsed lease of the worker the demo killed",
 	sqlonce.EventDone:        "a call that answers no Result succeeded: a lease completed, a token issued",
 }
 
