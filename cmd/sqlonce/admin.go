@@ -49,10 +49,10 @@ func migrateCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	case 1:
 		action = pos[0]
 	default:
-		return usagef("migrate takes one of up, down, status")
+		return cmdUsagef("migrate", "migrate takes one of up, down, status")
 	}
 	if action != "up" && action != "down" && action != "status" {
-		return usagef("migrate %q: want up, down or status", action)
+		return cmdUsagef("migrate", "migrate %q: want up, down or status", action)
 	}
 	if err := needDB("migrate", *dsn); err != nil {
 		return err
@@ -135,10 +135,10 @@ func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	if len(pos) > 0 {
-		return usagef("purge takes no arguments, got %q", pos)
+		return cmdUsagef("purge", "purge takes no arguments, got %q", pos)
 	}
 	if *batch < 1 || *batch > 100000 {
-		return usagef("--batch %d is outside 1..100000", *batch)
+		return cmdUsagef("purge", "--batch %d is outside 1..100000", *batch)
 	}
 	if err := needDB("purge", *dsn); err != nil {
 		return err
@@ -197,7 +197,7 @@ func statsCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	if len(pos) > 0 {
-		return usagef("stats takes no arguments, got %q", pos)
+		return cmdUsagef("stats", "stats takes no arguments, got %q", pos)
 	}
 	if err := needDB("stats", *dsn); err != nil {
 		return err

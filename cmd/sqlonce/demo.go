@@ -39,10 +39,10 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	if len(pos) > 0 {
-		return usagef("demo takes no arguments, got %q", pos)
+		return cmdUsagef("demo", "demo takes no arguments, got %q", pos)
 	}
 	if *orders < 1 || *orders > 1000 {
-		return usagef("--orders %d is outside 1..1000", *orders)
+		return cmdUsagef("demo", "--orders %d is outside 1..1000", *orders)
 	}
 	temp := *dsn == ""
 	if temp {

@@ -23,7 +23,7 @@ import (
 // dedupe), through dedupe.Store's Inspect and Forget.
 func keysCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
-		return usagef("keys takes get, forget or list")
+		return cmdUsagef("keys", "keys takes get, forget or list")
 	}
 	sub, args := args[0], args[1:]
 	if isHelp(sub) {
@@ -46,27 +46,27 @@ func keysCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		state = fs.String("state", "", "only keys in `STATE`: done, leased, lapsed or expired")
 		limit = fs.Int("limit", 100, "list at most `N` keys (1..10000)")
 	default:
-		return usagef("keys %q: want get, forget or list", sub)
+		return cmdUsagef("keys", "keys %q: want get, forget or list", sub)
 	}
 	pos, err := flags(fs, args)
 	if err != nil {
 		return err
 	}
 	if *scope == "" {
-		return usagef("keys %s needs --scope", sub)
+		return cmdUsagef("keys "+sub, "keys %s needs --scope", sub)
 	}
 	if sub == "list" {
 		if len(pos) > 0 {
-			return usagef("keys list takes no arguments, got %q", pos)
+			return cmdUsagef("keys list", "keys list takes no arguments, got %q", pos)
 		}
 		if _, ok := stateConds[*state]; !ok {
-			return usagef("--state %q: want done, leased, lapsed or expired", *state)
+			return cmdUsagef("keys list", "--state %q: want done, leased, lapsed or expired", *state)
 		}
 		if *limit < 1 || *limit > 10000 {
-			return usagef("--limit %d is outside 1..10000", *limit)
+			return cmdUsagef("keys list", "--limit %d is outside 1..10000", *limit)
 		}
 	} else if len(pos) != 1 {
-		return usagef("keys %s takes one KEY", sub)
+		return cmdUsagef("keys "+sub, "keys %s takes one KEY", sub)
 	}
 	if err := needDB("keys "+sub, *dsn); err != nil {
 		return err

@@ -92,12 +92,18 @@ const (
 )
 
 // usageError is a command line that could not be understood: exit status 2.
-type usageError struct{ msg string }
+// cmd is the command whose -h helps, "" for the global usage.
+type usageError struct{ msg, cmd string }
 
 func (e usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error {
-	return usageError{fmt.Sprintf(format, args...)}
+	return usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// cmdUsagef is a usage error of command cmd ("keys get").
+func cmdUsagef(cmd, format string, args ...any) error {
+	return usageError{msg: fmt.Sprintf(format, args...), cmd: cmd}
 }
 
 // exitError is a failure that exits with its own status, not 1.
@@ -129,8 +135,12 @@ func report(err error, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, h.text)
 		return 0
 	}
-	if _, ok := errors.AsType[usageError](err); ok {
-		fmt.Fprintf(stderr, "sqlonce: %v (see 'sqlonce help')\n", oneLine(err))
+	if u, ok := errors.AsType[usageError](err); ok {
+		see := "sqlonce help"
+		if u.cmd != "" {
+			see = "sqlonce " + u.cmd + " -h"
+		}
+		fmt.Fprintf(stderr, "sqlonce: %v (see '%s')\n", oneLine(err), see)
 		return exitUsage
 	}
 	fmt.Fprintf(stderr, "sqlonce: %v\n", oneLine(err))
@@ -197,7 +207,7 @@ func flags(fs *flag.FlagSet, args []string) ([]string, error) {
 			if errors.Is(err, flag.ErrHelp) {
 				return nil, helpRequest{commandHelp(fs)}
 			}
-			return nil, usagef("%s: %v", fs.Name(), err)
+			return nil, cmdUsagef(fs.Name(), "%s: %v", fs.Name(), err)
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -214,7 +224,7 @@ func dbFlag(fs *flag.FlagSet) *string {
 
 func needDB(cmd, dsn string) error {
 	if dsn == "" {
-		return usagef("%s needs --db DSN (or $SQLONCE_DB); 'sqlonce %s -h' lists the DSN forms", cmd, cmd)
+		return cmdUsagef(cmd, "%s needs --db DSN (or $SQLONCE_DB)", cmd)
 	}
 	return nil
 }

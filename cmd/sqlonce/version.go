@@ -18,7 +18,7 @@ func versionCmd(args []string, stdout io.Writer) error {
 		return err
 	}
 	if len(pos) > 0 {
-		return usagef("version takes no arguments, got %q", pos)
+		return cmdUsagef("version", "version takes no arguments, got %q", pos)
 	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {

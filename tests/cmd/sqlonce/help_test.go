@@ -123,4 +123,8 @@ func TestExitStatus(t *testing.T) {
 	}
 	// 4: forget refuses a key a lease holds; keys_test asserts it on
 	// every database.
+
+	// A usage error points at the command's own help.
+	sqlonce(t, "keys", "get", "--scope", "s", "k").failsWith(t, 2, "(see 'sqlonce keys get -h')")
+	sqlonce(t, "demo", "--orders", "0").failsWith(t, 2, "(see 'sqlonce demo -h')")
 }
