@@ -28,7 +28,7 @@ stages crashes and timeouts on the way, then proves from the database that
 no effect happened twice. Without --db it runs on a SQLite file in a
 temporary directory; on a server database it deletes its rows afterwards
 unless --keep.`,
-		example: "sqlonce demo\n  sqlonce demo --db postgres://postgres@127.0.0.1:5432/test?sslmode=disable",
+		example: "sqlonce demo\n  sqlonce demo --db 'postgres://postgres@127.0.0.1:5432/test?sslmode=disable'",
 		db:      true,
 	},
 	"migrate": {
