@@ -16,8 +16,8 @@ require (
 	github.com/nats-io/nats.go v1.55.0
 	github.com/pressly/goose/v3 v3.29.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/sqlonce/sqlonce v0.0.0
-	github.com/sqlonce/sqlonce/grpcidem v0.0.0
+	github.com/sqlonce/sqlonce v0.1.0
+	github.com/sqlonce/sqlonce/grpcidem v0.1.0
 	github.com/testcontainers/testcontainers-go v0.44.0
 	github.com/testcontainers/testcontainers-go/modules/mariadb v0.44.0
 	github.com/testcontainers/testcontainers-go/modules/postgres v0.44.0
