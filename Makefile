@@ -2,7 +2,7 @@
 # requirements never reach the library's go.mod.
 SQLC := go tool -modfile=tools/go.mod sqlc
 
-.PHONY: test test-short lint generate check-generate ci bench
+.PHONY: test test-short lint generate check-generate ci bench apicheck api-baseline consumer
 
 # The one test command (tests/run): the library's unit tests and examples,
 # the OpenTelemetry module (sqlonceotel) and the gRPC interceptor module
@@ -24,6 +24,7 @@ lint:
 	cd sqlonceotel && go vet ./...
 	cd grpcidem && go vet ./...
 	cd tests && go vet ./...
+	cd tools && go vet ./...
 
 # Regenerate every sqlc package from queries/ and migrations/.
 generate:
@@ -40,3 +41,18 @@ ci: lint check-generate test
 # make bench BENCHFLAGS='-rounds 9 -duration 2s'
 bench:
 	cd tests && go run ./cmd/bench $(BENCHFLAGS)
+
+# The API compatibility check (RELEASING.md): the published modules' API
+# against tools/api, the last release's; an incompatible change fails
+# unless CHANGELOG.md's [Unreleased] section names the identifier.
+# api-baseline rewrites tools/api from the tree (at a release).
+apicheck:
+	bash .ci/apicheck
+
+api-baseline:
+	bash .ci/apicheck -write
+
+# A module outside the repository gets grpcidem and sqlonceotel at v0.1.0
+# from a file:// proxy of the committed tree and builds (RELEASING.md).
+consumer:
+	bash .ci/consumer

@@ -102,7 +102,7 @@ func TestNames(t *testing.T) {
 		"dedupe.Store.Complete": true,
 		"dedupe.Store":          false, // only as part of a longer name
 		"dedupe.Lease.Release":  true,
-		"sqlonce.ErrX":          true, // before a sentence's period
+		"sqlonce.ErrX":          true,  // before a sentence's period
 		"Store.Complete":        false, // unqualified tail
 		"dedupe.Store.Comp":     false, // prefix
 	} {

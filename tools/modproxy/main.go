@@ -5,7 +5,8 @@
 //
 //	go run ./modproxy -root .. -version v0.1.0 -out /tmp/proxy
 //
-// Each module's zip is made from a git revision (-rev, HEAD by default),
+// Each module's zip is made from a git revision (-rev, HEAD by default,
+// through git archive),
 // as a tag would publish it: uncommitted changes are not in it. Nested
 // modules (tests/, tools/) are left out of their parent's zip by the zip
 // format itself. A go.mod's replace directives travel in the zip but, as
@@ -62,6 +63,19 @@ func write(root, rev, version, out string) error {
 	if err != nil {
 		return err
 	}
+	// The tree at rev, extracted from git: what a tag publishes, and it
+	// works in a linked worktree, where zip.CreateFromVCS finds no .git
+	// directory.
+	tree, err := os.MkdirTemp("", "modproxy-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tree)
+	archive := exec.Command("sh", "-c", `git archive --format=tar "$1" | tar -x -C "$2"`, "sh", rev, tree)
+	archive.Dir = root
+	if msg, err := archive.CombinedOutput(); err != nil {
+		return fmt.Errorf("git archive %s: %v: %s", rev, err, msg)
+	}
 	for _, dir := range modules {
 		subdir := ""
 		if dir != "." {
@@ -88,7 +102,7 @@ func write(root, rev, version, out string) error {
 			return err
 		}
 		var buf bytes.Buffer
-		if err := zip.CreateFromVCS(&buf, mv, root, rev, subdir); err != nil {
+		if err := zip.CreateFromDir(&buf, mv, filepath.Join(tree, dir)); err != nil {
 			return fmt.Errorf("%s: %w", modPath, err)
 		}
 		info, err := json.Marshal(struct {
