@@ -111,3 +111,98 @@ func TestNames(t *testing.T) {
 		}
 	}
 }
+
+// The same on a copy of the repository's root module: its real packages
+// (generics, pgx and database/sql types) survive the baseline's round trip
+// with no change reported, and removing an exported function fails the
+// check until CHANGELOG.md names it.
+func TestCheckOnACopyOfTheRootModule(t *testing.T) {
+	if testing.Short() {
+		t.Skip("type-checks the root module twice")
+	}
+	root := t.TempDir()
+	copyModule(t, filepath.Join("..", ".."), root)
+	probe := filepath.Join(root, "zz_apicheck_probe.go")
+	if err := os.WriteFile(probe, []byte("package sqlonce\n\n// APICheckProbe is removed by the test.\nfunc APICheckProbe() {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mods := []Module{{Dir: ".", Name: "sqlonce"}}
+	api := filepath.Join(root, "api")
+	if err := WriteBaseline(root, api, mods); err != nil {
+		t.Fatal(err)
+	}
+	changelog := filepath.Join(root, "CHANGELOG.md")
+	check := func() (bool, string) {
+		t.Helper()
+		var out strings.Builder
+		ok, err := Check(&out, root, api, changelog, mods)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok, out.String()
+	}
+	if ok, out := check(); !ok || out != "" {
+		t.Fatalf("the unchanged root module reports changes:\n%s", out)
+	}
+	if err := os.Remove(probe); err != nil {
+		t.Fatal(err)
+	}
+	if ok, out := check(); ok || !strings.Contains(out, "UNEXPLAINED  sqlonce.APICheckProbe") {
+		t.Fatalf("removing an exported function passes:\n%s", out)
+	}
+	text, err := os.ReadFile(changelog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := strings.Replace(string(text), "## [Unreleased]\n", "## [Unreleased]\n\n- `sqlonce.APICheckProbe` removed.\n", 1)
+	if named == string(text) {
+		t.Fatal("CHANGELOG.md has no \"## [Unreleased]\" line")
+	}
+	if err := os.WriteFile(changelog, []byte(named), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if ok, out := check(); !ok {
+		t.Fatalf("fails with the removal named in CHANGELOG.md:\n%s", out)
+	}
+}
+
+// copyModule copies the module at src to dst: no nested module, no .git,
+// no file over 1 MB (a stray binary).
+func copyModule(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if rel != "." {
+				if d.Name() == ".git" {
+					return filepath.SkipDir
+				}
+				if _, err := os.Stat(filepath.Join(p, "go.mod")); err == nil {
+					return filepath.SkipDir
+				}
+			}
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if !info.Mode().IsRegular() || info.Size() > 1<<20 {
+			return nil
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), data, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
