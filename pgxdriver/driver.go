@@ -1,36 +1,3 @@
-// Package pgxdriver is the sqlonce driver for PostgreSQL through
-// github.com/jackc/pgx/v5. Strategies built on it take the pgx.Tx the
-// caller already has, from a pgxpool.Pool, a pgx.Conn or a nested
-// transaction.
-//
-// # PgBouncer and other transaction poolers
-//
-// pgx's default query exec mode, QueryExecModeCacheStatement, prepares
-// named statements ("stmtcache_...") on the server connection and reuses
-// them; a pooler in transaction mode hands each transaction another server
-// connection, which may lack the statement or hold another client's of the
-// same name. Through PgBouncer 1.18 most operations then fail, with
-// `prepared statement "stmtcache_..." already exists` (42P05) or `does not
-// exist` (26000), and none of those errors is retryable; the operations
-// that happen to land on a server connection that has their statements
-// succeed (18 to 36 of 96 in one measurement), so the failure is
-// intermittent, not total. Set the pool's exec mode to one that keeps no
-// named statement across transactions:
-//
-//	postgres://user@bouncer:6432/app?default_query_exec_mode=exec
-//
-// (or cache_describe, or simple_protocol; in code,
-// cfg.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeExec). sqlonce's
-// conformance suite runs through a real PgBouncer in transaction mode with
-// exec and cache_describe. Keep session state out of the DSN: PgBouncer
-// refuses an options startup parameter and does not pass search_path; set
-// search_path for the database entry on the bouncer instead (connect_query,
-// or ALTER ROLE ... SET search_path). migrations.Up is safe through the
-// bouncer: it holds its lock in a transaction of its own
-// (pg_advisory_xact_lock), as long as its *sql.DB may open two
-// connections; with SetMaxOpenConns(1) it falls back to goose's session
-// lock, which a transaction pooler can strand: run migrations directly
-// against PostgreSQL then (see package migrations).
 package pgxdriver
 
 import (
