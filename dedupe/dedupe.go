@@ -98,41 +98,20 @@ func WithMaxResponseSize(n int) Option {
 
 // WithNoWait makes a claim that finds the key held by another, still open
 // transaction return an error matching sqlonce.ErrInProgress at once
-// instead of waiting for that transaction to end. Use it where a duplicate
-// should be told "in progress" (an HTTP 409 to a double click) rather than
-// be held until the first request finishes. The claim alone is undone: the
-// caller's transaction stays usable, keeps its earlier writes and its lock
-// wait setting, and sqlonce.IsRetryable reports false for the error.
+// instead of waiting for that transaction to end: use it where a
+// duplicate should be told "in progress" (an HTTP 409 to a double click).
+// Only the claim is undone: the caller's transaction stays usable, and
+// sqlonce.IsRetryable reports false for the error. A claim held up by a
+// lock other than the key's (a DDL statement on PostgreSQL) is tried
+// again for up to 2 seconds, then fails with a retryable error that is no
+// ErrInProgress; if ctx ends first, the error is ctx's.
 //
-// On PostgreSQL the claim runs under a savepoint with a 1 ms lock_timeout.
-// lock_timeout bounds every lock wait, not only the key's: a claim that
-// gave up on another lock (the table's, taken by a DDL statement or by
-// VACUUM truncating the table; the lock on growing the table's file) is
-// rolled back to the savepoint and runs again until it gets past it, for
-// at most 2 seconds (or d of WithLockWait, if longer); then the error
-// satisfies sqlonce.IsRetryable and is no ErrInProgress: roll back, run
-// again later. If ctx ends first, the error is ctx's. Through pgxdriver
-// with pgx's statement cache (its default), pgx forgets the claim's
-// prepared statements when a claim gives up, and the next attempt's
-// PREPARE waits for a locked table as any statement does (the server's
-// deadlock detector watches that wait).
-// On MySQL/MariaDB it runs with innodb_lock_wait_timeout 0 for the session
-// and the previous value is restored; MySQL 8 cannot wait less than 1
-// second. A lock wait timeout there undoes only the statement, unless the
-// server runs with innodb_rollback_on_timeout=ON: then it has rolled back
-// the whole transaction, and the error, besides matching ErrInProgress,
-// satisfies sqlonce.IsRetryable: roll back, the transaction is gone.
-//
-// Without this option a duplicate waits for the holder's transaction, then
-// returns AlreadyDone or runs the work, which is what a message consumer or
-// a retrying client wants.
-//
-// On a cluster whose every node takes writes (MariaDB Galera), row locks
-// are each node's own: a duplicate on another node than the holder's does
-// not see the key held, runs the work too, and one of the two COMMITs
-// fails with a deadlock error (sqlonce.IsRetryable); retried, it answers
-// AlreadyDone. Exactly once holds; ErrInProgress comes only for a
-// duplicate on the holder's node (docs/deployments.md).
+// Without it a duplicate waits for the holder's transaction, then gets
+// AlreadyDone or runs the work, which suits a message consumer. What a
+// bound means on each database (it has no effect on SQLite, sees a key
+// held on its own node only on Galera, and is refused through a sharded
+// Vitess keyspace):
+// https://github.com/sqlonce/sqlonce/blob/main/docs/drivers.md#lock-waits-withnowait-and-withlockwait
 func WithNoWait() Option { return WithLockWait(time.Millisecond) }
 
 // WithLockWait is WithNoWait with a bounded wait: a claim waits at most d

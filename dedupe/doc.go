@@ -31,14 +31,10 @@
 // When the transaction exists only for this operation (an HTTP handler, a
 // message handler), let the Store own it: [Store.Run] begins it, claims
 // the key, runs fn with it, records fn's response with the key and
-// commits. It is the fast path, because sqlonce then chooses the round
-// trips: on PostgreSQL through pgx, BEGIN travels with the claim and the
-// record with COMMIT, so a first run costs the round trips of the bare
-// transaction and a repeat costs two; through database/sql
-// (MySQL/MariaDB, pgsqldriver) a repeat is one read, outside any
-// transaction. fn may run more than once (Run starts over after a
-// deadlock, a serialization failure, or a key recorded by another
-// transaction while fn ran), so it does its work through tx only:
+// commits, in as few round trips as the driver allows (docs/benchmarks.md).
+// fn may run more than once (Run starts over after a deadlock, a
+// serialization failure, or a key recorded by another transaction while
+// fn ran), so it does its work through tx only:
 //
 //	res, err := store.Run(ctx, dedupe.Request{Scope: "payments", Key: idemKey, Fingerprint: fp},
 //		func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
@@ -49,13 +45,8 @@
 // [RunJSON] is Run for a Go value. Use Do to make one step of a larger
 // transaction of yours idempotent.
 //
-// Where a driver can make a first run cheaper at the cost of a repeat, or
-// the other way round, [WithFavor] chooses: [FavorFirstRuns] spares
-// MySQL/MariaDB and PostgreSQL through database/sql the read before the
-// work (a first run in the round trips of the bare transaction plus one;
-// a repeat then runs fn and rolls it back), [FavorRepeats] answers a
-// repeat on PostgreSQL through pgx in one round trip instead of two (a
-// first run pays one more).
+// [WithFavor] trades a cheaper first run for a dearer repeat, or the other
+// way round, where the driver can.
 //
 // # Replaying the first answer
 //
@@ -67,22 +58,16 @@
 // (at most [MaxResponseSize]); a larger one is an error matching
 // [github.com/sqlonce/sqlonce.ErrResponseTooLarge].
 //
-// [DoJSON] and [RunJSON] record Go values with encoding/json: times keep
-// their instant to the nanosecond and their offset, UUIDs ([16]byte),
-// *big.Int of any size and compact json.RawMessage come back as they
-// went (DoJSON says what does not). [WithCodec] gives a Store another
-// [Codec] (gob, CBOR, MessagePack, protobuf, a faster JSON).
+// [DoJSON] and [RunJSON] record Go values with encoding/json, or with
+// another [Codec] given by [WithCodec].
 //
 // # Batches
 //
 // [Store.DoBatch] claims many keys of one scope in the caller's
 // transaction in a constant number of statements and runs fn once with
-// the new ones: a consumer applying a batch of messages pays the round
-// trips of one claim, not one per message. [Store.RunBatch] is the same in
-// a transaction of the Store's own, as Run is DoResponse in one: through
-// pgx BEGIN travels with the claim, so a batch whose fn sends one
-// statement takes the bare transaction's three round trips. Package
-// [github.com/sqlonce/sqlonce/inbox] wraps them for message consumers.
+// the new ones; [Store.RunBatch] does the same in a transaction of the
+// Store's own. Package [github.com/sqlonce/sqlonce/inbox] wraps them for
+// message consumers.
 //
 // # Fingerprints
 //
@@ -104,15 +89,11 @@
 // Keys live for [DefaultTTL] (24 hours) unless [WithTTL] or [Request].TTL
 // say otherwise. An expired key counts as absent: the next claim takes it
 // over atomically. [Store.Purge] deletes expired keys in bounded batches,
-// each in a short transaction, and can run from several instances at once.
-// [Store.PurgeEvery] runs it in the background, every interval until its
-// context ends, started with one call in every instance of a program:
-// the instances elect one that purges (a lease on a reserved row of
-// sqlonce_keys, fenced by its token, so it needs no advisory lock and works
-// through PgBouncer's transaction pooling, on Galera and on SQLite) and
-// the others skip; each round is reported to the Observer. A cron job
-// running the sqlonce command's purge does the same from outside.
-// Every time comparison uses the database's clock, never the
+// each in a short transaction, and is safe to run from several instances
+// at once. [Store.PurgeEvery] runs it in the background in every instance
+// of a program; the instances elect one that purges, with a fenced lease
+// (no advisory lock, so it works through PgBouncer, on Galera and on
+// SQLite). Every time comparison uses the database's clock, never the
 // application's.
 //
 // # In progress
@@ -121,7 +102,7 @@
 // caller that must not wait builds its Store with [WithNoWait] (or
 // [WithLockWait] for a bounded wait) and gets
 // [github.com/sqlonce/sqlonce.ErrInProgress] instead; its transaction stays
-// usable.
+// usable. What the bound does per database: docs/drivers.md.
 //
 // # Work outside the database: leases
 //
@@ -140,35 +121,24 @@
 // # Operations of several steps: RunSteps and the completer
 //
 // An [Operation] is a list of named steps run under one key by
-// [Store.RunSteps]: reserve the stock, charge the card, write the order,
-// send the receipt. A database step ([Step].InTx) runs in a transaction
-// that also records its result as the key's recovery point, fenced by the
-// run's lease token, so its writes commit exactly once; an outside step
-// ([Step].Outside) runs between transactions with [StepState].Key, derived
-// from the request key and the step name ([StepKey]), to hand to the
-// outside system as its idempotency key, and its result is recorded before
-// the next step. A later step reads an earlier one's result with
-// [StepState.Result]. A run that stops (a crash, a cancelled context, a
-// lost connection, a step's error) leaves the key leased with its recovery
-// point: once the lease lapses, a retry with the same key resumes after
-// the last recovery point, and [Store.CompleteEvery] (or one round of it,
-// [Store.CompleteStuck]) finishes it for a caller that went away, or gives
-// it up after a number of attempts ([ErrOperationFailed]). The last step's
-// result is recorded as the response and replayed, byte for byte.
+// [Store.RunSteps]: reserve the stock, charge the card, write the order.
+// A database step ([Step].InTx) commits its writes with its result, fenced
+// by the run's lease token; an outside step ([Step].Outside) gets a key of
+// its own ([StepState].Key) to hand to the outside system. A run that
+// stops leaves the key leased with its last recovery point: once the lease
+// lapses, a retry with the same key resumes there, and
+// [Store.CompleteEvery] finishes runs whose caller went away, or gives
+// them up ([ErrOperationFailed]). The last step's result is the response,
+// replayed byte for byte.
 //
 // # Inspecting and forgetting a key
 //
-// [Store.Inspect] reads one key of the Store's (its [KeyState]: done,
-// leased, lapsed or expired; when it was claimed and expires; a lease's
-// deadline; whether a fingerprint and a response are recorded and their
-// sizes), to answer "why did my retry get the old answer?".
-// [Store.Forget] deletes it, so that the next request with the key runs
-// the work again; a lease that still holds is refused
-// (sqlonce.ErrInProgress) unless [ForgetLeased] says so. Neither reaches
-// a key of another scope, nor the keys httpidem and inbox keep in
-// namespaces of their own. The sqlonce command does the same from a
-// shell: sqlonce keys get, forget and list (--state leased for stuck
-// leases, --json for scripts).
+// [Store.Inspect] reads one key of the Store's ([KeyState]: done, leased,
+// lapsed or expired, with its times and sizes), to answer "why did my
+// retry get the old answer?". [Store.Forget] deletes it, so that the next
+// request with the key runs the work again. Neither reaches another
+// scope's keys. The sqlonce command does the same from a shell (sqlonce
+// keys get, forget, list).
 //
 // # Choosing a mode
 //
@@ -192,25 +162,24 @@
 // # Observing
 //
 // A Store built on a driver from sqlonce.Observe reports one
-// sqlonce.Event per call (Do, DoResponse, DoJSON, Run, RunJSON, Claim,
-// Complete, Release, Extend, their Tx forms, Purge, Inspect, Forget; a
-// key Inspect or Forget did not find is reported done): the outcome
-// (first_run, replayed, already_done, in_progress, key_reuse, lease_lost,
-// error), the attempts of a transaction of its own and the cause of the
-// last retry, the time spent deciding the key (Event.Wait) and in fn
-// (Event.Work), and the response size. The key is never in it.
+// sqlonce.Event per call: the outcome, the attempts and the cause of the
+// last retry, the time spent deciding the key and in fn, and the response
+// size; never the key (docs/operations.md).
 //
 // # Isolation levels
 //
-// Run's transaction is READ COMMITTED on PostgreSQL and the server's
-// default on MySQL/MariaDB. Do is correct under READ COMMITTED, REPEATABLE
-// READ and SERIALIZABLE on
-// PostgreSQL and MySQL/MariaDB. Under PostgreSQL REPEATABLE READ or
-// SERIALIZABLE a duplicate whose first run committed after the transaction's
-// snapshot cannot be read, and the server reports a serialization failure;
-// MySQL may report a deadlock when several transactions race for one key.
-// [github.com/sqlonce/sqlonce.IsRetryable] is true for both: roll back and
-// run the transaction again, and the retry sees AlreadyDone.
+// Do is correct under READ COMMITTED, REPEATABLE READ and SERIALIZABLE.
+// Under the stricter levels a duplicate racing the first run may get a
+// serialization failure (PostgreSQL) or a deadlock (MySQL):
+// [github.com/sqlonce/sqlonce.IsRetryable] is true for both; roll back and
+// run the transaction again, and the retry sees AlreadyDone. Run's own
+// transaction is READ COMMITTED on PostgreSQL and the server's default on
+// MySQL/MariaDB.
+//
+// # Concurrency
+//
+// A Store is safe for concurrent use by any number of goroutines and
+// program instances; the database arbitrates every key.
 //
 // # Sharding
 //
