@@ -1,0 +1,3 @@
+// Package keys validates scopes, keys and transactions before any SQL
+// runs.
+package keys
