@@ -1,7 +1,10 @@
 // Package conformance is the shared test suite: every case is written once,
 // generic over the transaction type, and run against every database
-// (river's shared driver suite is the model). conformance_test.go runs it on
-// PostgreSQL (pgx) and MySQL/MariaDB (database/sql).
+// (river's shared driver suite is the model). It runs on PostgreSQL through
+// pgx, pgx's stdlib and lib/pq, on MySQL/MariaDB, on SQLite through modernc
+// and mattn (conformance_test.go), through PgBouncer with pgx and lib/pq
+// (pgbouncer_test.go), through Vitess (vitess_test.go) and on a Galera
+// cluster (tests/galera).
 package conformance
 
 import (
