@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/mysqldriver"
 )
 
 // gobCodec records values with encoding/gob instead of encoding/json.
@@ -31,13 +30,13 @@ type quote struct {
 	At    time.Time
 }
 
-// A Store whose RunJSON and DoJSON record values with another codec, on
-// MariaDB: the repeat decodes the codec's bytes.
+// A Store whose RunJSON and DoJSON record values with another codec: the
+// repeat decodes the codec's bytes.
 func ExampleWithCodec() {
 	ctx := context.Background()
-	db := mariadb("dedupe_codec")
-	defer db.Close()
-	store, err := dedupe.New(mysqldriver.New(db), dedupe.WithCodec(gobCodec{}))
+	_, drv, done := openDB(tables)
+	defer done()
+	store, err := dedupe.New(drv, dedupe.WithCodec(gobCodec{}))
 	if err != nil {
 		panic(err)
 	}

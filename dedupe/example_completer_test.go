@@ -5,13 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/migrations"
-	"github.com/sqlonce/sqlonce/sqlitedriver"
-	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 )
 
 // An operation whose caller went away after a failed step is finished by
@@ -20,26 +15,8 @@ import (
 // with the same key replays the response.
 func ExampleStore_CompleteStuck() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "sqlonce-completer")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := modernc.Open(filepath.Join(dir, "shop.db"))
-	if err != nil {
-		panic(err)
-	}
-	defer db.Close()
-	if err := migrations.Up(ctx, db, migrations.SQLite); err != nil {
-		panic(err)
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE refunds (id TEXT PRIMARY KEY)`); err != nil {
-		panic(err)
-	}
-	drv, err := sqlitedriver.New(db)
-	if err != nil {
-		panic(err)
-	}
+	db, drv, done := openDB(`CREATE TABLE refunds (id TEXT PRIMARY KEY)`)
+	defer done()
 	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)

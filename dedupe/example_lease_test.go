@@ -2,28 +2,26 @@ package dedupe_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 )
 
-// postgres and mariadb, at the end of example_test.go, connect and create
-// the tables these examples use, as a program does at start-up.
+// openDB, in example_test.go, sets the database up as a program does at
+// start-up; inTx runs a function in a transaction.
 
 // A charge through an outside payment provider cannot sit inside a database
 // transaction: a lease keeps duplicates out while it runs, and the recorded
 // answer serves every retry after.
 func ExampleStore_Claim() {
 	ctx := context.Background()
-	pool := postgres("dedupe_lease")
-	defer pool.Close()
-	store, err := dedupe.New(pgxdriver.New(pool))
+	_, drv, done := openDB(tables)
+	defer done()
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}
@@ -60,9 +58,9 @@ func ExampleStore_Claim() {
 // after that deadline: if the worker dies with its caller, a retry is
 // not kept out for the whole lease it asked for.
 func ExampleWithinDeadline() {
-	pool := postgres("dedupe_lease_deadline")
-	defer pool.Close()
-	store, err := dedupe.New(pgxdriver.New(pool))
+	db, drv, done := openDB(tables)
+	defer done()
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}
@@ -75,8 +73,8 @@ func ExampleWithinDeadline() {
 		panic(err)
 	}
 	var bounded bool
-	if err := pool.QueryRow(ctx, `SELECT locked_until <= now() + interval '3 seconds'
-		FROM sqlonce_keys WHERE idempotency_key = $1`, req.Key).Scan(&bounded); err != nil {
+	if err := db.QueryRowContext(ctx, `SELECT locked_until <= (unixepoch('subsec') + 3) * 1e6
+		FROM sqlonce_keys WHERE idempotency_key = ?`, req.Key).Scan(&bounded); err != nil {
 		panic(err)
 	}
 	fmt.Println("claim:", res)
@@ -90,17 +88,19 @@ func ExampleWithinDeadline() {
 // of instances.
 func ExampleStore_Purge() {
 	ctx := context.Background()
-	pool := postgres("dedupe_purge")
-	defer pool.Close()
-	store, err := dedupe.New(pgxdriver.New(pool))
+	db, drv, done := openDB(tables)
+	defer done()
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}
 	// Keys that expired an hour ago, written directly for the example.
-	if _, err := pool.Exec(ctx, `
+	if _, err := db.ExecContext(ctx, `
+		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500)
 		INSERT INTO sqlonce_keys (scope, idempotency_key, state, token, created_at, expires_at)
-		SELECT 'old', 'k' || i, 1, i, now() - interval '25 hours', now() - interval '1 hour'
-		FROM generate_series(1, 2500) AS i`); err != nil {
+		SELECT 'old', 'k' || i, 1, i, CAST((unixepoch() - 25*3600) * 1e6 AS INTEGER),
+		       CAST((unixepoch() - 3600) * 1e6 AS INTEGER)
+		FROM n`); err != nil {
 		panic(err)
 	}
 	n, err := store.Purge(ctx, 1000)
@@ -116,15 +116,15 @@ func ExampleStore_Purge() {
 // with the key runs the work again.
 func ExampleStore_Forget() {
 	ctx := context.Background()
-	pool := postgres("dedupe_forget")
-	defer pool.Close()
-	store, err := dedupe.New(pgxdriver.New(pool))
+	_, drv, done := openDB(tables)
+	defer done()
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}
 	req := dedupe.Request{Scope: "customer-7", Key: "refund-3", Fingerprint: dedupe.Fingerprint([]byte("refund 30 EUR"))}
 	run := func() {
-		res, err := store.Run(ctx, req, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		res, err := store.Run(ctx, req, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
 			return []byte("declined: card expired"), nil
 		})
 		if err != nil {
@@ -161,16 +161,18 @@ func ExampleStore_Forget() {
 // start at once, an Observer counts their first rounds, and one of them
 // purged every expired key.
 func ExampleStore_PurgeEvery() {
-	pool := postgres("dedupe_purge_every")
-	defer pool.Close()
-	if _, err := pool.Exec(context.Background(), `
+	db, drv, closeDB := openDB(tables)
+	defer closeDB()
+	if _, err := db.ExecContext(context.Background(), `
+		WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500)
 		INSERT INTO sqlonce_keys (scope, idempotency_key, state, token, created_at, expires_at)
-		SELECT 'old', 'k' || i, 1, i, now() - interval '25 hours', now() - interval '1 hour'
-		FROM generate_series(1, 2500) AS i`); err != nil {
+		SELECT 'old', 'k' || i, 1, i, CAST((unixepoch() - 25*3600) * 1e6 AS INTEGER),
+		       CAST((unixepoch() - 3600) * 1e6 AS INTEGER)
+		FROM n`); err != nil {
 		panic(err)
 	}
 	rounds := make(chan sqlonce.Event, 3)
-	drv := sqlonce.Observe(pgxdriver.New(pool), sqlonce.ObserverFunc(func(_ context.Context, e sqlonce.Event) {
+	observed := sqlonce.Observe(drv, sqlonce.ObserverFunc(func(_ context.Context, e sqlonce.Event) {
 		if e.Operation == "PurgeEvery" {
 			rounds <- e
 		}
@@ -178,7 +180,7 @@ func ExampleStore_PurgeEvery() {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 3)
 	for range 3 { // three instances of a program, each with its Store
-		store, err := dedupe.New(drv)
+		store, err := dedupe.New(observed)
 		if err != nil {
 			panic(err)
 		}

@@ -5,25 +5,21 @@ import (
 	"database/sql"
 	"fmt"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/mysqldriver"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 )
 
-// postgres and mariadb, at the end of example_test.go, connect and create
-// the tables these examples use, as a program does at start-up.
+// openDB, in example_test.go, sets the database up as a program does at
+// start-up; inTx runs a function in a transaction.
 
 // A handler that owns its transaction lets the Store run it: the charge,
 // the key and the receipt commit together, and the retries get the first
 // receipt back.
 func ExampleStore_Run() {
 	ctx := context.Background()
-	pool := postgres("dedupe_run")
-	defer pool.Close()
+	db, drv, done := openDB(tables)
+	defer done()
 
-	store, err := dedupe.New(pgxdriver.New(pool))
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}
@@ -33,9 +29,9 @@ func ExampleStore_Run() {
 		Fingerprint: dedupe.Fingerprint([]byte("POST /charges"), []byte(`{"amount":100}`)),
 	}
 	for range 3 {
-		res, err := store.Run(ctx, req, func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
+		res, err := store.Run(ctx, req, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
 			var id int64
-			err := tx.QueryRow(ctx, "INSERT INTO ledger (ref, amount) VALUES ($1, $2) RETURNING id", req.Key, 100).Scan(&id)
+			err := tx.QueryRowContext(ctx, "INSERT INTO ledger (ref, amount) VALUES (?, ?) RETURNING id", req.Key, 100).Scan(&id)
 			return fmt.Appendf(nil, `{"charge":%d}`, id), err
 		})
 		if err != nil {
@@ -45,7 +41,7 @@ func ExampleStore_Run() {
 	}
 
 	var n int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM ledger").Scan(&n); err != nil {
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM ledger").Scan(&n); err != nil {
 		panic(err)
 	}
 	fmt.Println("ledger rows:", n)
@@ -56,14 +52,13 @@ func ExampleStore_Run() {
 	// ledger rows: 1
 }
 
-// RunJSON records a Go value; a repeat decodes it. On MySQL/MariaDB the
-// repeat is answered by one read, outside any transaction.
+// RunJSON records a Go value; a repeat decodes it.
 func ExampleRunJSON() {
 	ctx := context.Background()
-	db := mariadb("dedupe_run")
-	defer db.Close()
+	_, drv, done := openDB(tables)
+	defer done()
 
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}
@@ -87,16 +82,16 @@ func ExampleRunJSON() {
 	// already done msg-0042 7
 }
 
-// A consumer whose messages are seldom redelivered favors first runs: on
-// MySQL/MariaDB each new message then costs the bare transaction's round
-// trips and one more, and a redelivery runs the work, finds the key
-// recorded, rolls the work back and answers with the first run's record.
+// A consumer whose messages are seldom redelivered favors first runs:
+// nothing is read before the work, and a redelivery runs the work, finds
+// the key recorded, rolls the work back and answers with the first run's
+// record. What each favor saves per database: docs/benchmarks.md.
 func ExampleWithFavor() {
 	ctx := context.Background()
-	db := mariadb("dedupe_favor")
-	defer db.Close()
+	db, drv, done := openDB(tables)
+	defer done()
 
-	store, err := dedupe.New(mysqldriver.New(db), dedupe.WithFavor(dedupe.FavorFirstRuns))
+	store, err := dedupe.New(drv, dedupe.WithFavor(dedupe.FavorFirstRuns))
 	if err != nil {
 		panic(err)
 	}
@@ -124,27 +119,24 @@ func ExampleWithFavor() {
 
 // RunBatch applies a batch of keys in a transaction of the Store's own,
 // each key once: here a payment import run again after a crash that came
-// after imp-1 had committed. fn gets only the keys not applied before and
-// writes them in one statement; through pgx BEGIN travels with the claim
-// of the whole batch, so the batch takes the round trips of a bare
-// transaction.
+// after imp-1 had committed. fn gets only the keys not applied before.
 func ExampleStore_RunBatch() {
 	ctx := context.Background()
-	pool := postgres("dedupe_run_batch")
-	defer pool.Close()
+	db, drv, done := openDB(tables)
+	defer done()
 
-	store, err := dedupe.New(pgxdriver.New(pool))
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}
 	amounts := map[string]int64{"imp-1": 100, "imp-2": 250, "imp-3": 50}
-	apply := func(ctx context.Context, tx pgx.Tx, fresh []string) error {
-		refs, amts := make([]string, len(fresh)), make([]int64, len(fresh))
-		for i, id := range fresh {
-			refs[i], amts[i] = id, amounts[id]
+	apply := func(ctx context.Context, tx *sql.Tx, fresh []string) error {
+		for _, id := range fresh {
+			if _, err := tx.ExecContext(ctx, "INSERT INTO ledger (ref, amount) VALUES (?, ?)", id, amounts[id]); err != nil {
+				return err
+			}
 		}
-		_, err := tx.Exec(ctx, "INSERT INTO ledger (ref, amount) SELECT * FROM unnest($1::text[], $2::bigint[])", refs, amts)
-		return err
+		return nil
 	}
 	if _, err := store.RunBatch(ctx, "import", []string{"imp-1"}, apply); err != nil {
 		panic(err)
@@ -159,7 +151,7 @@ func ExampleStore_RunBatch() {
 	}
 
 	var n, sum int64
-	if err := pool.QueryRow(ctx, "SELECT count(*), sum(amount) FROM ledger").Scan(&n, &sum); err != nil {
+	if err := db.QueryRowContext(ctx, "SELECT count(*), sum(amount) FROM ledger").Scan(&n, &sum); err != nil {
 		panic(err)
 	}
 	fmt.Println("ledger rows:", n, "total:", sum)

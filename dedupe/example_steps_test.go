@@ -5,13 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/migrations"
-	"github.com/sqlonce/sqlonce/sqlitedriver"
-	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 )
 
 // provider stands for a payment provider and a mail service: each
@@ -28,28 +23,10 @@ func (p *provider) email(key string)         { p.emails[key]++ }
 // once.
 func ExampleStore_RunSteps() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "sqlonce-steps")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := modernc.Open(filepath.Join(dir, "shop.db"))
-	if err != nil {
-		panic(err)
-	}
-	defer db.Close()
-	if err := migrations.Up(ctx, db, migrations.SQLite); err != nil {
-		panic(err)
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE stock (item TEXT PRIMARY KEY, left INTEGER NOT NULL);
+	db, drv, done := openDB(`CREATE TABLE stock (item TEXT PRIMARY KEY, left INTEGER NOT NULL);
 		INSERT INTO stock VALUES ('book', 10);
-		CREATE TABLE orders (id TEXT PRIMARY KEY, charge TEXT NOT NULL)`); err != nil {
-		panic(err)
-	}
-	drv, err := sqlitedriver.New(db)
-	if err != nil {
-		panic(err)
-	}
+		CREATE TABLE orders (id TEXT PRIMARY KEY, charge TEXT NOT NULL)`)
+	defer done()
 	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
