@@ -2,12 +2,12 @@ package optimistic_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
-	"os"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
+	"os"
+	"path/filepath"
 
 	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/optimistic"
@@ -17,26 +17,30 @@ import (
 // client read version 1 and retries the same request twice.
 func ExampleUpdate() {
 	ctx := context.Background()
-	pool := postgres("optimistic")
-	defer pool.Close()
+	db, done := openDB(tables)
+	defer done()
 
 	var id int64
-	if err := pool.QueryRow(ctx, "INSERT INTO orders (code) VALUES ('O-1') RETURNING id").Scan(&id); err != nil {
+	if err := db.QueryRowContext(ctx, "INSERT INTO orders (code) VALUES ('O-1') RETURNING id").Scan(&id); err != nil {
 		panic(err)
 	}
 	const readVersion = 1
 	for range 2 {
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			tag, err := tx.Exec(ctx,
-				"UPDATE orders SET amount = amount + 100, version = version + 1 WHERE id = $1 AND version = $2",
+		err := inTx(ctx, db, func(tx *sql.Tx) error {
+			tag, err := tx.ExecContext(ctx,
+				"UPDATE orders SET amount = amount + 100, version = version + 1 WHERE id = ? AND version = ?",
 				id, readVersion)
 			if err != nil {
 				return err
 			}
-			res, err := optimistic.Update(ctx, tag.RowsAffected(), int64(readVersion),
+			affected, err := tag.RowsAffected()
+			if err != nil {
+				return err
+			}
+			res, err := optimistic.Update(ctx, affected, int64(readVersion),
 				func(ctx context.Context) (int64, error) {
 					var v int64
-					err := tx.QueryRow(ctx, "SELECT version FROM orders WHERE id = $1", id).Scan(&v)
+					err := tx.QueryRowContext(ctx, "SELECT version FROM orders WHERE id = ?", id).Scan(&v)
 					return v, err
 				})
 			fmt.Println(res)
@@ -47,7 +51,7 @@ func ExampleUpdate() {
 		}
 	}
 	var amount int64
-	if err := pool.QueryRow(ctx, "SELECT amount FROM orders WHERE id = $1", id).Scan(&amount); err != nil {
+	if err := db.QueryRowContext(ctx, "SELECT amount FROM orders WHERE id = ?", id).Scan(&amount); err != nil {
 		panic(err)
 	}
 	fmt.Println("amount:", amount)
@@ -57,46 +61,56 @@ func ExampleUpdate() {
 	// amount: 100
 }
 
-// postgres does what a program does once at start-up: it connects to
-// PostgreSQL (SQLONCE_POSTGRES_DSN, or the local default below), installs
-// sqlonce's tables with migrations.Up and creates the business tables.
-// Each example works in a schema of its own, emptied on every run, so that
-// its output is the same each time.
-func postgres(name string) *pgxpool.Pool {
+// tables are the business tables the examples write.
+const tables = `
+CREATE TABLE orders (
+    id      INTEGER PRIMARY KEY,
+    code    TEXT    NOT NULL,
+    amount  INTEGER NOT NULL DEFAULT 0,
+    status  TEXT    NOT NULL DEFAULT 'created',
+    version INTEGER NOT NULL DEFAULT 1
+);
+CREATE UNIQUE INDEX orders_code_key ON orders (code);
+CREATE TABLE ledger (
+    id     INTEGER PRIMARY KEY,
+    ref    TEXT    NOT NULL,
+    amount INTEGER NOT NULL
+);`
+
+// openDB does what a program does once at start-up: it opens a SQLite
+// database (here a new file, removed by done), installs sqlonce's tables
+// with migrations.Up, and creates the business tables.
+// On PostgreSQL or MySQL only the handle differs.
+func openDB(tables string) (db *sql.DB, done func()) {
 	ctx := context.Background()
-	dsn := os.Getenv("SQLONCE_POSTGRES_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	cfg, err := pgxpool.ParseConfig(dsn)
+	dir, err := os.MkdirTemp("", "sqlonce-example-")
 	if err != nil {
 		panic(err)
 	}
-	schema := "example_" + name
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	db, err = modernc.Open(filepath.Join(dir, "app.db"))
 	if err != nil {
 		panic(err)
 	}
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
+	done = func() { db.Close(); os.RemoveAll(dir) }
+	if err := migrations.Up(ctx, db, migrations.SQLite); err != nil {
 		panic(err)
 	}
-	// sqlonce's tables: goose runs on database/sql.
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	if err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
+	if _, err := db.ExecContext(ctx, tables); err != nil {
 		panic(err)
 	}
-	// The business tables the examples write.
-	if _, err := pool.Exec(ctx, `
-		CREATE TABLE orders (
-		    id      bigserial PRIMARY KEY,
-		    code    text   NOT NULL CONSTRAINT orders_code_key UNIQUE,
-		    amount  bigint NOT NULL DEFAULT 0,
-		    status  text   NOT NULL DEFAULT 'created',
-		    version bigint NOT NULL DEFAULT 1
-		)`); err != nil {
-		panic(err)
+	return db, done
+}
+
+// inTx runs fn in a transaction and commits it, or rolls it back if fn
+// fails.
+func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
 	}
-	return pool
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
