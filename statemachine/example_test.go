@@ -2,13 +2,12 @@ package statemachine_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"os"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
+	"path/filepath"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/migrations"
@@ -34,23 +33,26 @@ var orderStates = statemachine.Must(statemachine.New(
 // a cancellation arrives after payment.
 func ExampleMachine_Transition() {
 	ctx := context.Background()
-	pool := postgres("statemachine")
-	defer pool.Close()
+	db, done := openDB(tables)
+	defer done()
 
 	var id int64
-	if err := pool.QueryRow(ctx, "INSERT INTO orders (code) VALUES ('S-1') RETURNING id").Scan(&id); err != nil {
+	if err := db.QueryRowContext(ctx, "INSERT INTO orders (code) VALUES ('S-1') RETURNING id").Scan(&id); err != nil {
 		panic(err)
 	}
 	move := func(from, to Status) {
-		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		err := inTx(ctx, db, func(tx *sql.Tx) error {
 			res, err := orderStates.Transition(ctx, from, to,
 				func(ctx context.Context) (int64, error) {
-					tag, err := tx.Exec(ctx, "UPDATE orders SET status = $1 WHERE id = $2 AND status = $3", to, id, from)
-					return tag.RowsAffected(), err
+					r, err := tx.ExecContext(ctx, "UPDATE orders SET status = ? WHERE id = ? AND status = ?", to, id, from)
+					if err != nil {
+						return 0, err
+					}
+					return r.RowsAffected()
 				},
 				func(ctx context.Context) (Status, error) {
 					var s Status
-					err := tx.QueryRow(ctx, "SELECT status FROM orders WHERE id = $1", id).Scan(&s)
+					err := tx.QueryRowContext(ctx, "SELECT status FROM orders WHERE id = ?", id).Scan(&s)
 					return s, err
 				})
 			if err != nil {
@@ -79,46 +81,56 @@ func ExampleMachine_Transition() {
 	// created -> cancelled: refused, order is shipped (true)
 }
 
-// postgres does what a program does once at start-up: it connects to
-// PostgreSQL (SQLONCE_POSTGRES_DSN, or the local default below), installs
-// sqlonce's tables with migrations.Up and creates the business tables.
-// Each example works in a schema of its own, emptied on every run, so that
-// its output is the same each time.
-func postgres(name string) *pgxpool.Pool {
+// tables are the business tables the examples write.
+const tables = `
+CREATE TABLE orders (
+    id      INTEGER PRIMARY KEY,
+    code    TEXT    NOT NULL,
+    amount  INTEGER NOT NULL DEFAULT 0,
+    status  TEXT    NOT NULL DEFAULT 'created',
+    version INTEGER NOT NULL DEFAULT 1
+);
+CREATE UNIQUE INDEX orders_code_key ON orders (code);
+CREATE TABLE ledger (
+    id     INTEGER PRIMARY KEY,
+    ref    TEXT    NOT NULL,
+    amount INTEGER NOT NULL
+);`
+
+// openDB does what a program does once at start-up: it opens a SQLite
+// database (here a new file, removed by done), installs sqlonce's tables
+// with migrations.Up, and creates the business tables.
+// On PostgreSQL or MySQL only the handle differs.
+func openDB(tables string) (db *sql.DB, done func()) {
 	ctx := context.Background()
-	dsn := os.Getenv("SQLONCE_POSTGRES_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	cfg, err := pgxpool.ParseConfig(dsn)
+	dir, err := os.MkdirTemp("", "sqlonce-example-")
 	if err != nil {
 		panic(err)
 	}
-	schema := "example_" + name
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	db, err = modernc.Open(filepath.Join(dir, "app.db"))
 	if err != nil {
 		panic(err)
 	}
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
+	done = func() { db.Close(); os.RemoveAll(dir) }
+	if err := migrations.Up(ctx, db, migrations.SQLite); err != nil {
 		panic(err)
 	}
-	// sqlonce's tables: goose runs on database/sql.
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	if err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
+	if _, err := db.ExecContext(ctx, tables); err != nil {
 		panic(err)
 	}
-	// The business tables the examples write.
-	if _, err := pool.Exec(ctx, `
-		CREATE TABLE orders (
-		    id      bigserial PRIMARY KEY,
-		    code    text   NOT NULL CONSTRAINT orders_code_key UNIQUE,
-		    amount  bigint NOT NULL DEFAULT 0,
-		    status  text   NOT NULL DEFAULT 'created',
-		    version bigint NOT NULL DEFAULT 1
-		)`); err != nil {
-		panic(err)
+	return db, done
+}
+
+// inTx runs fn in a transaction and commits it, or rolls it back if fn
+// fails.
+func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
 	}
-	return pool
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
