@@ -9,16 +9,15 @@ import (
 	"sync/atomic"
 
 	"github.com/sqlonce/sqlonce/httpidem"
-	"github.com/sqlonce/sqlonce/mysqldriver"
 )
 
 // An API whose clients already send X-Idempotency-Key and expect 409 for
-// a key used again with another request, on MariaDB.
+// a key used again with another request.
 func ExampleWithKeyHeader() {
-	db := mariadb("httpidem_contract")
-	defer db.Close()
+	_, drv, done := openDB(tables)
+	defer done()
 
-	m, err := httpidem.New(mysqldriver.New(db),
+	m, err := httpidem.New(drv,
 		func(r *http.Request) string { return r.Header.Get("X-User") },
 		httpidem.WithKeyHeader("X-Idempotency-Key"),
 		httpidem.WithKeyReuseStatus(http.StatusConflict))

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 
 	"github.com/sqlonce/sqlonce/httpidem"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 )
 
 // A JSON API whose clients may re-encode a body on retry: with
@@ -15,11 +14,11 @@ import (
 // retry another request; another amount does. A replay hook counts the
 // replays.
 func ExampleFingerprintJSON() {
-	pool := postgres("httpidem_json")
-	defer pool.Close()
+	_, drv, done := openDB(tables)
+	defer done()
 
 	var replays atomic.Int64
-	m, err := httpidem.New(pgxdriver.New(pool),
+	m, err := httpidem.New(drv,
 		func(r *http.Request) string { return r.Header.Get("X-User") },
 		httpidem.WithFingerprint(httpidem.FingerprintJSON),
 		httpidem.WithReplayHook(func(r *http.Request, rep *httpidem.Replay) { replays.Add(1) }))

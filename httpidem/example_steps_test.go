@@ -8,15 +8,10 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/httpidem"
-	"github.com/sqlonce/sqlonce/migrations"
-	"github.com/sqlonce/sqlonce/sqlitedriver"
-	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 )
 
 // A checkout endpoint run as steps: reserve the stock (database), charge
@@ -27,28 +22,10 @@ import (
 // request gets the answer replayed.
 func ExampleMiddleware_Steps() {
 	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "httpidem-steps")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-	db, err := modernc.Open(filepath.Join(dir, "shop.db"))
-	if err != nil {
-		panic(err)
-	}
-	defer db.Close()
-	if err := migrations.Up(ctx, db, migrations.SQLite); err != nil {
-		panic(err)
-	}
-	if _, err := db.ExecContext(ctx, `CREATE TABLE stock (item TEXT PRIMARY KEY, left INTEGER NOT NULL);
+	db, drv, done := openDB(`CREATE TABLE stock (item TEXT PRIMARY KEY, left INTEGER NOT NULL);
 		INSERT INTO stock VALUES ('book', 10);
-		CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, charge TEXT NOT NULL)`); err != nil {
-		panic(err)
-	}
-	drv, err := sqlitedriver.New(db)
-	if err != nil {
-		panic(err)
-	}
+		CREATE TABLE orders (id INTEGER PRIMARY KEY, customer TEXT NOT NULL, charge TEXT NOT NULL)`)
+	defer done()
 	m, err := httpidem.New(drv, func(r *http.Request) string {
 		return r.Header.Get("X-User") // stands in for real authentication
 	})

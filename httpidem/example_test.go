@@ -4,23 +4,17 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
-	"sync/atomic"
-	"time"
-
-	"github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/sqlonce/sqlonce/httpidem"
 	"github.com/sqlonce/sqlonce/migrations"
-	"github.com/sqlonce/sqlonce/mysqldriver"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 )
 
 func post(url, user, key, body string) {
@@ -53,24 +47,24 @@ func post(url, user, key, body string) {
 // the same key on another payment is refused.
 func Example() {
 	ctx := context.Background()
-	pool := postgres("httpidem")
-	defer pool.Close()
+	db, drv, done := openDB(tables)
+	defer done()
 
-	m, err := httpidem.New(pgxdriver.New(pool), func(r *http.Request) string {
+	m, err := httpidem.New(drv, func(r *http.Request) string {
 		return r.Header.Get("X-User") // stands in for real authentication
 	})
 	if err != nil {
 		panic(err)
 	}
 	pay := func(w http.ResponseWriter, r *http.Request) {
-		tx, ok := httpidem.TxFrom[pgx.Tx](r.Context())
+		tx, ok := httpidem.TxFrom[*sql.Tx](r.Context())
 		if !ok { // only outside the middleware's transactional mode
 			http.Error(w, "no transaction", http.StatusInternalServerError)
 			return
 		}
 		body, _ := io.ReadAll(r.Body)
 		var id int64
-		err := tx.QueryRow(r.Context(), "INSERT INTO ledger (ref, amount) VALUES ($1, 100) RETURNING id", string(body)).Scan(&id)
+		err := tx.QueryRowContext(r.Context(), "INSERT INTO ledger (ref, amount) VALUES (?, 100) RETURNING id", string(body)).Scan(&id)
 		if err != nil {
 			httpidem.Fail(r.Context(), err) // rolled back, run again if the database asks
 			http.Error(w, "payment failed", http.StatusInternalServerError)
@@ -92,7 +86,7 @@ func Example() {
 	post(srv.URL+"/payments", "alice", "", "invoice-9")  // no key
 
 	var n int
-	if err := pool.QueryRow(ctx, "SELECT count(*) FROM ledger").Scan(&n); err != nil {
+	if err := db.QueryRowContext(ctx, "SELECT count(*) FROM ledger").Scan(&n); err != nil {
 		panic(err)
 	}
 	fmt.Println("ledger rows:", n)
@@ -107,106 +101,62 @@ func Example() {
 // A form posted without a key, guarded against double submits on MySQL:
 // the key is derived from the caller, the route and the body, for a short
 // window.
-func ExampleWithNoRepeatSubmit() {
-	db := mariadb("httpidem")
-	defer db.Close()
 
-	m, err := httpidem.New(mysqldriver.New(db),
-		func(r *http.Request) string { return r.Header.Get("X-User") },
-		httpidem.WithNoRepeatSubmit(10*time.Second))
+// tables are the business tables the examples write.
+const tables = `
+CREATE TABLE orders (
+    id      INTEGER PRIMARY KEY,
+    code    TEXT    NOT NULL,
+    amount  INTEGER NOT NULL DEFAULT 0,
+    status  TEXT    NOT NULL DEFAULT 'created',
+    version INTEGER NOT NULL DEFAULT 1
+);
+CREATE UNIQUE INDEX orders_code_key ON orders (code);
+CREATE TABLE ledger (
+    id     INTEGER PRIMARY KEY,
+    ref    TEXT    NOT NULL,
+    amount INTEGER NOT NULL
+);`
+
+// openDB does what a program does once at start-up: it opens a SQLite
+// database (here a new file, removed by done), installs sqlonce's tables
+// with migrations.Up, creates the business tables and builds the driver.
+// On PostgreSQL or MySQL only the handle and the driver differ: see
+// pgxdriver, pgsqldriver and mysqldriver.
+func openDB(tables string) (db *sql.DB, drv *sqlitedriver.Driver, done func()) {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "sqlonce-example-")
 	if err != nil {
 		panic(err)
 	}
-	var orders atomic.Int64
-	order := func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "order %d placed", orders.Add(1))
+	db, err = modernc.Open(filepath.Join(dir, "app.db"))
+	if err != nil {
+		panic(err)
 	}
-	srv := httptest.NewServer(m.Wrap(http.HandlerFunc(order)))
-	defer srv.Close()
-
-	post(srv.URL+"/checkout", "alice", "", "item=42&qty=1")
-	post(srv.URL+"/checkout", "alice", "", "item=42&qty=1") // double click
-	post(srv.URL+"/checkout", "alice", "", "item=42&qty=2") // another order
-	// Output:
-	// 200 replayed=false order 1 placed
-	// 200 replayed=true order 1 placed
-	// 200 replayed=false order 2 placed
+	done = func() { db.Close(); os.RemoveAll(dir) }
+	if err := migrations.Up(ctx, db, migrations.SQLite); err != nil {
+		panic(err)
+	}
+	if _, err := db.ExecContext(ctx, tables); err != nil {
+		panic(err)
+	}
+	drv, err = sqlitedriver.New(db)
+	if err != nil {
+		panic(err)
+	}
+	return db, drv, done
 }
 
-// postgres does what a program does once at start-up: it connects to
-// PostgreSQL (SQLONCE_POSTGRES_DSN, or the local default below), installs
-// sqlonce's tables with migrations.Up and creates the business table.
-// Each example works in a schema of its own, emptied on every run, so that
-// its output is the same each time.
-func postgres(name string) *pgxpool.Pool {
-	ctx := context.Background()
-	dsn := os.Getenv("SQLONCE_POSTGRES_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	cfg, err := pgxpool.ParseConfig(dsn)
+// inTx runs fn in a transaction and commits it, or rolls it back if fn
+// fails.
+func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
-		panic(err)
+		return err
 	}
-	schema := "example_" + name
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		panic(err)
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
 	}
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
-		panic(err)
-	}
-	// sqlonce's tables: goose runs on database/sql.
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	if err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
-		panic(err)
-	}
-	// The business table the examples write.
-	if _, err := pool.Exec(ctx, `
-		CREATE TABLE ledger (
-		    id     bigserial PRIMARY KEY,
-		    ref    text   NOT NULL,
-		    amount bigint NOT NULL
-		)`); err != nil {
-		panic(err)
-	}
-	return pool
-}
-
-// mariadb does what a program does once at start-up: it connects to
-// MySQL or MariaDB (SQLONCE_MYSQL_DSN, or the local default below) and
-// installs sqlonce's tables with migrations.Up. Each example works in a
-// database of its own, emptied on every run, so that its output is the
-// same each time.
-func mariadb(name string) *sql.DB {
-	ctx := context.Background()
-	dsn := os.Getenv("SQLONCE_MYSQL_DSN")
-	if dsn == "" {
-		dsn = "root@tcp(127.0.0.1:3306)/test?parseTime=true"
-	}
-	cfg, err := mysql.ParseDSN(dsn)
-	if err != nil {
-		panic(err)
-	}
-	admin, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		panic(err)
-	}
-	defer admin.Close()
-	cfg.DBName = "example_" + name
-	for _, q := range []string{"DROP DATABASE IF EXISTS " + cfg.DBName, "CREATE DATABASE " + cfg.DBName} {
-		if _, err := admin.ExecContext(ctx, q); err != nil {
-			panic(err)
-		}
-	}
-	db, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		panic(err)
-	}
-	if err := migrations.Up(ctx, db, migrations.MySQL); err != nil {
-		panic(err)
-	}
-	return db
+	return tx.Commit()
 }
