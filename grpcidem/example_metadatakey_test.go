@@ -14,16 +14,15 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sqlonce/sqlonce/grpcidem"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 )
 
 // Clients that already send their key as "x-idempotency-key": the
 // interceptor reads that metadata key, and no other.
 func ExampleWithMetadataKey() {
-	pool := postgres("grpcidem_mdkey")
-	defer pool.Close()
+	_, drv, done := openDB(tables)
+	defer done()
 
-	ic, err := grpcidem.New(pgxdriver.New(pool), func(ctx context.Context) string { return "alice" },
+	ic, err := grpcidem.New(drv, func(ctx context.Context) string { return "alice" },
 		grpcidem.WithMetadataKey("x-idempotency-key"))
 	if err != nil {
 		panic(err)
