@@ -2,19 +2,19 @@ package sqlonceotel_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"os"
+	"path/filepath"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/migrations"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/sqlonceotel"
 )
 
@@ -23,25 +23,25 @@ import (
 // ManualReader here reads the counter back.
 func Example() {
 	ctx := context.Background()
-	pool := postgres("sqlonceotel_example")
-	defer pool.Close()
+	_, drv, done := openDB(tables)
+	defer done()
 
 	reader := sdkmetric.NewManualReader()
 	obs, err := sqlonceotel.New(
 		sqlonceotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
-		sqlonceotel.WithDBSystem("postgresql"),
+		sqlonceotel.WithDBSystem("sqlite"),
 	)
 	if err != nil {
 		panic(err)
 	}
-	store, err := dedupe.New(sqlonce.Observe(pgxdriver.New(pool), obs))
+	store, err := dedupe.New(sqlonce.Observe(drv, obs))
 	if err != nil {
 		panic(err)
 	}
 	for range 3 {
 		_, err := store.Run(ctx, dedupe.Request{Scope: "payments", Key: "pay-1"},
-			func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-				_, err := tx.Exec(ctx, "INSERT INTO ledger (ref, amount) VALUES ('pay-1', 10)")
+			func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+				_, err := tx.ExecContext(ctx, "INSERT INTO ledger (ref, amount) VALUES ('pay-1', 10)")
 				return []byte("ok"), err
 			})
 		if err != nil {
@@ -70,44 +70,61 @@ func Example() {
 	// replayed 2
 }
 
-// postgres does what a program does once at start-up: it connects to
-// PostgreSQL (SQLONCE_POSTGRES_DSN, or the local default below), installs
-// sqlonce's tables with migrations.Up and creates the business table.
-// Each example works in a schema of its own, emptied on every run, so that
-// its output is the same each time.
-func postgres(name string) *pgxpool.Pool {
+// tables are the business tables the examples write.
+const tables = `
+CREATE TABLE orders (
+    id      INTEGER PRIMARY KEY,
+    code    TEXT    NOT NULL,
+    amount  INTEGER NOT NULL DEFAULT 0,
+    status  TEXT    NOT NULL DEFAULT 'created',
+    version INTEGER NOT NULL DEFAULT 1
+);
+CREATE UNIQUE INDEX orders_code_key ON orders (code);
+CREATE TABLE ledger (
+    id     INTEGER PRIMARY KEY,
+    ref    TEXT    NOT NULL,
+    amount INTEGER NOT NULL
+);`
+
+// openDB does what a program does once at start-up: it opens a SQLite
+// database (here a new file, removed by done), installs sqlonce's tables
+// with migrations.Up, creates the business tables and builds the driver.
+// On PostgreSQL or MySQL only the handle and the driver differ: see
+// pgxdriver, pgsqldriver and mysqldriver.
+func openDB(tables string) (db *sql.DB, drv *sqlitedriver.Driver, done func()) {
 	ctx := context.Background()
-	dsn := os.Getenv("SQLONCE_POSTGRES_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	cfg, err := pgxpool.ParseConfig(dsn)
+	dir, err := os.MkdirTemp("", "sqlonce-example-")
 	if err != nil {
 		panic(err)
 	}
-	schema := "example_" + name
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	db, err = modernc.Open(filepath.Join(dir, "app.db"))
 	if err != nil {
 		panic(err)
 	}
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
+	done = func() { db.Close(); os.RemoveAll(dir) }
+	if err := migrations.Up(ctx, db, migrations.SQLite); err != nil {
 		panic(err)
 	}
-	// sqlonce's tables: goose runs on database/sql.
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	if err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
+	if _, err := db.ExecContext(ctx, tables); err != nil {
 		panic(err)
 	}
-	// The business table the examples write.
-	if _, err := pool.Exec(ctx, `
-		CREATE TABLE ledger (
-		    id     bigserial PRIMARY KEY,
-		    ref    text   NOT NULL,
-		    amount bigint NOT NULL
-		)`); err != nil {
+	drv, err = sqlitedriver.New(db)
+	if err != nil {
 		panic(err)
 	}
-	return pool
+	return db, drv, done
+}
+
+// inTx runs fn in a transaction and commits it, or rolls it back if fn
+// fails.
+func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
