@@ -2,15 +2,13 @@ package sqlonce_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"log/slog"
 	"os"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 )
 
 // Observe attaches an Observer to a driver once: every strategy built on
@@ -18,8 +16,8 @@ import (
 // repeats at Info. The key ("pay-1") is never logged.
 func ExampleSlogObserver() {
 	ctx := context.Background()
-	pool := postgres("root_observe")
-	defer pool.Close()
+	_, drv, done := openDB(tables)
+	defer done()
 	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
 		Level: slog.LevelDebug,
 		// Stable output for the example: no times, no durations.
@@ -31,15 +29,15 @@ func ExampleSlogObserver() {
 			return a
 		},
 	}))
-	drv := sqlonce.Observe(pgxdriver.New(pool), sqlonce.SlogObserver(logger))
-	store, err := dedupe.New(drv)
+	observed := sqlonce.Observe(drv, sqlonce.SlogObserver(logger))
+	store, err := dedupe.New(observed)
 	if err != nil {
 		panic(err)
 	}
 	for range 2 {
 		_, err := store.Run(ctx, dedupe.Request{Scope: "payments", Key: "pay-1"},
-			func(ctx context.Context, tx pgx.Tx) ([]byte, error) {
-				_, err := tx.Exec(ctx, "INSERT INTO ledger (ref, amount) VALUES ('pay-1', 10)")
+			func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+				_, err := tx.ExecContext(ctx, "INSERT INTO ledger (ref, amount) VALUES ('pay-1', 10)")
 				return []byte("ok"), err
 			})
 		if err != nil {
@@ -55,19 +53,19 @@ func ExampleSlogObserver() {
 // with ObserverFunc. It gets an Event per operation.
 func ExampleObserverFunc() {
 	ctx := context.Background()
-	pool := postgres("root_observe_func")
-	defer pool.Close()
+	_, drv, done := openDB(tables)
+	defer done()
 	counts := map[sqlonce.EventOutcome]int{} // one goroutine here; guard it otherwise
 	obs := sqlonce.ObserverFunc(func(ctx context.Context, e sqlonce.Event) {
 		counts[e.Outcome]++
 	})
-	store, err := dedupe.New(sqlonce.Observe(pgxdriver.New(pool), obs))
+	store, err := dedupe.New(sqlonce.Observe(drv, obs))
 	if err != nil {
 		panic(err)
 	}
 	for _, key := range []string{"a", "b", "a", "a"} {
 		_, err := store.Run(ctx, dedupe.Request{Scope: "jobs", Key: key},
-			func(ctx context.Context, tx pgx.Tx) ([]byte, error) { return nil, nil })
+			func(ctx context.Context, tx *sql.Tx) ([]byte, error) { return nil, nil })
 		if err != nil {
 			panic(err)
 		}

@@ -2,26 +2,26 @@ package sqlonce_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"os"
-
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
+	"path/filepath"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/migrations"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 )
 
-// Under REPEATABLE READ or SERIALIZABLE a transaction may have to run
-// again: IsRetryable says when. The retry sees the committed first run.
+// A transaction that meets a deadlock, a serialization failure or a busy
+// database may have to run again: IsRetryable says when. The retry sees
+// the committed first run.
 func ExampleIsRetryable() {
 	ctx := context.Background()
-	pool := postgres("root")
-	defer pool.Close()
-	store, err := dedupe.New(pgxdriver.New(pool))
+	db, drv, done := openDB(tables)
+	defer done()
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}
@@ -29,17 +29,17 @@ func ExampleIsRetryable() {
 	handle := func(key string) (sqlonce.Result, error) {
 		for {
 			var res sqlonce.Result
-			err := pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.Serializable}, func(tx pgx.Tx) error {
+			err := inTx(ctx, db, func(tx *sql.Tx) error {
 				var err error
 				res, err = store.Do(ctx, tx, dedupe.Request{Scope: "webhooks", Key: key},
 					func(ctx context.Context) error {
-						_, err := tx.Exec(ctx, "INSERT INTO ledger (ref, amount) VALUES ($1, 1)", key)
+						_, err := tx.ExecContext(ctx, "INSERT INTO ledger (ref, amount) VALUES (?, 1)", key)
 						return err
 					})
 				return err
 			})
 			if sqlonce.IsRetryable(err) {
-				continue // roll back happened in BeginTxFunc; run it again
+				continue // inTx rolled back; run it again
 			}
 			return res, err
 		}
@@ -56,44 +56,61 @@ func ExampleIsRetryable() {
 	// already done
 }
 
-// postgres does what a program does once at start-up: it connects to
-// PostgreSQL (SQLONCE_POSTGRES_DSN, or the local default below), installs
-// sqlonce's tables with migrations.Up and creates the business tables.
-// Each example works in a schema of its own, emptied on every run, so that
-// its output is the same each time.
-func postgres(name string) *pgxpool.Pool {
+// tables are the business tables the examples write.
+const tables = `
+CREATE TABLE orders (
+    id      INTEGER PRIMARY KEY,
+    code    TEXT    NOT NULL,
+    amount  INTEGER NOT NULL DEFAULT 0,
+    status  TEXT    NOT NULL DEFAULT 'created',
+    version INTEGER NOT NULL DEFAULT 1
+);
+CREATE UNIQUE INDEX orders_code_key ON orders (code);
+CREATE TABLE ledger (
+    id     INTEGER PRIMARY KEY,
+    ref    TEXT    NOT NULL,
+    amount INTEGER NOT NULL
+);`
+
+// openDB does what a program does once at start-up: it opens a SQLite
+// database (here a new file, removed by done), installs sqlonce's tables
+// with migrations.Up, creates the business tables and builds the driver.
+// On PostgreSQL or MySQL only the handle and the driver differ: see
+// pgxdriver, pgsqldriver and mysqldriver.
+func openDB(tables string) (db *sql.DB, drv *sqlitedriver.Driver, done func()) {
 	ctx := context.Background()
-	dsn := os.Getenv("SQLONCE_POSTGRES_DSN")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	cfg, err := pgxpool.ParseConfig(dsn)
+	dir, err := os.MkdirTemp("", "sqlonce-example-")
 	if err != nil {
 		panic(err)
 	}
-	schema := "example_" + name
-	cfg.ConnConfig.RuntimeParams["search_path"] = schema
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	db, err = modernc.Open(filepath.Join(dir, "app.db"))
 	if err != nil {
 		panic(err)
 	}
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema); err != nil {
+	done = func() { db.Close(); os.RemoveAll(dir) }
+	if err := migrations.Up(ctx, db, migrations.SQLite); err != nil {
 		panic(err)
 	}
-	// sqlonce's tables: goose runs on database/sql.
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	if err := migrations.Up(ctx, db, migrations.Postgres); err != nil {
+	if _, err := db.ExecContext(ctx, tables); err != nil {
 		panic(err)
 	}
-	// The business tables the examples write.
-	if _, err := pool.Exec(ctx, `
-		CREATE TABLE ledger (
-		    id     bigserial PRIMARY KEY,
-		    ref    text   NOT NULL,
-		    amount bigint NOT NULL
-		)`); err != nil {
+	drv, err = sqlitedriver.New(db)
+	if err != nil {
 		panic(err)
 	}
-	return pool
+	return db, drv, done
+}
+
+// inTx runs fn in a transaction and commits it, or rolls it back if fn
+// fails.
+func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
