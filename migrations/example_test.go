@@ -2,30 +2,36 @@ package migrations_test
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"os"
-
-	"github.com/go-sql-driver/mysql"
+	"path/filepath"
 
 	"github.com/sqlonce/sqlonce/migrations"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 )
 
 // Apply sqlonce's migrations at start-up; a second run finds nothing to do.
+// On PostgreSQL or MySQL/MariaDB pass their *sql.DB and migrations.Postgres
+// or migrations.MySQL.
 func ExampleUp() {
 	ctx := context.Background()
-	db, err := sql.Open("mysql", mysqlDatabase("example_migrations"))
+	dir, err := os.MkdirTemp("", "sqlonce-example-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := modernc.Open(filepath.Join(dir, "app.db"))
 	if err != nil {
 		panic(err)
 	}
 	defer db.Close()
 
 	for range 2 {
-		if err := migrations.Up(ctx, db, migrations.MySQL); err != nil {
+		if err := migrations.Up(ctx, db, migrations.SQLite); err != nil {
 			panic(err)
 		}
 	}
-	p, err := migrations.NewProvider(migrations.MySQL, db)
+	p, err := migrations.NewProvider(migrations.SQLite, db)
 	if err != nil {
 		panic(err)
 	}
@@ -35,28 +41,4 @@ func ExampleUp() {
 	}
 	fmt.Println("version:", v, "table:", migrations.TableName)
 	// Output: version: 3 table: sqlonce_goose_db_version
-}
-
-// mysqlDatabase recreates an empty database and returns its DSN.
-func mysqlDatabase(name string) string {
-	server := os.Getenv("SQLONCE_MYSQL_DSN")
-	if server == "" {
-		server = "root@tcp(127.0.0.1:3306)/test?parseTime=true"
-	}
-	db, err := sql.Open("mysql", server)
-	if err != nil {
-		panic(err)
-	}
-	defer db.Close()
-	for _, q := range []string{"DROP DATABASE IF EXISTS " + name, "CREATE DATABASE " + name} {
-		if _, err := db.Exec(q); err != nil {
-			panic(err)
-		}
-	}
-	cfg, err := mysql.ParseDSN(server)
-	if err != nil {
-		panic(err)
-	}
-	cfg.DBName = name
-	return cfg.FormatDSN()
 }
