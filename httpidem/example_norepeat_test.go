@@ -11,8 +11,11 @@ import (
 )
 
 // openDB, in example_test.go, sets the database up as a program does at
-// start-up; inTx runs a function in a transaction.
+// start-up.
 
+// A form posted without a key, guarded against double submits:
+// the key is derived from the caller, the route and the body, for a short
+// window.
 func ExampleWithNoRepeatSubmit() {
 	_, drv, done := openDB(tables)
 	defer done()

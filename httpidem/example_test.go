@@ -98,10 +98,6 @@ func Example() {
 	// ledger rows: 1
 }
 
-// A form posted without a key, guarded against double submits on MySQL:
-// the key is derived from the caller, the route and the body, for a short
-// window.
-
 // tables are the business tables the examples write.
 const tables = `
 CREATE TABLE orders (
@@ -145,18 +141,4 @@ func openDB(tables string) (db *sql.DB, drv *sqlitedriver.Driver, done func()) {
 		panic(err)
 	}
 	return db, drv, done
-}
-
-// inTx runs fn in a transaction and commits it, or rolls it back if fn
-// fails.
-func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
 }

@@ -69,13 +69,6 @@ func Example() {
 	// ledger rows: 2 total: 350
 }
 
-// A consumer that runs its own transactions uses HandleTx, commits, then
-// acks.
-// A consumer that pulls messages in batches applies each batch in one
-// transaction: the ids are claimed in one statement, and fn gets only the
-// ids not applied before. pay-1 was applied by an earlier batch whose ack
-// was lost.
-
 // tables are the business tables the examples write.
 const tables = `
 CREATE TABLE orders (
@@ -119,18 +112,4 @@ func openDB(tables string) (db *sql.DB, drv *sqlitedriver.Driver, done func()) {
 		panic(err)
 	}
 	return db, drv, done
-}
-
-// inTx runs fn in a transaction and commits it, or rolls it back if fn
-// fails.
-func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
 }

@@ -9,8 +9,10 @@ import (
 )
 
 // openDB, in example_test.go, sets the database up as a program does at
-// start-up; inTx runs a function in a transaction.
+// start-up.
 
+// A consumer that runs its own transactions uses HandleTx, commits, then
+// acks.
 func ExampleInbox_HandleTx() {
 	ctx := context.Background()
 	db, drv, done := openDB(tables)
@@ -50,6 +52,10 @@ func ExampleInbox_HandleTx() {
 	// already done: ack order-created-7
 }
 
+// A consumer that pulls messages in batches applies each batch in one
+// transaction: the ids are claimed in one statement, and fn gets only the
+// ids not applied before. pay-1 was applied by an earlier batch whose ack
+// was lost.
 func ExampleInbox_HandleBatch() {
 	ctx := context.Background()
 	db, drv, done := openDB(tables)

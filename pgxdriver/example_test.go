@@ -37,43 +37,6 @@ func ExampleNew() {
 	// Output: first run
 }
 
-// Two services share a database, each with sqlonce's tables in a schema
-// of its own: every statement names its tables qualified, so it needs no
-// search_path, which a client behind PgBouncer cannot set.
-func ExampleWithSchema() {
-	ctx := context.Background()
-	pool := postgres("pgxdriver_schema") // its search_path has sqlonce's tables too
-	defer pool.Close()
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS example_billing CASCADE"); err != nil {
-		panic(err)
-	}
-	db := stdlib.OpenDBFromPool(pool)
-	defer db.Close()
-	// Up creates the schema, then the tables and the version table in it.
-	if err := migrations.Up(ctx, db, migrations.Postgres, migrations.WithSchema("example_billing")); err != nil {
-		panic(err)
-	}
-
-	store, err := dedupe.New(pgxdriver.New(pool, pgxdriver.WithSchema("example_billing")))
-	if err != nil {
-		panic(err)
-	}
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		_, err := store.Do(ctx, tx, dedupe.Request{Scope: "invoices", Key: "inv-7"},
-			func(ctx context.Context) error { return nil })
-		return err
-	})
-	if err != nil {
-		panic(err)
-	}
-	var billing, searchPath int
-	if err := pool.QueryRow(ctx, "SELECT (SELECT count(*) FROM example_billing.sqlonce_keys), (SELECT count(*) FROM sqlonce_keys)").Scan(&billing, &searchPath); err != nil {
-		panic(err)
-	}
-	fmt.Println("keys in example_billing:", billing, "in the search_path's schema:", searchPath)
-	// Output: keys in example_billing: 1 in the search_path's schema: 0
-}
-
 // postgres does what a program does once at start-up: it connects to
 // PostgreSQL (SQLONCE_POSTGRES_DSN, or the local default below), installs
 // sqlonce's tables with migrations.Up.

@@ -114,17 +114,3 @@ func openDB(tables string) (db *sql.DB, drv *sqlitedriver.Driver, done func()) {
 	}
 	return db, drv, done
 }
-
-// inTx runs fn in a transaction and commits it, or rolls it back if fn
-// fails.
-func inTx(ctx context.Context, db *sql.DB, fn func(tx *sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
-}

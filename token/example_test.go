@@ -66,9 +66,6 @@ func Example() {
 	// orders: 1
 }
 
-// A token is bound to its scope: one issued to one user's session cannot
-// be spent by another's.
-
 // tables are the business tables the examples write.
 const tables = `
 CREATE TABLE orders (

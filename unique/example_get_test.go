@@ -11,6 +11,7 @@ import (
 // openDB, in example_test.go, sets the database up as a program does at
 // start-up; inTx runs a function in a transaction.
 
+// A repeat gets the row the first call inserted.
 func ExampleInsertOrGet() {
 	ctx := context.Background()
 	db, drv, done := openDB(tables)
@@ -43,6 +44,10 @@ func ExampleInsertOrGet() {
 	// already done order 1
 }
 
+// The insert is one statement, as a sqlc-generated call is: on MySQL,
+// MariaDB and SQLite InsertOne runs it without a savepoint, in the round
+// trips of the bare transaction, and InsertOneOrGet reads the existing row
+// on a repeat.
 func ExampleInsertOneOrGet() {
 	ctx := context.Background()
 	db, drv, done := openDB(tables)
@@ -85,6 +90,10 @@ func ExampleInsertOneOrGet() {
 	// already done order 1
 }
 
+// An INSERT that cannot fail on its key (PostgreSQL, SQLite) needs no
+// savepoint: ON CONFLICT (code) DO NOTHING inserts no row on a repeat, and Inserted
+// judges the affected-rows count, as sqlc's :execrows returns it. A
+// duplicate on another unique constraint is still an error.
 func ExampleInserted() {
 	ctx := context.Background()
 	db, _, done := openDB(tables)

@@ -54,16 +54,6 @@ func ExampleInserter_Insert() {
 	// orders: 1 audit rows: 2
 }
 
-// A repeat gets the row the first call inserted.
-// The insert is one statement, as a sqlc-generated call is: on MySQL,
-// MariaDB and SQLite InsertOne runs it without a savepoint, in the round
-// trips of the bare transaction, and InsertOneOrGet reads the existing row
-// on a repeat.
-// On PostgreSQL an INSERT that cannot fail on its key needs no savepoint:
-// ON CONFLICT (code) DO NOTHING inserts no row on a repeat, and Inserted
-// judges the affected-rows count, as sqlc's :execrows returns it. A
-// duplicate on another unique constraint is still an error.
-
 // tables are the business tables the examples write.
 const tables = `
 CREATE TABLE orders (
