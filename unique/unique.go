@@ -31,52 +31,22 @@ func New[TTx any](d sqlonce.Driver[TTx]) (*Inserter[TTx], error) {
 }
 
 // Insert runs insert, the caller's INSERT of a row with a natural or
-// client-generated key, in tx under a savepoint; insert may run several
-// statements. insert must fail on the duplicate: with INSERT IGNORE or ON
-// CONFLICT DO NOTHING a repeat inserts nothing and reports no error, which
-// Insert takes for a first run (judge ON CONFLICT (key) DO NOTHING with
-// [Inserted] instead). A duplicate-key error on constraint means an earlier
-// call inserted the row: Insert rolls back to the savepoint, so tx stays
-// usable (PostgreSQL would otherwise abort it) and nothing insert did
-// remains, and returns AlreadyDone. After a first run the savepoint is left
-// for COMMIT to release where that costs nothing: on MySQL/MariaDB always,
-// on PostgreSQL for the first Insert in tx (savepoints left open nest
-// there, and nested ones make other sessions' reads of the rows tx wrote
-// follow a chain of subtransactions; see docs/benchmarks.md).
+// client-generated key, in tx under a savepoint. It returns FirstRun when
+// insert succeeds, and AlreadyDone when insert fails with a duplicate-key
+// error on constraint: it then rolls back to the savepoint, so tx stays
+// usable and nothing insert did remains. Every other error, a duplicate on
+// another constraint included, is returned unchanged after that rollback.
+// insert must fail on the duplicate (no INSERT IGNORE, no ON CONFLICT DO
+// NOTHING: judge those with [Inserted]).
 //
-// constraint is the unique constraint's name on PostgreSQL
-// (pgconn.PgError.ConstraintName): "<table>_pkey" for a primary key and
-// "<table>_<column>_key" for a UNIQUE column, unless CREATE TABLE named
-// them (CONSTRAINT name). On MySQL/MariaDB it is the unique index's name
-// ("PRIMARY" for the primary key; an unnamed UNIQUE column's index is
-// named after the column); on SQLite, the name of a
-// unique index created with CREATE UNIQUE INDEX, "PRIMARY", or the columns
-// as SQLite's error names them (see sqlitedriver). A duplicate on any other
-// constraint, and every other error, is returned unchanged (after the
-// rollback to the savepoint). On SQLite, where the driver looks an index's
-// columns up in tx to judge a duplicate, a failed lookup returns its error
-// instead, matching ctx's error when ctx ended: never the raw duplicate.
-//
-// A row can collide on several unique constraints at once, and the server
-// reports only the first it checks: PostgreSQL goes in the order the
-// indexes were created, MySQL the primary key first, then the order of
-// definition, SQLite the primary key first, then the most recently created
-// index. Name the constraint a repeat hits first: if a repeat of the
-// request also repeats a client-generated primary key or another unique
-// column checked earlier, the duplicate is reported on that one and Insert
-// returns it as an error. On MariaDB the server names the key without its
-// table, so a key of the same name on another table that insert writes
-// also counts. A DEFERRABLE INITIALLY DEFERRED constraint reports
-// duplicates at commit, after Insert returned: use an immediate one.
-//
-// A concurrent insert of the same key waits for the other transaction: if
-// it commits, AlreadyDone; if it rolls back, this insert goes through.
-// Under PostgreSQL SERIALIZABLE the server may report that race as a
-// serialization failure instead, and inserts that wait on each other may
-// deadlock on either database: sqlonce.IsRetryable is true for those, and
-// the caller must roll back and retry the transaction. (On PostgreSQL the
-// rollback to the savepoint leaves tx open with its earlier writes, and
-// their locks, in place; MySQL has already rolled all of tx back.)
+// constraint names the unique constraint or index as the database reports
+// it ("<table>_pkey" on PostgreSQL, "PRIMARY" on MySQL and SQLite, a named
+// unique index on SQLite). A row colliding on several unique constraints
+// is reported on the first the server checks. A concurrent insert of the
+// same key waits for the other transaction; a deadlock or serialization
+// failure satisfies sqlonce.IsRetryable: roll back and retry. Names, the
+// order of checks and savepoint costs per database:
+// https://github.com/sqlonce/sqlonce/blob/main/docs/drivers.md#names-of-unique-constraints
 func (u *Inserter[TTx]) Insert(ctx context.Context, tx TTx, constraint string, insert func(ctx context.Context) error) (res sqlonce.Result, err error) {
 	op := obs.Start(u.observer, "unique", "Insert", constraint, "")
 	defer func() { err = op.End(ctx, res, err) }()
