@@ -40,34 +40,13 @@ func (f Favor) String() string {
 // WithFavor sets which of Store.Run's answers the Store makes cheaper,
 // where its driver can trade one for the other. It changes Run alone, and
 // only its cost: every outcome and error is the same whatever the Favor.
-// Round trips of one Run, a first run / a repeat (BEGIN and COMMIT
-// counted; a first run that takes over an expired key or a lapsed lease
-// costs what a first run does, plus one to three statements):
-//
-//	driver                                       FavorDefault  FavorFirstRuns  FavorRepeats
-//	pgxdriver (on a *pgxpool.Pool or *pgx.Conn)  3 / 2         3 / 2           4 / 1
-//	mysqldriver                                  5 / 1         4 / 5           5 / 1
-//	pgsqldriver                                  5 / 1         4 / 5           5 / 1
-//	sqlitedriver, another pgx Beginner  the same whatever the Favor (no round trips to save, or no Runner)
-//
 // FavorRepeats reads the key before anything else, outside any
-// transaction: a repeat ends there. On PostgreSQL through pgx the default
-// already sends that read together with BEGIN, so a first run takes the
-// bare transaction's three round trips and a repeat two; FavorRepeats
-// spends a round trip of its own on the read, which a first run pays too.
-//
-// FavorFirstRuns reads nothing before fn: Run begins the transaction,
-// runs fn, and records the key with fn's response before COMMIT. A repeat
-// finds the key only then, so it runs fn too and rolls fn's work back
-// before it answers AlreadyDone with the recorded response: fn runs once
-// more for every repeat (which Run's doc allows: only the run that commits
-// leaves anything behind), and a repeat that arrives while the first run
-// is still open waits for it at the record, holding what fn locked. It
-// pays when repeats are rare: below about one Run in five, on the
-// round-trip counts above. With WithNoWait or WithLockWait the Favor does
-// not apply: Run claims the key before fn (see Run).
-//
-// An unknown value is sqlonce.ErrInvalidArgument.
+// transaction, so a repeat ends there. FavorFirstRuns reads nothing before
+// fn: a repeat then runs fn too and rolls its work back before it answers
+// AlreadyDone, which pays when repeats are rare. With WithNoWait or
+// WithLockWait the Favor does not apply. An unknown value is
+// sqlonce.ErrInvalidArgument. Round trips per driver and Favor:
+// https://github.com/sqlonce/sqlonce/blob/main/docs/drivers.md#round-trips-of-storerun
 func WithFavor(f Favor) Option {
 	return func(o *options) error {
 		switch f {

@@ -42,42 +42,26 @@ func PurgeBatch(n int) PurgeOption {
 // PurgeEvery deletes expired keys every interval, as Purge does, until
 // ctx is done, and then returns ctx's error; bad input (an interval under
 // a millisecond, a bad option) returns an error matching
-// sqlonce.ErrInvalidArgument at once. Start it once per program, in a
-// goroutine of its own:
+// sqlonce.ErrInvalidArgument at once. Start it in a goroutine of its own,
+// in every instance of a program:
 //
 //	go store.PurgeEvery(ctx, 10*time.Minute)
 //
-// Every instance of a program may run it: they elect one among them
-// that purges, and the others skip. The election is a lease on a row of
-// sqlonce_keys itself (no advisory lock, no session state, so it works
-// through PgBouncer's transaction pooling, on MariaDB Galera and on
-// SQLite alike), taken for two intervals. At each tick an instance that
-// holds no lease tries to claim it: the one that gets it purges, the
-// others skip this round. The holder keeps the lease as long as it keeps
-// purging, each round extending it by two intervals from then, so a round
-// that starts late (a busy machine, a slow statement) does not lose it;
-// another instance takes it over only once it has lapsed, when its holder
-// stopped or stalled for longer than an interval. The lease's fencing
-// token guards every batch: each batch's transaction first extends the
-// lease with the holder's token, and a holder whose lease was taken over
-// stops at its next batch with nothing deleted, while a takeover waits
-// for a batch in progress to end. So two instances never purge at once; the keys one round
-// leaves (a round stops at ctx's end or at an error) the next takes.
-// The purge covers sqlonce_keys (every Store's keys, inbox's and
-// httpidem's included); token.Store.Purge is separate.
+// The instances elect one that purges and the others skip: the election
+// is a lease on a row of sqlonce_keys, fenced by its token, so two
+// instances never purge at once, and it needs no advisory lock or session
+// state (it works through PgBouncer, on Galera and on SQLite). A holder
+// that stops or stalls for longer than an interval is taken over. The
+// purge covers sqlonce_keys (inbox's and httpidem's keys included);
+// token.Store.Purge is separate.
 //
 // Each round is reported to the driver's Observer as an Event with
-// Operation "PurgeEvery": outcome EventFirstRun and the keys deleted in
-// Rows when this instance purged, EventAlreadyDone when another holds
-// the lease, EventLeaseLost when the lease was taken over during the
-// round, EventError with the error otherwise. A round that fails is
-// reported and the next tick tries again: attach an Observer to see the
-// errors. It needs a driver built with a database handle
-// (sqlonce.ErrNoDB, in every round, otherwise).
-//
-// Keep interval well above the time a batch takes. A round's work is
-// bounded by the expired keys it finds; the cron job or the sqlonce
-// purge command, on one node, does the same job from outside.
+// Operation "PurgeEvery": EventFirstRun with the keys deleted in Rows when
+// this instance purged, EventAlreadyDone when another holds the lease,
+// EventLeaseLost when the lease was taken over during the round,
+// EventError otherwise; a failed round is retried at the next tick. It
+// needs a driver built with a database handle (sqlonce.ErrNoDB in every
+// round otherwise).
 func (s *Store[TTx]) PurgeEvery(ctx context.Context, interval time.Duration, opts ...PurgeOption) error {
 	if interval < time.Millisecond {
 		return fmt.Errorf("%w: purge interval %v is shorter than 1ms", sqlonce.ErrInvalidArgument, interval)

@@ -20,41 +20,23 @@ import (
 // commits: fn's work and the key commit together, or neither does. A
 // repeat gets AlreadyDone with the recorded response, byte for byte.
 //
-// Use Run when the transaction exists for this operation alone: an HTTP
-// or message handler whose writes are the operation. It is the fast path.
-// On PostgreSQL through pgx (a driver built with a *pgxpool.Pool or a
-// *pgx.Conn) it takes the round trips of the bare transaction, sending
-// BEGIN with the claim and the record with COMMIT, and answers a repeat in
-// two; through database/sql (MySQL/MariaDB, pgsqldriver) a repeat is one
-// read, outside any transaction, and a first run one round trip more than
-// the bare transaction. WithFavor trades one for the other. Use Do or
-// DoResponse to make one step of a larger transaction of yours
-// idempotent.
+// Use Run when the transaction exists for this operation alone (an HTTP or
+// message handler); it is the fast path. Use Do or DoResponse to make one
+// step of a larger transaction of yours idempotent.
 //
-// fn may run more than once. Run starts over, in a new transaction, after
+// fn may run more than once: Run starts over, in a new transaction, after
 // a deadlock or a serialization failure, or when another transaction
-// recorded the key while fn ran (a Do or a lease on the same key); with
-// FavorFirstRuns a repeat runs fn before it finds the key; only the run
-// that commits leaves anything behind. So fn does its work through tx
-// only, and never commits or rolls back tx: returning an error rolls it
-// back, and Run returns that error unchanged, unless the key turns out to
-// be recorded by then (see below).
+// recorded the key while fn ran; only the run that commits leaves anything
+// behind. So fn does its work through tx only, and never commits or rolls
+// back tx. fn's error rolls tx back and is returned unchanged, unless the
+// key turns out to be recorded by then (AlreadyDone).
 //
-// A concurrent Run of the same key waits for the first to end, as Do
-// does, unless the Store was built WithNoWait or WithLockWait
-// (sqlonce.ErrInProgress). Such a Store claims the key before fn runs, as
-// DoResponse does, so that a key held by a Do or a lease in a transaction
-// still open is in progress too: through pgx in the round trips of the
-// bare transaction (BEGIN, the bounded claim and COMMIT each travel with
-// other statements), elsewhere as DoResponse in a transaction of its own. Through
-// database/sql a Run does not hold the key while fn runs: concurrent Runs
-// of a new key may each run fn, and the first to commit wins; the others
-// roll back and answer AlreadyDone with its response. One whose fn failed
-// meanwhile, its work colliding with the winner's (a unique order code)
-// or for any other reason, answers AlreadyDone too once the key is
-// recorded: what a repeat after the first run would get. Errors are those
+// A concurrent Run of the same key waits for the first to end, or gets
+// sqlonce.ErrInProgress with WithNoWait or WithLockWait. Errors are those
 // of DoResponse, and sqlonce.ErrNoDB for a driver built without a
-// database handle.
+// database handle. Round trips and how concurrent Runs of a new key meet
+// on each driver:
+// https://github.com/sqlonce/sqlonce/blob/main/docs/drivers.md#round-trips-of-storerun
 func (s *Store[TTx]) Run(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) ([]byte, error)) (res sqlonce.Result, err error) {
 	if outer, ctx := obs.Take(ctx); outer != nil {
 		// A package built on the Store (inbox, httpidem) observes the
