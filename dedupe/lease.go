@@ -17,27 +17,16 @@ import (
 // transaction that records the key: calling a payment provider, sending
 // mail, writing to another system.
 //
-// # Which mode to use
-//
-// Use Do (in-transaction mode) whenever the work is writes to the database
-// that holds the keys. The key and the work commit or roll back together:
-// there is no moment when one exists without the other, and nothing to
-// clean up after a crash. That is exactly once. A duplicate waits for the
-// first transaction to end, or gets sqlonce.ErrInProgress at once with
-// WithNoWait.
-//
-// Use a lease when the work has effects outside the database, or runs too
-// long to keep a transaction open. No transaction spans the work, so the
-// guarantee is weaker: at most one holder at a time, and a recorded
-// response once the work is completed. Claim commits the key as leased
-// until a deadline; do the work; Complete records the response (repeats
-// then get AlreadyDone with it), or Release lets the next claimer run the
-// work. While the lease holds, duplicates get sqlonce.ErrInProgress. A
-// holder that crashes leaves the lease to lapse at its deadline, and the
-// next claimer runs the work again: make the outside call idempotent in
-// turn (give the provider the key or Token as its idempotency key), or
-// check what it did before repeating it. Choose a lease longer than the
-// work and Extend it for work that runs long.
+// No transaction spans the work, so the guarantee is weaker than Do's: at
+// most one holder at a time, and a recorded response once the work is
+// completed. Claim commits the key as leased until a deadline; do the
+// work; Complete records the response (repeats then get AlreadyDone with
+// it), or Release lets the next claimer run the work. While the lease
+// holds, duplicates get sqlonce.ErrInProgress. A holder that crashes
+// leaves the lease to lapse at its deadline, and the next claimer runs the
+// work again: give the outside system the key or Token as its idempotency
+// key. Choose a lease longer than the work and Extend it for work that
+// runs long. The package documentation compares the modes.
 //
 // # Fencing
 //
