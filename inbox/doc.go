@@ -34,11 +34,9 @@
 //
 // A consumer that pulls many messages at a time applies them with
 // [Inbox.HandleBatch] (or [Inbox.HandleBatchTx] in its own transaction):
-// the ids of the batch are claimed together, in one statement on
-// PostgreSQL, two on MySQL/MariaDB, one on SQLite and a second when some
-// were applied before, and fn gets the ids not applied before.
-// A batch of 100 messages then costs the round trips of one transaction,
-// not of 100. Ack the whole batch when it returns nil; on an
+// the ids of the batch are claimed together, in a constant number of
+// statements, and fn gets the ids not applied before: a batch of 100
+// messages costs the round trips of one transaction, not of 100. Ack the whole batch when it returns nil; on an
 // error nothing of it was applied.
 //
 // Ids are remembered for [DefaultTTL] unless [WithTTL] says otherwise;

@@ -9,23 +9,18 @@
 //   - [Inserter.InsertOne] (and [InsertOneOrGet]) for an insert that is one
 //     statement failing on a duplicate, as a sqlc-generated call is. A
 //     duplicate-key error on the named constraint means "already done".
-//     On MySQL/MariaDB and SQLite a failed statement rolls back alone, so
-//     no savepoint is taken: the round trips of the bare transaction,
-//     first run and repeat alike.
+//     On MySQL/MariaDB and SQLite it takes no savepoint.
 //   - [Inserted] for an INSERT ... ON CONFLICT (key) DO NOTHING (PostgreSQL,
 //     SQLite), judged by the rows it affected, as optimistic.Update is.
-//     Nothing fails, so nothing needs a savepoint: the bare transaction's
-//     round trips on PostgreSQL too. MySQL has no such statement.
+//     Nothing fails, so nothing needs a savepoint. MySQL has no such
+//     statement.
 //   - [Inserter.Insert] (and [InsertOrGet]) for an insert of several
 //     statements: it runs under a savepoint, so that a duplicate leaves
 //     nothing of it behind.
 //
 // On PostgreSQL a failed statement aborts the whole transaction, so
-// InsertOne and Insert both take a savepoint there; prefer Inserted. The
-// savepoint is released in the same round trip as the ROLLBACK TO that a
-// duplicate needs, and after a first run it is left for COMMIT to release,
-// for the first one in the transaction (savepoints left open nest, which
-// costs other sessions on PostgreSQL: see docs/benchmarks.md).
+// InsertOne and Insert both take a savepoint there; prefer Inserted.
+// Savepoint costs and constraint names per database: docs/drivers.md.
 //
 //	ins, err := unique.New(mysqldriver.New(db))
 //	res, err := ins.InsertOne(ctx, tx, "orders_code_key", func(ctx context.Context) error {
