@@ -7,7 +7,7 @@
 // A [Driver] is safe for concurrent use. Open the database with
 // sqlitedriver/modernc or sqlitedriver/mattn, which configure it as
 // sqlonce needs: a file (never ":memory:"), writing transactions begun
-// IMMEDIATE, a busy timeout, WAL. SQLite runs one writing transaction at a
+// IMMEDIATE, a busy timeout, WAL, foreign keys on, a capped pool. SQLite runs one writing transaction at a
 // time: a duplicate of a key waits at BEGIN for the transaction holding
 // it, and dedupe.WithNoWait has no effect. Retry a transaction while
 // sqlonce.IsRetryable says so (SQLITE_BUSY, SQLITE_LOCKED).
