@@ -43,8 +43,7 @@ const MaxBatch = driver.MaxBatch
 // claims the keys one at a time, each with its bounded wait.
 //
 // The claims take a constant number of statements, whatever the number of
-// keys: one on PostgreSQL; two on MySQL/MariaDB; on SQLite one, and a
-// second that reads the keys that existed when there are any.
+// keys (one or two, by driver).
 //
 // An Observer attached to the driver gets one Event per call, its Outcome
 // FirstRun when fn ran, and Rows the number of keys fn was given.

@@ -177,12 +177,8 @@ func (s *Store[TTx]) issueTx(ctx context.Context, tx TTx, scope string) (string,
 // dedupe key, in the same transaction). The library never commits or
 // rolls back tx.
 //
-// A repeat costs what a first run costs, one statement, where the driver's
-// consuming statement also reads the token (PostgreSQL; MySQL and MariaDB
-// for a token of the scope, setting the session's LAST_INSERT_ID() as
-// dedupe's claim there does); a second statement reads it on SQLite, for
-// an unknown token or one of another scope on MySQL and MariaDB, and after
-// a wait for a concurrent consumer on PostgreSQL.
+// A repeat costs what a first run costs: one statement, or two on some
+// drivers and paths (docs/benchmarks.md).
 func (s *Store[TTx]) Consume(ctx context.Context, tx TTx, scope, token string) (res sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "token", "Consume", scope, token)
 	defer func() { err = op.End(ctx, res, err) }()
