@@ -43,7 +43,7 @@ const MaxBatch = driver.MaxBatch
 // claims the keys one at a time, each with its bounded wait.
 //
 // The claims take a constant number of statements, whatever the number of
-// keys (one or two, by driver).
+// keys (one or two, by driver: docs/drivers.md, Statements per call).
 //
 // An Observer attached to the driver gets one Event per call, its Outcome
 // FirstRun when fn ran, and Rows the number of keys fn was given.

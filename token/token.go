@@ -178,7 +178,7 @@ func (s *Store[TTx]) issueTx(ctx context.Context, tx TTx, scope string) (string,
 // rolls back tx.
 //
 // A repeat costs what a first run costs: one statement, or two on some
-// drivers and paths (docs/benchmarks.md).
+// drivers and paths (docs/drivers.md, Statements per call).
 func (s *Store[TTx]) Consume(ctx context.Context, tx TTx, scope, token string) (res sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "token", "Consume", scope, token)
 	defer func() { err = op.End(ctx, res, err) }()
