@@ -39,10 +39,12 @@ func WithDatabase(name string) Option { return func(o *options) { o.database = n
 
 var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 
-// New returns a driver. db is used by operations that run their own short
-// transactions (dedupe leases and purge), and its prepared statements,
-// shared by every driver on db, by every call; pass nil when every call
-// runs inside a transaction of yours (the statements then run unprepared).
+// New returns a driver. db is the handle on which the calls that take no
+// transaction of yours (Store.Run, leases, RunSteps, purge, token.Issue,
+// inbox.Handle...) run transactions of their own, and its prepared
+// statements, shared by every driver on db, serve every call; pass nil
+// when every call runs inside a transaction of yours (the statements then
+// run unprepared).
 // A driver holds nothing that needs closing.
 func New(db *sql.DB, opts ...Option) *Driver {
 	var o options

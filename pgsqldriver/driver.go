@@ -42,9 +42,10 @@ func WithSchema(name string) Option { return func(o *options) { o.schema = name 
 
 var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 
-// New returns a driver. db is used only by operations that run their own
-// short transactions (dedupe leases, Store.Run and purge); pass nil when
-// every call runs inside a transaction of yours.
+// New returns a driver. db is the handle on which the calls that take no
+// transaction of yours (Store.Run, leases, RunSteps, purge, token.Issue,
+// inbox.Handle...) run transactions of their own; pass nil when every call
+// runs inside a transaction of yours.
 func New(db *sql.DB, opts ...Option) *Driver {
 	d := &Driver{e: engine{db: db, q: pgsqldb.New(), pq: isPQ(db)}, check: checkDialect(db)}
 	var o options

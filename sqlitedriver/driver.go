@@ -21,8 +21,9 @@ type Driver struct {
 
 var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 
-// New returns a driver. db is used only by operations that run their own
-// short transactions (dedupe leases and purge); pass nil when every call
+// New returns a driver. db is the handle on which the calls that take no
+// transaction of yours (Store.Run, leases, RunSteps, purge, token.Issue,
+// inbox.Handle...) run transactions of their own; pass nil when every call
 // runs inside a transaction of yours. See the package documentation for
 // how db must be configured; sqlitedriver/modernc and sqlitedriver/mattn
 // open one that is.
