@@ -94,7 +94,7 @@ func Example() {
 	// FailedPrecondition this idempotency key was used with a different call; use a new key for a new call
 }
 
-// tables are the business tables the examples write.
+// tables are the business tables the service writes.
 const tables = `
 CREATE TABLE orders (
     id      INTEGER PRIMARY KEY,
@@ -103,12 +103,7 @@ CREATE TABLE orders (
     status  TEXT    NOT NULL DEFAULT 'created',
     version INTEGER NOT NULL DEFAULT 1
 );
-CREATE UNIQUE INDEX orders_code_key ON orders (code);
-CREATE TABLE ledger (
-    id     INTEGER PRIMARY KEY,
-    ref    TEXT    NOT NULL,
-    amount INTEGER NOT NULL
-);`
+CREATE UNIQUE INDEX orders_code_key ON orders (code);`
 
 // openDB does what a program does once at start-up: it opens a SQLite
 // database (here a new file, removed by done), installs sqlonce's tables

@@ -72,14 +72,6 @@ func Example() {
 
 // tables are the business tables the examples write.
 const tables = `
-CREATE TABLE orders (
-    id      INTEGER PRIMARY KEY,
-    code    TEXT    NOT NULL,
-    amount  INTEGER NOT NULL DEFAULT 0,
-    status  TEXT    NOT NULL DEFAULT 'created',
-    version INTEGER NOT NULL DEFAULT 1
-);
-CREATE UNIQUE INDEX orders_code_key ON orders (code);
 CREATE TABLE ledger (
     id     INTEGER PRIMARY KEY,
     ref    TEXT    NOT NULL,
