@@ -5,13 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/sqlonce/sqlonce/sqlitedriver"
-	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"os"
 	"path/filepath"
 
 	"github.com/sqlonce/sqlonce/inbox"
 	"github.com/sqlonce/sqlonce/migrations"
+	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 )
 
 // delivery stands in for a broker's message: an id the producer gave it,

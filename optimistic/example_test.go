@@ -4,13 +4,12 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-
-	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"os"
 	"path/filepath"
 
 	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/optimistic"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 )
 
 // A relative update (amount + 100) guarded by the version column: the

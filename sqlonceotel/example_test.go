@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"github.com/sqlonce/sqlonce/sqlitedriver"
-	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"os"
 	"path/filepath"
 
@@ -15,6 +13,8 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/migrations"
+	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"github.com/sqlonce/sqlonce/sqlonceotel"
 )
 

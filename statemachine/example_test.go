@@ -5,12 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"os"
 	"path/filepath"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/migrations"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"github.com/sqlonce/sqlonce/statemachine"
 )
 
