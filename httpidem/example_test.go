@@ -17,6 +17,8 @@ import (
 	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 )
 
+// post sends a POST as user, with key as its Idempotency-Key unless
+// empty, and prints the answer.
 func post(url, user, key, body string) {
 	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 	if err != nil {
