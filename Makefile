@@ -2,9 +2,10 @@
 # requirements never reach the library's go.mod.
 SQLC := go tool -modfile=tools/go.mod sqlc
 
-.PHONY: test test-short lint generate check-generate ci bench apicheck api-baseline consumer
+.PHONY: test test-short setup lint hygiene generate check-generate ci bench apicheck api-baseline consumer
 
-# The one test command (tests/run): the library's unit tests and examples,
+# The one test command (tests/run, after tests/setup installs and starts
+# what is missing; SQLONCE_SETUP=0 skips that): the library's unit tests and examples,
 # the OpenTelemetry module (sqlonceotel) and the gRPC interceptor module
 # (grpcidem), each with its own go.mod, and the tests module: the
 # conformance suite, checker, migration, broker and round-trip tests
@@ -17,6 +18,14 @@ test:
 
 test-short:
 	bash tests/run -short
+
+# What the tests need, installed (as root) and started; make test runs it.
+setup:
+	bash tests/setup >/dev/null
+
+# No tracked file over 1 MB, no executable binary outside testdata/.
+hygiene:
+	bash .ci/hygiene
 
 lint:
 	@out="$$(gofmt -l .)"; if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -34,7 +43,7 @@ generate:
 check-generate:
 	$(SQLC) diff
 
-ci: lint check-generate test
+ci: hygiene lint check-generate test
 
 # The side-by-side benchmark against the bare transaction, SELECT then
 # INSERT and Redis markers (docs/benchmarks.md). BENCHFLAGS passes flags:
