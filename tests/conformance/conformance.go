@@ -1,10 +1,14 @@
 // Package conformance is the shared test suite: every case is written once,
 // generic over the transaction type, and run against every database
-// (river's shared driver suite is the model). It runs on PostgreSQL through
-// pgx, pgx's stdlib and lib/pq, on MySQL/MariaDB, on SQLite through modernc
-// and mattn (conformance_test.go), through PgBouncer with pgx and lib/pq
-// (pgbouncer_test.go), through Vitess (vitess_test.go) and on a Galera
-// cluster (tests/galera).
+// (river's shared driver suite is the model). Run runs it on one
+// configuration, a harness.Factory. This package's tests run it on
+// PostgreSQL through pgx, pgx's database/sql adapter and lib/pq, on MariaDB
+// (database/sql), on SQLite through modernc and mattn/go-sqlite3
+// (conformance_test.go), on PgBouncer in transaction pooling four ways
+// (pgbouncer_test.go) and on Vitess through vtgate (vitess_test.go);
+// tests/galera runs it on a three-node Galera cluster. -short keeps
+// PostgreSQL through pgx, MariaDB and modernc's SQLite. tests/README.md
+// says how to add a case.
 package conformance
 
 import (
