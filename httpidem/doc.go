@@ -74,7 +74,9 @@
 //   - A repeat while the first request is still running is answered 409
 //     ([CodeInProgress], section 2.7) at once, with Retry-After; with [WithWait] it is
 //     held, for a bounded time, until the first request ends and then
-//     gets its answer (409 only past the bound).
+//     gets its answer, or runs itself when that answer was not recorded
+//     (409 only past the bound). Keep the bound below the server's and
+//     the client's request timeouts.
 //   - For an API whose clients already follow another convention,
 //     [WithKeyHeader] reads the key from another field (the legacy
 //     X-Idempotency-Key, say; problems then name that field), and
@@ -92,7 +94,7 @@
 //     be done; the answer is 500 with [CodeOutcomeUnknown], and a retry
 //     with the same key replays or runs it. An error the database
 //     answers for the transaction (it rolled back) is 500 with
-//     [CodeInternal], nothing recorded ([WithTxFunc] says what its
+//     [CodeInternal], nothing recorded ([NewWithTxFunc] says what its
 //     transactions are answered). An answer too large to record
 //     is 500 with [CodeResponseTooLarge] (see Limits). A database that
 //     refuses writes (sqlonce.ErrReadOnly: a standby, a read-only
@@ -100,10 +102,17 @@
 //     [CodeUnavailable] and Retry-After: not carried out, and a retry
 //     with the same key runs it once the application reaches a primary.
 //
+// # Modes
+//
+// The constructor chooses the mode: [New] and [NewWithTxFunc] build a
+// Middleware in transactional mode, for handlers whose work is in the
+// database; [NewLeased] one in lease mode, for handlers whose work leaves
+// it. The options are the same in both.
+//
 // # Transactional mode
 //
-// By default the middleware opens a transaction on the driver's database
-// handle (or with [WithTxFunc]), claims the key in it, runs the handler
+// [New] makes the middleware open a transaction on the driver's database
+// handle ([NewWithTxFunc]: with the caller's [TxFunc]), claim the key in it, runs the handler
 // with the transaction in the request's context ([TxFrom]), records the
 // answer in the same transaction and commits, then sends the answer. The
 // handler's writes, the key and the recorded answer commit together or
@@ -121,7 +130,13 @@
 // request's transaction and then gets the replay rather than 409; lease
 // mode answers 409 there too.
 //
-// Without WithTxFunc the middleware runs each request on its Store's Run
+// A duplicate that [WithWait] holds waits on the key's row lock, holding
+// a connection; on MySQL and MariaDB the wait counts in whole seconds,
+// rounded down, as dedupe.WithLockWait says (under one second it does
+// not wait). An answer larger than [WithMaxResponseSize] rolls the
+// handler's work back and leaves the key free.
+//
+// [New] runs each request on its Store's Run
 // (dedupe.Store.Run), which begins the transaction in the fewest round
 // trips the driver has: through pgx (a *pgxpool.Pool or a *pgx.Conn)
 // BEGIN travels with the claim and the recorded answer with COMMIT, so a
@@ -130,13 +145,23 @@
 //
 // # Lease mode
 //
-// [WithLease] is for handlers whose work leaves the database: charging a
+// [NewLeased] is for handlers whose work leaves the database: charging a
 // card through a provider, sending mail. The key is claimed with a lease
-// and committed before the handler runs ([LeaseFrom] gives it the lease
-// and its fencing token); the recorded answer completes the lease, an
-// unrecorded one releases it. A holder that crashes leaves the lease to
-// lapse, and a retry then runs the handler again: pass the key or the
-// token on to the outside system, so that the repeat is harmless there.
+// in a short transaction of its own and committed before the handler runs
+// ([LeaseFrom] gives it the lease and its fencing token); the recorded
+// answer completes the lease, an unrecorded one releases it. A duplicate
+// is answered 409 while the lease holds; one that [WithWait] holds asks
+// again at growing intervals, up to 200ms, holding no connection. A
+// holder that crashes leaves the lease to lapse, and a retry then runs
+// the handler again: pass the key or the token on to the outside system,
+// so that the repeat is harmless there, and choose the lease longer than
+// the handler's own time limit. The handler's context ends when the
+// client goes away, and whatever the handler then answers is recorded
+// like any answer: detach work that must run to its end
+// (context.WithoutCancel). An answer larger than [WithMaxResponseSize]
+// is answered, and recorded, as a 500 with [CodeResponseTooLarge]: the
+// work is done, and a retry must not run it again. A request without a
+// key that [WithRequired] lets go passes straight through.
 //
 // # Requests run as steps
 //
@@ -163,7 +188,10 @@
 // [WithNoRepeatSubmit] guards requests that carry no key, such as HTML
 // form posts: the key is derived from the caller, the route and the
 // request fingerprint, and lives for a short window. A double click runs
-// once and the second click gets the first answer.
+// once and the second click gets the first answer (409 while the first
+// runs); a different body is a different submit, and after the window
+// the same submit runs again. A request that carries a key is handled by
+// its key.
 //
 // # Observing
 //

@@ -29,45 +29,93 @@ const (
 	// accepts unless WithMaxBody says otherwise: 1 MiB.
 	DefaultMaxBody = 1 << 20
 
-	// DefaultLease is the lease WithLease(0) takes: 30 seconds.
+	// DefaultLease is the lease NewLeased takes for a lease of 0: 30
+	// seconds.
 	DefaultLease = 30 * time.Second
 )
 
 // Middleware makes the handlers it wraps idempotent per Idempotency-Key.
-// Build one with New and wrap handlers with Wrap. It is safe for
-// concurrent use.
+// Build one with New, NewWithTxFunc or NewLeased, which choose its mode,
+// and wrap handlers with Wrap. It is safe for concurrent use.
 type Middleware[TTx any] struct {
-	config
+	options
 	principal func(*http.Request) string
+	lease     time.Duration // lease mode when > 0
 	store     *dedupe.Store[TTx]
 	observer  sqlonce.Observer
 	runner    idem.Runner[TTx] // transactional mode
 }
 
-// New returns a Middleware on the driver. principal names the
-// authenticated caller of a request (a user id, an API client id): keys
-// are scoped by it, so that one caller can neither trigger nor read
-// another's replay, and guessing a key gets nothing (draft section 5: a
-// composite key of the client's key and what the server knows of the
-// client). A key names one request: the same key sent by the same caller
-// to another method or route is a reuse, answered 422. A request with a key whose principal is
-// "" is answered 401. Return a constant for endpoints open to anonymous
-// callers only when they may share keys.
+// TxFunc runs fn in a transaction it begins, for NewWithTxFunc: it must
+// call fn with the transaction, commit when fn returns nil and roll back
+// otherwise, and return fn's error. Around pgx.BeginTxFunc or
+// (*sql.DB).BeginTx, it sets the isolation level or the pool.
+type TxFunc[TTx any] func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
+
+// New returns a Middleware in transactional mode: each handled request
+// runs in a transaction the middleware begins on the driver's database
+// handle, the handler does its database work in it (TxFrom), and the key
+// and the recorded answer commit with that work or not at all.
 //
-// Transactional mode is the default; WithLease selects lease mode. New
-// returns an error matching sqlonce.ErrInvalidArgument for a nil driver or
-// principal or an invalid option, and one matching both
-// sqlonce.ErrInvalidArgument and sqlonce.ErrNoDB when the driver has no
-// database handle but needs one: lease mode always does, transactional
-// mode unless WithTxFunc runs the transactions.
+// principal names the authenticated caller of a request (a user id, an
+// API client id): keys are scoped by it, so that one caller can neither
+// trigger nor read another's replay (draft section 5). A request with a
+// key whose principal is "" is answered 401; return a constant for
+// anonymous endpoints only when their callers may share keys.
+//
+// New returns an error matching sqlonce.ErrInvalidArgument for a nil
+// driver or principal or a bad option (the error names it), and one
+// matching both sqlonce.ErrInvalidArgument and sqlonce.ErrNoDB for a
+// driver without a database handle.
 func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string, opts ...Option) (*Middleware[TTx], error) {
+	return build(d, principal, nil, 0, opts)
+}
+
+// NewWithTxFunc returns a Middleware in transactional mode, as New does,
+// whose transactions run runs: a caller's isolation level, pool or
+// transaction options. The driver needs no database handle (Steps does).
+//
+// The middleware cannot see whether run's COMMIT reached the database: an
+// error run returns after the handler's work returned, other than one
+// sqlonce.IsRetryable accepts, is answered 500 with CodeOutcomeUnknown.
+// It returns New's errors, and one matching sqlonce.ErrInvalidArgument for
+// a nil run.
+func NewWithTxFunc[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string, run TxFunc[TTx], opts ...Option) (*Middleware[TTx], error) {
+	if run == nil {
+		return nil, invalid("NewWithTxFunc: nil TxFunc")
+	}
+	return build(d, principal, run, 0, opts)
+}
+
+// NewLeased returns a Middleware in lease mode, for handlers whose work
+// leaves the database (a payment provider, mail): the key is claimed
+// with a lease of lease (DefaultLease for 0) and committed before the
+// handler runs, which gets it with LeaseFrom; the recorded answer
+// completes the lease, an unrecorded one releases it. Choose lease longer
+// than the handler's own time limit.
+//
+// It returns New's errors, and one matching sqlonce.ErrInvalidArgument for
+// a lease under 1µs.
+func NewLeased[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string, lease time.Duration, opts ...Option) (*Middleware[TTx], error) {
+	if lease == 0 {
+		lease = DefaultLease
+	}
+	if lease < time.Microsecond {
+		return nil, invalid("NewLeased: lease %v is shorter than 1µs", lease)
+	}
+	return build(d, principal, nil, lease, opts)
+}
+
+// build is the constructors' common part: transactional mode on run (the
+// driver's InTx when nil) for lease 0, lease mode otherwise.
+func build[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string, run TxFunc[TTx], lease time.Duration, opts []Option) (*Middleware[TTx], error) {
 	if d == nil || d.Engine() == nil {
 		return nil, invalid("nil driver")
 	}
 	if principal == nil {
 		return nil, invalid("nil principal func")
 	}
-	c := config{
+	c := options{
 		methods:     map[string]bool{http.MethodPost: true, http.MethodPatch: true},
 		required:    func(*http.Request) bool { return true },
 		route:       defaultRoute,
@@ -82,7 +130,7 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 	}
 	for i, opt := range opts {
 		if opt == nil {
-			return nil, fmt.Errorf("%w: option %d is nil", sqlonce.ErrInvalidArgument, i)
+			return nil, fmt.Errorf("%w: httpidem: option %d is nil", sqlonce.ErrInvalidArgument, i)
 		}
 		if err := opt(&c); err != nil {
 			return nil, err
@@ -97,7 +145,7 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 	// its requests itself (with their status); its Store must not report
 	// them again as dedupe's.
 	wait := dedupe.WithNoWait()
-	if c.wait > 0 && c.lease == 0 {
+	if c.wait > 0 && lease == 0 {
 		wait = dedupe.WithLockWait(c.wait)
 	}
 	// Its keys live in a namespace of their own: no dedupe scope or inbox
@@ -107,22 +155,18 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string,
 	if err != nil {
 		return nil, err
 	}
-	m := &Middleware[TTx]{config: c, principal: principal, store: store, observer: obs.Of(d)}
+	m := &Middleware[TTx]{options: c, principal: principal, lease: lease, store: store, observer: obs.Of(d)}
 	e := d.Engine()
-	if (c.lease > 0 || c.txFunc == nil) && !idem.HasDB(e) {
-		mode := "transactional mode without WithTxFunc"
-		if c.lease > 0 {
-			mode = "lease mode"
+	if (lease > 0 || run == nil) && !idem.HasDB(e) {
+		mode := "New"
+		if lease > 0 {
+			mode = "NewLeased"
 		}
 		return nil, fmt.Errorf("%w: httpidem: %s needs a driver built with a database handle: %w", sqlonce.ErrInvalidArgument, mode, sqlonce.ErrNoDB)
 	}
 	m.runner = idem.Runner[TTx]{Store: store, RunTx: e.InTx, Run: true}
-	if c.txFunc != nil {
+	if run != nil {
 		m.runner.Run = false
-		run, ok := c.txFunc.(func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error)
-		if !ok {
-			return nil, invalid("WithTxFunc is for another transaction type than the driver's")
-		}
 		m.runner.RunTx = run
 	}
 	return m, nil
@@ -135,6 +179,15 @@ func (m *Middleware[TTx]) Purge(ctx context.Context, batch int) (n int64, err er
 	op := obs.Start(m.observer, "httpidem", "Purge", "", "")
 	defer func() { op.Rows(n); op.Done(ctx, err) }()
 	return m.store.Purge(ctx, batch)
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: httpidem: "+format, append([]any{sqlonce.ErrInvalidArgument}, args...)...)
+}
+
+// optionError is the error of a bad option, which it names.
+func optionError(option, format string, args ...any) error {
+	return invalid(option+": "+format, args...)
 }
 
 func defaultRoute(r *http.Request) string {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,32 +18,80 @@ import (
 	"github.com/sqlonce/sqlonce/pgxdriver"
 )
 
-// New refuses a driver without a database handle where the mode needs
-// one, instead of answering every request 500. No SQL runs: the check
-// needs no server.
+// New and NewLeased refuse a driver without a database handle, instead of
+// answering every request 500; NewWithTxFunc, whose TxFunc begins the
+// transactions, takes one. No SQL runs: the check needs no server.
 func TestNewRefusesADriverWithoutAHandle(t *testing.T) {
 	principal := func(*http.Request) string { return "p" }
 	pg := pgxdriver.New((*pgxpool.Pool)(nil))
 	my := mysqldriver.New((*sql.DB)(nil))
 	for name, err := range map[string]error{
-		"pgx transactional": func() error { _, err := httpidem.New(pg, principal); return err }(),
-		"pgx lease":         func() error { _, err := httpidem.New(pg, principal, httpidem.WithLease(time.Second)); return err }(),
-		"mysql transactional": func() error {
-			_, err := httpidem.New(my, principal)
-			return err
-		}(),
-		"mysql lease with a tx func": func() error {
-			_, err := httpidem.New(my, principal, httpidem.WithLease(time.Second),
-				httpidem.WithTxFunc(func(context.Context, func(context.Context, *sql.Tx) error) error { return nil }))
-			return err
-		}(),
+		"pgx New":         func() error { _, err := httpidem.New(pg, principal); return err }(),
+		"pgx NewLeased":   func() error { _, err := httpidem.NewLeased(pg, principal, time.Second); return err }(),
+		"mysql New":       func() error { _, err := httpidem.New(my, principal); return err }(),
+		"mysql NewLeased": func() error { _, err := httpidem.NewLeased(my, principal, 0); return err }(),
 	} {
 		if !errors.Is(err, sqlonce.ErrInvalidArgument) || !errors.Is(err, sqlonce.ErrNoDB) {
 			t.Errorf("%s: %v, want ErrInvalidArgument and ErrNoDB", name, err)
 		}
 	}
-	// Transactional mode with the caller's own transactions needs no handle.
-	if _, err := httpidem.New(pg, principal, httpidem.WithTxFunc(func(context.Context, func(context.Context, pgx.Tx) error) error { return nil })); err != nil {
-		t.Fatalf("WithTxFunc on a driver without a handle: %v", err)
+	run := func(context.Context, func(context.Context, pgx.Tx) error) error { return nil }
+	if _, err := httpidem.NewWithTxFunc(pg, principal, run); err != nil {
+		t.Fatalf("NewWithTxFunc on a driver without a handle: %v", err)
+	}
+}
+
+// The mode is the constructor's: what a mode cannot use is refused when
+// the Middleware is built, with an error naming the constructor. A
+// TxFunc has no place in lease mode, and NewLeased has no parameter for
+// one; the rest is checked here. Every Option means something in every
+// mode, so each constructor takes each of them. No SQL runs.
+func TestModeParametersRefused(t *testing.T) {
+	principal := func(*http.Request) string { return "p" }
+	pg := pgxdriver.New((*pgxpool.Pool)(nil))
+	for name, c := range map[string]struct {
+		err  error
+		want string
+	}{
+		"nil TxFunc":     {func() error { _, err := httpidem.NewWithTxFunc(pg, principal, nil); return err }(), "NewWithTxFunc"},
+		"negative lease": {func() error { _, err := httpidem.NewLeased(pg, principal, -time.Second); return err }(), "NewLeased"},
+		"lease under 1µs": {func() error {
+			_, err := httpidem.NewLeased(pg, principal, time.Nanosecond)
+			return err
+		}(), "NewLeased"},
+	} {
+		if !errors.Is(c.err, sqlonce.ErrInvalidArgument) || errors.Is(c.err, sqlonce.ErrNoDB) || !strings.Contains(c.err.Error(), c.want) {
+			t.Errorf("%s: %v, want ErrInvalidArgument naming %s", name, c.err, c.want)
+		}
+	}
+	opts := []httpidem.Option{
+		httpidem.WithMethods("POST"),
+		httpidem.WithRequired(func(*http.Request) bool { return true }),
+		httpidem.WithRoute(func(r *http.Request) string { return r.URL.Path }),
+		httpidem.WithFingerprintHeaders("Content-Type"),
+		httpidem.WithFingerprint(httpidem.FingerprintJSON),
+		httpidem.WithResponseHeaders("Location"),
+		httpidem.WithRecord(httpidem.RecordSuccess),
+		httpidem.WithMaxBody(1 << 10),
+		httpidem.WithTTL(time.Hour),
+		httpidem.WithMaxResponseSize(1 << 10),
+		httpidem.WithWait(time.Second),
+		httpidem.WithNoRepeatSubmit(time.Second),
+		httpidem.WithDocs("https://api.example.com/docs"),
+		httpidem.WithErrorLog(func(*http.Request, error) {}),
+		httpidem.WithKeyHeader("X-Idempotency-Key"),
+		httpidem.WithKeyReuseStatus(http.StatusConflict),
+		httpidem.WithReplayHook(func(*http.Request, *httpidem.Replay) {}),
+	}
+	run := func(context.Context, func(context.Context, pgx.Tx) error) error { return nil }
+	if _, err := httpidem.NewWithTxFunc(pg, principal, run, opts...); err != nil {
+		t.Errorf("NewWithTxFunc with every option: %v", err)
+	}
+	// New and NewLeased get as far as the missing handle.
+	if _, err := httpidem.New(pg, principal, opts...); !errors.Is(err, sqlonce.ErrNoDB) {
+		t.Errorf("New with every option: %v, want only ErrNoDB", err)
+	}
+	if _, err := httpidem.NewLeased(pg, principal, time.Minute, opts...); !errors.Is(err, sqlonce.ErrNoDB) {
+		t.Errorf("NewLeased with every option: %v, want only ErrNoDB", err)
 	}
 }

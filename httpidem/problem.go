@@ -28,7 +28,7 @@ const (
 
 	// CodeOutcomeUnknown: the connection to the database was lost while
 	// the request's transaction committed (sqlonce.ErrCommitUnknown), or,
-	// with WithTxFunc, an error other than a retry request followed the
+	// with NewWithTxFunc, an error other than a retry request followed the
 	// handler's work: the work may or may not have been done. Sending the request again with the same Idempotency-Key
 	// replays its answer if it was, and runs it if it was not. A request
 	// run as steps (Middleware.Steps) is answered so when a step failed or

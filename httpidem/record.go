@@ -11,6 +11,48 @@ import (
 	"github.com/sqlonce/sqlonce"
 )
 
+// DefaultResponseHeaders are the response header fields recorded with an
+// answer and replayed, unless WithResponseHeaders says otherwise: those
+// that describe the representation and the created resource. Fields of
+// one exchange (Set-Cookie, Date, tracing ids) are left out: a replay
+// carries the first answer, not the first exchange. The first answer
+// always carries every field the handler set.
+var DefaultResponseHeaders = []string{
+	"Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language",
+	"Content-Location", "Content-Type", "ETag", "Last-Modified", "Link", "Location", "Vary",
+}
+
+// RecordFunc decides from an answer's status code whether the answer is
+// recorded with its key (WithRecord). A recorded answer is replayed to
+// every repeat of the key; one that is not leaves the key free, so that a
+// retry runs the handler again. In transactional mode it also decides the
+// handler's transaction: committed with the key when recorded, rolled
+// back otherwise.
+type RecordFunc func(status int) bool
+
+// RecordAll records every answer, success or error: the draft's "respond
+// with the result of the previously completed operation, success or an
+// error". It is the default.
+func RecordAll(int) bool { return true }
+
+// RecordSuccess records 2xx answers only: a client that got an error may
+// retry with the same key and have the request run again.
+func RecordSuccess(status int) bool { return status >= 200 && status < 300 }
+
+// canonical returns header field names canonicalized, without repeats.
+func canonical(names []string) []string {
+	out := make([]string, 0, len(names))
+	seen := map[string]bool{}
+	for _, n := range names {
+		n = http.CanonicalHeaderKey(n)
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // recorder buffers a handler's response: nothing reaches the client until
 // the transaction that records it has committed, so a client never sees
 // an answer for work that then rolled back.

@@ -270,3 +270,20 @@ func hexVal(c byte) (byte, bool) {
 	}
 	return 0, false
 }
+
+// isToken reports whether s is an RFC 9110 token, as a field name must be.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}

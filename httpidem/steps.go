@@ -48,8 +48,8 @@ import (
 // step goes on to net/http, and the key's lease lapses after op.Lease.
 //
 // The Middleware's mode does not matter: the steps run in transactions of
-// the Store's own (the driver's database handle), not in WithTxFunc's,
-// and need no lease mode; a Middleware on a driver without a database
+// the Store's own (the driver's database handle), not in NewWithTxFunc's
+// TxFunc, and need no lease mode; a Middleware on a driver without a database
 // handle answers every request 500. Their keys are apart from those Wrap
 // handles.
 func (m *Middleware[TTx]) Steps(op *dedupe.Operation[TTx]) http.Handler {

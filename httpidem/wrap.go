@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/sqlonce/sqlonce"
@@ -130,28 +129,6 @@ func (m *Middleware[TTx]) readBody(w http.ResponseWriter, r *http.Request) ([]by
 		return nil, false
 	}
 	return body, true
-}
-
-// fingerprint hashes what makes two requests with one key the same
-// request: method, route, path, query, body and the configured header
-// fields. A key names one request, so the same key sent to another method
-// or route is a reuse (422), not a new request.
-func (m *Middleware[TTx]) fingerprint(r *http.Request, body []byte) ([]byte, error) {
-	parts := [][]byte{[]byte(r.Method), []byte(m.route(r))}
-	if m.config.fingerprint != nil {
-		fp, err := m.config.fingerprint(r, body)
-		if err != nil {
-			return nil, err
-		}
-		// Tagged, so that no choice of fp's result spells the default's.
-		parts = append(parts, []byte("fn"), fp)
-	} else {
-		parts = append(parts, []byte(r.URL.EscapedPath()), []byte(r.URL.RawQuery), body)
-	}
-	for _, h := range m.fpHeaders {
-		parts = append(parts, []byte(h), []byte(strings.Join(r.Header.Values(h), "\n")))
-	}
-	return dedupe.Fingerprint(parts...), nil
 }
 
 // serve runs h and returns what it panicked with, if it did.
