@@ -66,7 +66,7 @@
 // token, inbox and httpidem equivalents, are the defaults. A wait of 0
 // (dedupe.WithLockWait, httpidem.WithWait) waits not at all. Lengths that
 // have no default, the lease of dedupe.Store.Claim and a no-repeat window,
-// must be positive (httpidem.WithLease(0) is httpidem.DefaultLease).
+// must be positive (a lease of 0 to httpidem.NewLeased is httpidem.DefaultLease).
 //
 // # Observing
 //

@@ -3,8 +3,6 @@ package grpcidem
 import (
 	"context"
 	"fmt"
-	"strings"
-	"time"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
@@ -33,94 +31,11 @@ const (
 	ReplayedKey = "idempotent-replayed"
 )
 
-// Option configures an Interceptor.
-type Option func(*config) error
-
-type config struct {
-	methods     map[string]bool
-	ttl         time.Duration
-	maxResponse int
-	key         string // MetadataKey unless WithMetadataKey
-}
-
-// WithMethods sets the full method names ("/pkg.Service/Method") the
-// interceptor handles; calls to other methods pass straight through.
-// Without it every unary method is handled, and must carry a key.
-func WithMethods(fullMethods ...string) Option {
-	return func(c *config) error {
-		if len(fullMethods) == 0 {
-			return fmt.Errorf("%w: grpcidem: no methods", sqlonce.ErrInvalidArgument)
-		}
-		c.methods = make(map[string]bool, len(fullMethods))
-		for _, m := range fullMethods {
-			c.methods[m] = true
-		}
-		return nil
-	}
-}
-
-// WithMetadataKey sets the request metadata key that carries the
-// idempotency key, in place of MetadataKey ("idempotency-key"), for
-// clients that already send another (say "x-idempotency-key"). gRPC
-// metadata keys are case-insensitive: name is lower-cased. It must be 1
-// or more of a-z, 0-9, '-', '_' and '.', must not begin with "grpc-"
-// (reserved) nor end in "-bin" (binary values); anything else is an
-// error. Only that key is read, and the error messages name it.
-func WithMetadataKey(name string) Option {
-	return func(c *config) error {
-		name = strings.ToLower(name)
-		ok := name != "" && !strings.HasPrefix(name, "grpc-") && !strings.HasSuffix(name, "-bin")
-		for i := 0; ok && i < len(name); i++ {
-			b := name[i]
-			ok = 'a' <= b && b <= 'z' || '0' <= b && b <= '9' || b == '-' || b == '_' || b == '.'
-		}
-		if !ok {
-			return fmt.Errorf("%w: grpcidem: %q is not a metadata key for a text value", sqlonce.ErrInvalidArgument, name)
-		}
-		c.key = name
-		return nil
-	}
-}
-
-// WithTTL sets how long a key and its recorded response live
-// (dedupe.DefaultTTL, 24 hours, for 0).
-func WithTTL(ttl time.Duration) Option {
-	return func(c *config) error {
-		if ttl < 0 {
-			return fmt.Errorf("%w: grpcidem: TTL %v is negative", sqlonce.ErrInvalidArgument, ttl)
-		}
-		if ttl > 0 {
-			c.ttl = ttl
-		}
-		return nil
-	}
-}
-
-// WithMaxResponseSize sets the largest response recorded, in bytes: the
-// response message marshaled as a google.protobuf.Any (its type URL and
-// its bytes), dedupe.MaxResponseSize (16 MiB - 1) otherwise and for 0, at
-// most dedupe.MaxResponseSize (sqlonce.ErrInvalidArgument above it or
-// below 0). A call whose response is larger fails ResourceExhausted: its
-// transaction rolls back, the key stays free, and the handler's writes
-// are undone. Size it above the handler's largest response.
-func WithMaxResponseSize(n int) Option {
-	return func(c *config) error {
-		switch {
-		case n < 0 || n > dedupe.MaxResponseSize:
-			return fmt.Errorf("%w: grpcidem: max response size %d is outside 0..%d", sqlonce.ErrInvalidArgument, n, dedupe.MaxResponseSize)
-		case n == 0:
-			n = dedupe.MaxResponseSize
-		}
-		c.maxResponse = n
-		return nil
-	}
-}
-
 // Interceptor makes unary gRPC methods idempotent per key. Build one with
 // New; install Unary with grpc.ChainUnaryInterceptor. It is safe for
 // concurrent use.
 type Interceptor[TTx any] struct {
-	config
+	options
 	principal func(ctx context.Context) string
 	runner    idem.Runner[TTx]
 	observer  sqlonce.Observer
@@ -130,8 +45,9 @@ type Interceptor[TTx any] struct {
 // handle (the interceptor begins the transactions). principal names the
 // authenticated caller of a call (from its peer certificate or token):
 // keys are scoped by it. It returns an error matching
-// sqlonce.ErrInvalidArgument for a nil driver or principal, an invalid
-// option, or a driver without a handle (then also sqlonce.ErrNoDB).
+// sqlonce.ErrInvalidArgument for a nil driver or principal, a bad option
+// (the error names it), or a driver without a handle (then also
+// sqlonce.ErrNoDB).
 func New[TTx any](d sqlonce.Driver[TTx], principal func(ctx context.Context) string, opts ...Option) (*Interceptor[TTx], error) {
 	if d == nil || d.Engine() == nil {
 		return nil, fmt.Errorf("%w: grpcidem: nil driver", sqlonce.ErrInvalidArgument)
@@ -139,7 +55,7 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(ctx context.Context) str
 	if principal == nil {
 		return nil, fmt.Errorf("%w: grpcidem: nil principal func", sqlonce.ErrInvalidArgument)
 	}
-	c := config{ttl: dedupe.DefaultTTL, maxResponse: dedupe.MaxResponseSize, key: MetadataKey}
+	c := options{ttl: dedupe.DefaultTTL, maxResponse: dedupe.MaxResponseSize, key: MetadataKey}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: grpcidem: option %d is nil", sqlonce.ErrInvalidArgument, i)
@@ -159,7 +75,7 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(ctx context.Context) str
 	if err != nil {
 		return nil, err
 	}
-	return &Interceptor[TTx]{config: c, principal: principal, runner: idem.Runner[TTx]{Store: store, RunTx: e.InTx, Run: true}, observer: obs.Of(d)}, nil
+	return &Interceptor[TTx]{options: c, principal: principal, runner: idem.Runner[TTx]{Store: store, RunTx: e.InTx, Run: true}, observer: obs.Of(d)}, nil
 }
 
 type txKey[TTx any] struct{}

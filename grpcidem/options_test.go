@@ -3,6 +3,7 @@ package grpcidem_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -13,13 +14,14 @@ import (
 )
 
 // WithMetadataKey takes a metadata key for a text value; anything else is
-// refused by New. No SQL runs.
+// refused by New, with an error naming the option. No SQL runs.
 func TestMetadataKeyValidated(t *testing.T) {
 	drv := pgxdriver.New((*pgxpool.Pool)(nil))
 	principal := func(context.Context) string { return "p" }
 	for _, name := range []string{"", "x idempotency-key", "key:", "idempotency-key-bin", "grpc-idempotency-key", "schlüssel"} {
-		if _, err := grpcidem.New(drv, principal, grpcidem.WithMetadataKey(name)); !errors.Is(err, sqlonce.ErrInvalidArgument) || errors.Is(err, sqlonce.ErrNoDB) {
-			t.Errorf("%q: %v, want ErrInvalidArgument from the option", name, err)
+		_, err := grpcidem.New(drv, principal, grpcidem.WithMetadataKey(name))
+		if !errors.Is(err, sqlonce.ErrInvalidArgument) || errors.Is(err, sqlonce.ErrNoDB) || !strings.Contains(err.Error(), "WithMetadataKey") {
+			t.Errorf("%q: %v, want ErrInvalidArgument naming WithMetadataKey", name, err)
 		}
 	}
 	for _, name := range []string{"x-idempotency-key", "X-Idempotency-Key", "request_id.v2"} {

@@ -108,7 +108,7 @@ type Runner[TTx any] struct {
 	// Run, when set, runs a request that has a key through the Store's
 	// Run, which begins the transaction itself in the fewest round trips
 	// its driver has; RunTx then serves requests without a key. Set it
-	// when RunTx is the driver's own (no WithTxFunc): the driver then
+	// when RunTx is the driver's own (not httpidem.NewWithTxFunc's): the driver then
 	// decides whether an error at COMMIT leaves the outcome unknown
 	// (sqlonce.ErrCommitUnknown), and any other error is known to have
 	// rolled back. Without it RunTx is the caller's, whose COMMIT cannot

@@ -46,7 +46,30 @@ type httpSrv[TTx any] struct {
 	errs []error
 }
 
+// httpMode builds a Middleware in one mode: httpidem.New[TTx], leased,
+// or withTxFunc's.
+type httpMode[TTx any] func(d sqlonce.Driver[TTx], principal func(*http.Request) string, opts ...httpidem.Option) (*httpidem.Middleware[TTx], error)
+
+// leased is lease mode, with a lease of a minute.
+func leased[TTx any](d sqlonce.Driver[TTx], principal func(*http.Request) string, opts ...httpidem.Option) (*httpidem.Middleware[TTx], error) {
+	return httpidem.NewLeased(d, principal, time.Minute, opts...)
+}
+
+// withTxFunc is transactional mode on run's transactions.
+func withTxFunc[TTx any](run httpidem.TxFunc[TTx]) httpMode[TTx] {
+	return func(d sqlonce.Driver[TTx], principal func(*http.Request) string, opts ...httpidem.Option) (*httpidem.Middleware[TTx], error) {
+		return httpidem.NewWithTxFunc(d, principal, run, opts...)
+	}
+}
+
+// startHTTP starts the orders server in transactional mode.
 func startHTTP[TTx any](t *testing.T, db harness.DB[TTx], hook func(w http.ResponseWriter, r *http.Request) int, opts ...httpidem.Option) *httpSrv[TTx] {
+	t.Helper()
+	return startHTTPOn(t, db, hook, httpidem.New[TTx], opts...)
+}
+
+// startHTTPOn starts the orders server with a Middleware that mode builds.
+func startHTTPOn[TTx any](t *testing.T, db harness.DB[TTx], hook func(w http.ResponseWriter, r *http.Request) int, mode httpMode[TTx], opts ...httpidem.Option) *httpSrv[TTx] {
 	t.Helper()
 	s := &httpSrv[TTx]{db: db, hook: hook}
 	opts = append([]httpidem.Option{httpidem.WithErrorLog(func(r *http.Request, err error) {
@@ -54,7 +77,7 @@ func startHTTP[TTx any](t *testing.T, db harness.DB[TTx], hook func(w http.Respo
 		s.errs = append(s.errs, err)
 		s.mu.Unlock()
 	})}, opts...)
-	m, err := httpidem.New(db.Driver(), func(r *http.Request) string { return r.Header.Get("X-User") }, opts...)
+	m, err := mode(db.Driver(), func(r *http.Request) string { return r.Header.Get("X-User") }, opts...)
 	must(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("/orders/", m.Wrap(http.HandlerFunc(s.order)))
@@ -247,10 +270,11 @@ func runHTTPIdem[TTx any](t *testing.T, f harness.Factory[TTx]) {
 func runHTTPIdemMode[TTx any](t *testing.T, f harness.Factory[TTx], lease bool) {
 	startHTTP := func(t *testing.T, db harness.DB[TTx], hook func(w http.ResponseWriter, r *http.Request) int, opts ...httpidem.Option) *httpSrv[TTx] {
 		t.Helper()
+		mode := httpidem.New[TTx]
 		if lease {
-			opts = append([]httpidem.Option{httpidem.WithLease(time.Minute)}, opts...)
+			mode = leased[TTx]
 		}
-		s := startHTTP(t, db, hook, opts...)
+		s := startHTTPOn(t, db, hook, mode, opts...)
 		s.lease = lease
 		return s
 	}
@@ -923,12 +947,12 @@ func httpTxNoKey[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	ddKeys(t, db, 0)
 }
 
-// httpTxFunc: a caller's own transaction runner; one for another
-// transaction type is refused.
+// httpTxFunc: a caller's own transaction runner (one for another
+// transaction type does not compile).
 func httpTxFunc[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	db := f(t, 0)
 	var runs atomic.Int64
-	s := startHTTP(t, db, nil, httpidem.WithTxFunc(func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+	s := startHTTPOn(t, db, nil, withTxFunc(func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
 		runs.Add(1)
 		return harness.WithTx(ctx, db, harness.ReadCommitted, func(tx TTx) error { return fn(ctx, tx) })
 	}))
@@ -940,11 +964,6 @@ func httpTxFunc[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		t.Fatalf("tx func ran %d times, want 2", runs.Load())
 	}
 	ddLedger(t, db, "order", 1)
-	_, err := httpidem.New(db.Driver(), func(*http.Request) string { return "p" },
-		httpidem.WithTxFunc(func(context.Context, func(context.Context, struct{}) error) error { return nil }))
-	if !errors.Is(err, sqlonce.ErrInvalidArgument) {
-		t.Fatalf("tx func of another type: %v", err)
-	}
 }
 
 // httpLease: lease mode answers 409 while the lease holds (SQLite too:
@@ -956,7 +975,7 @@ func httpLease[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	holding, release := make(chan struct{}), make(chan struct{})
 	var step atomic.Int64
 	var token atomic.Int64
-	s := startHTTP(t, db, func(w http.ResponseWriter, r *http.Request) int {
+	s := startHTTPOn(t, db, func(w http.ResponseWriter, r *http.Request) int {
 		l, _ := httpidem.LeaseFrom(r.Context())
 		token.Store(l.Token)
 		switch step.Add(1) {
@@ -970,7 +989,7 @@ func httpLease[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			panic(http.ErrAbortHandler)
 		}
 		return 0
-	}, httpidem.WithLease(time.Minute), httpidem.WithRecord(httpidem.RecordSuccess))
+	}, leased[TTx], httpidem.WithRecord(httpidem.RecordSuccess))
 
 	q := req{user: "alice", keys: quoted("charge-1"), body: "x"}
 	firstc := make(chan reply, 1)
@@ -1026,15 +1045,15 @@ func httpTxRetry[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		arrived  atomic.Int64
 		first    sync.Map // keys whose first attempt has run
 	)
-	m, err := httpidem.New(db.Driver(), func(r *http.Request) string { return r.Header.Get("X-User") },
+	m, err := httpidem.NewWithTxFunc(db.Driver(), func(r *http.Request) string { return r.Header.Get("X-User") },
+		func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+			attempts.Add(1)
+			return harness.WithTx(ctx, db, harness.Serializable, func(tx TTx) error { return fn(ctx, tx) })
+		},
 		httpidem.WithErrorLog(func(r *http.Request, err error) {
 			s.mu.Lock()
 			s.errs = append(s.errs, err)
 			s.mu.Unlock()
-		}),
-		httpidem.WithTxFunc(func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
-			attempts.Add(1)
-			return harness.WithTx(ctx, db, harness.Serializable, func(tx TTx) error { return fn(ctx, tx) })
 		}))
 	must(t, err)
 	// The handler reads the rows the others insert; the first attempts
@@ -1107,7 +1126,7 @@ func httpTxOutcomeUnknown[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	db := f(t, 0)
 	var lose atomic.Value // "": commit normally; else the error the runner reports
 	lose.Store("")
-	s := startHTTP(t, db, nil, httpidem.WithTxFunc(func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+	s := startHTTPOn(t, db, nil, withTxFunc(func(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
 		how := lose.Swap("").(string)
 		err := harness.WithTx(ctx, db, harness.ReadCommitted, func(tx TTx) error {
 			if err := fn(ctx, tx); err != nil {
@@ -1154,7 +1173,7 @@ const onlyPGAborts = "only PostgreSQL aborts a transaction after a failed statem
 
 // httpTxRolledBack: a handler that ignores a failed statement (and calls
 // no Fail) leaves a PostgreSQL transaction aborted; recording the answer
-// fails with 25P02 and the database rolls back. Without WithTxFunc the
+// fails with 25P02 and the database rolls back. Without a TxFunc the
 // driver runs the transaction and knows that its COMMIT was not lost:
 // the client gets the Fail doc's "500 and nothing is recorded" (code
 // internal), never "outcome unknown".

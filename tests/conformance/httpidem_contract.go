@@ -4,7 +4,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,13 +21,13 @@ import (
 // key, in both modes, and the metadata key in grpcidem.
 func runHTTPContract[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	for _, mode := range []struct {
-		name string
-		opts []httpidem.Option
-	}{{"Tx", nil}, {"Lease", []httpidem.Option{httpidem.WithLease(time.Minute)}}} {
+		name  string
+		build httpMode[TTx]
+	}{{"Tx", httpidem.New[TTx]}, {"Lease", leased[TTx]}} {
 		t.Run(mode.name+"/KeyHeader", func(t *testing.T) {
 			db := f(t, 0)
-			s := startHTTP(t, db, nil, append(mode.opts,
-				httpidem.WithKeyHeader("x-idempotency-key"), httpidem.WithDocs("https://api.example.com/docs"))...)
+			s := startHTTPOn(t, db, nil, mode.build,
+				httpidem.WithKeyHeader("x-idempotency-key"), httpidem.WithDocs("https://api.example.com/docs"))
 			xkey := func(v ...string) http.Header { return http.Header{"X-Idempotency-Key": v} }
 			q := req{user: "alice", body: `{"amount":100}`, header: xkey(`"k1"`)}
 			first := s.mustSend(t, q)
@@ -66,7 +65,7 @@ func runHTTPContract[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		for _, st := range []int{http.StatusConflict, http.StatusBadRequest, http.StatusUnprocessableEntity} {
 			t.Run(mode.name+"/KeyReuseStatus"+http.StatusText(st), func(t *testing.T) {
 				db := f(t, 0)
-				s := startHTTP(t, db, nil, append(mode.opts, httpidem.WithKeyReuseStatus(st))...)
+				s := startHTTPOn(t, db, nil, mode.build, httpidem.WithKeyReuseStatus(st))
 				first := s.mustSend(t, req{user: "alice", keys: quoted("k1"), body: "a"})
 				wantHTTPStatus(t, "first", first, http.StatusCreated)
 				for name, other := range map[string]req{
@@ -98,13 +97,13 @@ func runHTTPContract[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("Lease/KeyReuse409BesideInProgress409", func(t *testing.T) {
 		db := f(t, 0)
 		entered, release := make(chan struct{}), make(chan struct{})
-		s := startHTTP(t, db, func(w http.ResponseWriter, r *http.Request) int {
+		s := startHTTPOn(t, db, func(w http.ResponseWriter, r *http.Request) int {
 			if r.Header.Get("X-Block") != "" {
 				close(entered)
 				<-release
 			}
 			return 0
-		}, httpidem.WithLease(time.Minute), httpidem.WithKeyReuseStatus(http.StatusConflict))
+		}, leased[TTx], httpidem.WithKeyReuseStatus(http.StatusConflict))
 		done := make(chan reply, 1)
 		go func() {
 			r, err := s.send(ctxT(t), nil, req{user: "alice", keys: quoted("k1"), body: "a", header: http.Header{"X-Block": {"1"}}})

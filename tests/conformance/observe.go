@@ -401,11 +401,11 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			ctx := ctxT(t)
 			db := f(t, Racers+4)
 			rec := &recorder{}
-			var opts []httpidem.Option
+			mode := httpidem.New[TTx]
 			if lease {
-				opts = append(opts, httpidem.WithLease(time.Minute))
+				mode = leased[TTx]
 			}
-			m, err := httpidem.New(sqlonce.Observe(db.Driver(), rec), func(r *http.Request) string { return "user-1" }, opts...)
+			m, err := mode(sqlonce.Observe(db.Driver(), rec), func(r *http.Request) string { return "user-1" })
 			must(t, err)
 			h := m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				key := r.Header.Get("Idempotency-Key")

@@ -52,8 +52,11 @@ func checkIdemReadOnly(t *testing.T, standby, primary *pgxpool.Pool) {
 			_, _ = w.Write([]byte("paid"))
 		})
 	}
-	send := func(pool *pgxpool.Pool, key string, opts ...httpidem.Option) *httptest.ResponseRecorder {
-		m, err := httpidem.New(pgxdriver.New(pool), principal, opts...)
+	leased := func(d sqlonce.Driver[pgx.Tx], principal func(*http.Request) string, opts ...httpidem.Option) (*httpidem.Middleware[pgx.Tx], error) {
+		return httpidem.NewLeased(d, principal, 0, opts...)
+	}
+	send := func(pool *pgxpool.Pool, key string, build func(sqlonce.Driver[pgx.Tx], func(*http.Request) string, ...httpidem.Option) (*httpidem.Middleware[pgx.Tx], error), opts ...httpidem.Option) *httptest.ResponseRecorder {
+		m, err := build(pgxdriver.New(pool), principal, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,20 +68,20 @@ func checkIdemReadOnly(t *testing.T, standby, primary *pgxpool.Pool) {
 	}
 	quiet := httpidem.WithErrorLog(func(*http.Request, error) {})
 	for _, mode := range []struct {
-		key  string
-		opts []httpidem.Option
+		key   string
+		build func(sqlonce.Driver[pgx.Tx], func(*http.Request) string, ...httpidem.Option) (*httpidem.Middleware[pgx.Tx], error)
 	}{
-		{"http-tx", nil},
-		{"http-lease", []httpidem.Option{httpidem.WithLease(0)}},
+		{"http-tx", httpidem.New[pgx.Tx]},
+		{"http-lease", leased},
 	} {
-		rec := send(standby, mode.key, append(mode.opts, quiet)...)
+		rec := send(standby, mode.key, mode.build, quiet)
 		var p httpidem.Problem
 		_ = json.Unmarshal(rec.Body.Bytes(), &p)
 		if rec.Code != http.StatusServiceUnavailable || p.Code != httpidem.CodeUnavailable || rec.Header().Get("Retry-After") == "" {
 			t.Errorf("%s on a standby: %d, Retry-After %q, %s; want 503 %s with Retry-After", mode.key, rec.Code,
 				rec.Header().Get("Retry-After"), rec.Body, httpidem.CodeUnavailable)
 		}
-		if rec := send(primary, mode.key, mode.opts...); rec.Code != http.StatusCreated {
+		if rec := send(primary, mode.key, mode.build); rec.Code != http.StatusCreated {
 			t.Errorf("%s resent to the primary: %d %s, want 201", mode.key, rec.Code, rec.Body)
 		}
 	}

@@ -1,0 +1,91 @@
+package grpcidem
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+)
+
+// Option configures an Interceptor. New applies the options in order and
+// fails on a bad one with an error that matches sqlonce.ErrInvalidArgument
+// and names the option.
+type Option func(*options) error
+
+type options struct {
+	methods     map[string]bool
+	ttl         time.Duration
+	maxResponse int
+	key         string // MetadataKey unless WithMetadataKey
+}
+
+// optionError is the error of a bad option, which it names.
+func optionError(option, format string, args ...any) error {
+	return fmt.Errorf("%w: grpcidem: "+option+": "+format, append([]any{sqlonce.ErrInvalidArgument}, args...)...)
+}
+
+// WithMethods sets the full method names ("/pkg.Service/Method") the
+// interceptor handles (every unary method by default); calls to other
+// methods pass straight through.
+func WithMethods(fullMethods ...string) Option {
+	return func(o *options) error {
+		if len(fullMethods) == 0 {
+			return optionError("WithMethods", "no methods")
+		}
+		o.methods = make(map[string]bool, len(fullMethods))
+		for _, m := range fullMethods {
+			o.methods[m] = true
+		}
+		return nil
+	}
+}
+
+// WithMetadataKey reads the key from the named metadata key (lower-cased;
+// a-z, 0-9, '-', '_', '.', not "grpc-" nor "-bin") in place of MetadataKey.
+func WithMetadataKey(name string) Option {
+	return func(o *options) error {
+		name = strings.ToLower(name)
+		ok := name != "" && !strings.HasPrefix(name, "grpc-") && !strings.HasSuffix(name, "-bin")
+		for i := 0; ok && i < len(name); i++ {
+			b := name[i]
+			ok = 'a' <= b && b <= 'z' || '0' <= b && b <= '9' || b == '-' || b == '_' || b == '.'
+		}
+		if !ok {
+			return optionError("WithMetadataKey", "%q is not a metadata key for a text value", name)
+		}
+		o.key = name
+		return nil
+	}
+}
+
+// WithTTL sets how long a key and its recorded response live
+// (dedupe.DefaultTTL, 24 hours, for 0).
+func WithTTL(ttl time.Duration) Option {
+	return func(o *options) error {
+		if ttl < 0 {
+			return optionError("WithTTL", "%v is negative", ttl)
+		}
+		if ttl > 0 {
+			o.ttl = ttl
+		}
+		return nil
+	}
+}
+
+// WithMaxResponseSize sets the largest response recorded, in bytes, as a
+// marshaled google.protobuf.Any (dedupe.MaxResponseSize for 0, and at
+// most); a larger one fails ResourceExhausted and rolls back.
+func WithMaxResponseSize(n int) Option {
+	return func(o *options) error {
+		switch {
+		case n < 0 || n > dedupe.MaxResponseSize:
+			return optionError("WithMaxResponseSize", "%d is outside 0..%d", n, dedupe.MaxResponseSize)
+		case n == 0:
+			n = dedupe.MaxResponseSize
+		}
+		o.maxResponse = n
+		return nil
+	}
+}
