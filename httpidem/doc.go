@@ -111,10 +111,11 @@
 //
 // # Transactional mode
 //
-// [New] makes the middleware open a transaction on the driver's database
-// handle ([NewWithTxFunc]: with the caller's [TxFunc]), claim the key in it, runs the handler
-// with the transaction in the request's context ([TxFrom]), records the
-// answer in the same transaction and commits, then sends the answer. The
+// The middleware opens a transaction on the driver's database handle
+// ([New]) or with the caller's [TxFunc] ([NewWithTxFunc]), claims the key
+// in it, runs the handler with the transaction in the request's context
+// ([TxFrom]), records the answer in the same transaction and commits,
+// then sends the answer. The
 // handler's writes, the key and the recorded answer commit together or
 // not at all: a crash at any point leaves either everything or nothing,
 // so the work is done exactly once, and the client never sees an answer
@@ -136,12 +137,12 @@
 // not wait). An answer larger than [WithMaxResponseSize] rolls the
 // handler's work back and leaves the key free.
 //
-// [New] runs each request on its Store's Run
-// (dedupe.Store.Run), which begins the transaction in the fewest round
-// trips the driver has: through pgx (a *pgxpool.Pool or a *pgx.Conn)
-// BEGIN travels with the claim and the recorded answer with COMMIT, so a
-// request costs the round trips of the handler's own transaction, and a
-// replay two (docs/benchmarks.md).
+// [New] runs each request on its Store's Run (dedupe.Store.Run), which
+// begins the transaction in the fewest round trips the driver has:
+// through pgx (a *pgxpool.Pool or a *pgx.Conn) BEGIN travels with the
+// claim and the recorded answer with COMMIT, so a request costs the round
+// trips of the handler's own transaction, and a replay two
+// (docs/benchmarks.md).
 //
 // # Lease mode
 //
