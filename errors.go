@@ -98,8 +98,8 @@ var (
 	// ErrNoDB is returned by operations that run their own transactions
 	// (dedupe.Store.Run, dedupe leases, purges, token.Store.Issue,
 	// inbox.Inbox.Handle) on a driver built without a database handle, and
-	// by httpidem.New and grpcidem.New, with ErrInvalidArgument, for a
-	// driver without one where they need it.
+	// by httpidem.New, httpidem.NewLeased and grpcidem.New, with
+	// ErrInvalidArgument, for a driver without one.
 	ErrNoDB = errors.New("sqlonce: driver has no database handle")
 )
 
