@@ -2,55 +2,66 @@ package httpidem_test
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/sqlonce/sqlonce/httpidem"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 )
 
-// Transactional mode on the caller's transactions: every request runs at
-// SERIALIZABLE, through pgx.BeginTxFunc.
+// Transactional mode on the caller's own transactions: a TxFunc around
+// db.BeginTx, here one that counts them (a pgx program wraps
+// pgx.BeginTxFunc to choose the isolation level).
 func ExampleNewWithTxFunc() {
-	pool := postgres("httpidem_txfunc")
-	defer pool.Close()
+	db, drv, done := openDB(tables)
+	defer done()
 
-	serializable := func(ctx context.Context, fn func(context.Context, pgx.Tx) error) error {
-		return pgx.BeginTxFunc(ctx, pool, pgx.TxOptions{IsoLevel: pgx.Serializable}, func(tx pgx.Tx) error { return fn(ctx, tx) })
+	begun := 0
+	inTx := func(ctx context.Context, fn func(context.Context, *sql.Tx) error) error {
+		begun++
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		if err := fn(ctx, tx); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
 	}
-	m, err := httpidem.NewWithTxFunc(pgxdriver.New(pool), func(r *http.Request) string { return r.Header.Get("X-User") }, serializable)
+	m, err := httpidem.NewWithTxFunc(drv, func(r *http.Request) string { return r.Header.Get("X-User") }, inTx)
 	if err != nil {
 		panic(err)
 	}
 	srv := httptest.NewServer(m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tx, _ := httpidem.TxFrom[pgx.Tx](r.Context())
-		var level string
-		if err := tx.QueryRow(r.Context(), "SHOW transaction_isolation").Scan(&level); err != nil {
+		tx, _ := httpidem.TxFrom[*sql.Tx](r.Context())
+		if _, err := tx.ExecContext(r.Context(), "INSERT INTO ledger (ref, amount) VALUES ('r-1', 5)"); err != nil {
 			httpidem.Fail(r.Context(), err)
 			http.Error(w, "failed", http.StatusInternalServerError)
 			return
 		}
-		fmt.Fprint(w, level)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprint(w, "booked")
 	})))
 	defer srv.Close()
 
-	post(srv.URL+"/report", "alice", `"r-1"`, "")
-	post(srv.URL+"/report", "alice", `"r-1"`, "") // a retry
+	post(srv.URL+"/bookings", "alice", `"b-1"`, "")
+	post(srv.URL+"/bookings", "alice", `"b-1"`, "") // a retry
+	fmt.Println("transactions:", begun)
 	// Output:
-	// 200 replayed=false serializable
-	// 200 replayed=true serializable
+	// 201 replayed=false booked
+	// 201 replayed=true booked
+	// transactions: 2
 }
 
 // Lease mode for work outside the database: the provider is charged once,
 // with the lease's fencing token, and the retry gets the first answer.
 func ExampleNewLeased() {
-	pool := postgres("httpidem_leased")
-	defer pool.Close()
+	_, drv, done := openDB(tables)
+	defer done()
 
-	m, err := httpidem.NewLeased(pgxdriver.New(pool), func(r *http.Request) string { return r.Header.Get("X-User") }, 0)
+	m, err := httpidem.NewLeased(drv, func(r *http.Request) string { return r.Header.Get("X-User") }, 0)
 	if err != nil {
 		panic(err)
 	}
