@@ -42,10 +42,9 @@
 // and [github.com/sqlonce/sqlonce/sqlitedriver] for *sql.Tx (SQLite:
 // modernc.org/sqlite or mattn/go-sqlite3). The dialect follows from the
 // driver. A database/sql driver refuses a handle or a transaction of
-// another database with [ErrInvalidArgument]: known from the handle's
-// database/sql driver at New, or, for a driver it does not know (a wrapper)
-// and for a driver built with nil, from one probe of the server at the
-// first call. sqlonce never commits
+// another database with [ErrInvalidArgument]: at New when the handle's
+// database/sql driver is a known library's, or, for one it does not know
+// (a wrapper), from one probe of the server at the first call. sqlonce never commits
 // or rolls back the caller's transaction, and refuses a nil one
 // ([ErrInvalidArgument]) before any SQL runs.
 //

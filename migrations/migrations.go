@@ -50,9 +50,40 @@ func FS(d Dialect) (fs.FS, error) {
 }
 
 // NewProvider returns a goose provider for sqlonce's migrations on db, with
-// the version table TableName. Extra options are passed to goose.
+// the version table TableName. Extra options are passed to goose. An
+// unknown dialect, a nil db, or a db whose database/sql driver is known to
+// speak another dialect than d is an error matching
+// sqlonce.ErrInvalidArgument, naming both, before any SQL runs.
 func NewProvider(d Dialect, db *sql.DB, opts ...goose.ProviderOption) (*goose.Provider, error) {
+	if err := checkHandle(db, d); err != nil {
+		return nil, err
+	}
 	return newProvider(d, db, nil, opts...)
+}
+
+// dialects are the Dialects by the internal/driver dialect they speak.
+var dialects = map[string]Dialect{driver.Postgres: Postgres, driver.MySQL: MySQL, driver.SQLite: SQLite}
+
+// dialectNames name the Dialects as a caller writes them.
+var dialectNames = map[Dialect]string{Postgres: "migrations.Postgres", MySQL: "migrations.MySQL", SQLite: "migrations.SQLite"}
+
+// checkHandle refuses an unknown dialect, a nil db, and a db whose
+// database/sql driver is known (by its type's package, as the drivers
+// tell it) to speak another dialect than d. A driver it does not know (a
+// wrapper such as otelsql) passes.
+func checkHandle(db *sql.DB, d Dialect) error {
+	if _, ok := dialectNames[d]; !ok {
+		return fmt.Errorf("%w: sqlonce/migrations: unknown dialect %q", sqlonce.ErrInvalidArgument, d)
+	}
+	if db == nil {
+		return fmt.Errorf("%w: sqlonce/migrations: nil *sql.DB", sqlonce.ErrInvalidArgument)
+	}
+	got, pkg := driver.SQLDialect(db)
+	if got == "" || dialects[got] == d {
+		return nil
+	}
+	return fmt.Errorf("%w: sqlonce/migrations: dialect %s given a %s handle (%s); use %s",
+		sqlonce.ErrInvalidArgument, d, driver.DialectName(got), pkg, dialectNames[dialects[got]])
 }
 
 // newProvider is NewProvider for the tables in schema (nil: where the
@@ -120,12 +151,24 @@ func newProvider(d Dialect, db *sql.DB, schema *driver.Schema, opts ...goose.Pro
 // every start: applied migrations are skipped. For pgx users,
 // stdlib.OpenDBFromPool(pool) gives the *sql.DB. WithSchema puts the
 // tables in a schema (MySQL: a database) of their own.
+//
+// Before any SQL runs, Up returns an error matching
+// sqlonce.ErrInvalidArgument for a nil Option or an invalid one, and as
+// NewProvider does for d and db: a dialect that does not match the
+// handle's database/sql driver is refused, naming both, and leaves
+// nothing behind.
 func Up(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) error {
 	var o options
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
+	for i, opt := range opts {
+		if opt == nil {
+			return fmt.Errorf("%w: sqlonce/migrations: option %d is nil", sqlonce.ErrInvalidArgument, i)
 		}
+		if err := opt(&o); err != nil {
+			return err
+		}
+	}
+	if err := checkHandle(db, d); err != nil {
+		return err
 	}
 	var schema *driver.Schema
 	if o.schema != "" {
@@ -144,8 +187,8 @@ func Up(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) error {
 	return nil
 }
 
-// Option configures Up.
-type Option func(*options)
+// Option configures Up, which applies and validates it.
+type Option func(*options) error
 
 type options struct{ schema string }
 
@@ -157,8 +200,17 @@ type options struct{ schema string }
 // names the tables qualified, so it works through PgBouncer's transaction
 // pooling. The name is an unquoted, lower-case identifier (a letter or _,
 // then letters, digits or _, at most 63 bytes); another, or SQLite, which
-// has no schemas, is an error matching sqlonce.ErrInvalidArgument.
-func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
+// has no schemas, makes Up return an error matching
+// sqlonce.ErrInvalidArgument before any SQL runs.
+func WithSchema(name string) Option {
+	return func(o *options) error {
+		if _, err := driver.NewSchema(driver.Postgres, name); err != nil {
+			return fmt.Errorf("%w: sqlonce/migrations: WithSchema: %v", sqlonce.ErrInvalidArgument, err)
+		}
+		o.schema = name
+		return nil
+	}
+}
 
 // createSchema validates name and creates the schema (database) if it
 // does not exist.

@@ -15,15 +15,14 @@ import (
 
 // Driver is the MySQL/MariaDB driver. It is safe for concurrent use.
 type Driver struct {
-	e      engine
-	check  *driver.DialectCheck // nil: db is known to be MySQL/MariaDB's
-	optErr error                // an invalid option: every call returns it
+	e     engine
+	check *driver.DialectCheck // nil: db is known to be MySQL/MariaDB's
 }
 
-// Option configures a Driver.
-type Option func(*options)
+// Option configures a Driver; New applies and validates it.
+type Option func(*options) error
 
-type options struct{ database string }
+type options struct{ database *driver.Schema }
 
 // WithDatabase keeps sqlonce's tables in the named database (a schema, in
 // MySQL's words) instead of the connection's default one: every statement
@@ -31,54 +30,55 @@ type options struct{ database string }
 // two services sharing a server keep their keys apart while their
 // connections default to their own databases. Create the tables there
 // with migrations.Up and migrations.WithSchema. The name is an unquoted
-// lower-case identifier (a letter or _, then letters, digits or _, at most 63
-// bytes), used as written; any other makes every call of the driver
-// return an error matching sqlonce.ErrInvalidArgument. Without it nothing
-// changes.
-func WithDatabase(name string) Option { return func(o *options) { o.database = name } }
+// lower-case identifier (a letter or _, then letters, digits or _, at most
+// 63 bytes), used as written; any other makes New return an error
+// matching sqlonce.ErrInvalidArgument.
+func WithDatabase(name string) Option {
+	return func(o *options) error {
+		s, err := driver.NewSchema(driver.MySQL, name)
+		if err != nil {
+			return fmt.Errorf("%w: mysqldriver: WithDatabase: %v", sqlonce.ErrInvalidArgument, err)
+		}
+		o.database = s
+		return nil
+	}
+}
 
 var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 
-// New returns a driver. db is the handle on which the calls that take no
-// transaction of yours (Store.Run, leases, RunSteps, purge, token.Issue,
-// inbox.Handle...) run transactions of their own, and its prepared
-// statements, shared by every driver on db, serve every call; pass nil
-// when every call runs inside a transaction of yours (the statements then
-// run unprepared).
-// A driver holds nothing that needs closing.
-func New(db *sql.DB, opts ...Option) *Driver {
+// New returns a driver on db, a *sql.DB of go-sql-driver/mysql: the
+// handle on which the calls that take no transaction of yours (Store.Run,
+// leases, RunSteps, purge, token.Issue, inbox.Handle...) run transactions
+// of their own, and whose prepared statements, shared by every driver on
+// db, serve every call. A driver holds nothing that needs closing.
+//
+// A nil db, a db whose database/sql driver is another database's (pgx's
+// stdlib, lib/pq, a SQLite library: the error names the driver to use), a
+// nil Option or an invalid one is an error matching
+// sqlonce.ErrInvalidArgument. A database/sql driver it does not know (a
+// wrapper such as otelsql) is accepted, and checked by a probe at the
+// first call: every call then returns that error if it is not
+// MySQL/MariaDB.
+func New(db *sql.DB, opts ...Option) (*Driver, error) {
+	check, err := driver.CheckSQLDialect(db, driver.MySQL, "mysqldriver", sqlonce.ErrInvalidArgument)
+	if err != nil {
+		return nil, err
+	}
 	var o options
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: mysqldriver: option %d is nil", sqlonce.ErrInvalidArgument, i)
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
 		}
 	}
-	var optErr error
-	schema, err := (*driver.Schema)(nil), error(nil)
-	if o.database != "" {
-		if schema, err = driver.NewSchema(driver.MySQL, o.database); err != nil {
-			optErr = fmt.Errorf("%w: mysqldriver: %v", sqlonce.ErrInvalidArgument, err)
-		}
-	}
-	e := engine{db: db, q: mysqldb.New(), schema: schema}
-	if db != nil {
-		e.stmts = cacheFor(db)
-		e.wsrep = e.stmts.wsrep // shared by the drivers on db
-		e.batch = e.stmts.batch
-		e.shards = e.stmts.shards
-	} else {
-		e.wsrep, e.batch, e.shards = &wsrepCheck{}, &batchShape{}, &vtShardCache{}
-	}
-	return &Driver{e: e, check: checkDialect(db), optErr: optErr}
-}
-
-// checkDialect refuses a handle of another database: a *sql.DB of
-// PostgreSQL's or SQLite's driver at New, and one of a driver it does not
-// know (a wrapper such as otelsql), or the transactions of a driver built
-// with nil, at the first call. Every call then returns an error matching
-// sqlonce.ErrInvalidArgument.
-func checkDialect(db *sql.DB) *driver.DialectCheck {
-	return driver.CheckSQLDialect(db, driver.MySQL, "mysqldriver", sqlonce.ErrInvalidArgument)
+	e := engine{db: db, q: mysqldb.New(), schema: o.database}
+	e.stmts = cacheFor(db)
+	e.wsrep = e.stmts.wsrep // shared by the drivers on db
+	e.batch = e.stmts.batch
+	e.shards = e.stmts.shards
+	return &Driver{e: e, check: check}, nil
 }
 
 // Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
@@ -86,9 +86,6 @@ func checkDialect(db *sql.DB) *driver.DialectCheck {
 func (d *Driver) Engine() driver.Engine[*sql.Tx] {
 	if d == nil {
 		return nil
-	}
-	if d.optErr != nil {
-		return driver.Refused[*sql.Tx]{Err: d.optErr}
 	}
 	if d.check != nil {
 		return driver.Checked{Engine: d.e, Check: d.check, DB: d.e.db}

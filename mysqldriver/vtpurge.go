@@ -162,7 +162,7 @@ func (e engine) listShards(ctx context.Context, tx *sql.Tx) ([]string, error) {
 
 // vtShardCache is what vtgateShards answers, by the driver's database
 // (WithDatabase's name; "" for the session's), shared by the drivers on
-// one *sql.DB (per driver built with nil), as wsrepCheck is.
+// one *sql.DB, as wsrepCheck is.
 //
 // For the session's database it keeps the keyspace the first asking
 // call's session was on: every connection of a pool starts on the DSN's

@@ -15,18 +15,16 @@ import (
 )
 
 // Driver is the PostgreSQL driver for database/sql. It holds no state of
-// its own besides the optional database handle, and is safe for
-// concurrent use.
+// its own besides its database handle, and is safe for concurrent use.
 type Driver struct {
-	e      engine
-	check  *driver.DialectCheck // nil: db is known to be PostgreSQL's
-	optErr error                // an invalid option: every call returns it
+	e     engine
+	check *driver.DialectCheck // nil: db is known to be PostgreSQL's
 }
 
-// Option configures a Driver.
-type Option func(*options)
+// Option configures a Driver; New applies and validates it.
+type Option func(*options) error
 
-type options struct{ schema string }
+type options struct{ schema *driver.Schema }
 
 // WithSchema keeps sqlonce's tables in the named schema instead of the
 // one the connection's search_path finds: every statement of sqlonce's
@@ -35,33 +33,47 @@ type options struct{ schema string }
 // search_path, and two services sharing a database keep their keys apart.
 // Create the tables there with migrations.Up and migrations.WithSchema.
 // The name is an unquoted, lower-case identifier (a letter or _, then
-// letters, digits or _, at most 63 bytes); any other makes
-// every call of the driver return an error matching
-// sqlonce.ErrInvalidArgument. Without it nothing changes.
-func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
+// letters, digits or _, at most 63 bytes); any other makes New return an
+// error matching sqlonce.ErrInvalidArgument.
+func WithSchema(name string) Option {
+	return func(o *options) error {
+		s, err := driver.NewSchema(driver.Postgres, name)
+		if err != nil {
+			return fmt.Errorf("%w: pgsqldriver: WithSchema: %v", sqlonce.ErrInvalidArgument, err)
+		}
+		o.schema = s
+		return nil
+	}
+}
 
 var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 
-// New returns a driver. db is the handle on which the calls that take no
-// transaction of yours (Store.Run, leases, RunSteps, purge, token.Issue,
-// inbox.Handle...) run transactions of their own; pass nil when every call
-// runs inside a transaction of yours.
-func New(db *sql.DB, opts ...Option) *Driver {
-	d := &Driver{e: engine{db: db, q: pgsqldb.New(), pq: isPQ(db)}, check: checkDialect(db)}
+// New returns a driver on db, a *sql.DB of PostgreSQL (pgx's stdlib or
+// lib/pq): the handle on which the calls that take no transaction of
+// yours (Store.Run, leases, RunSteps, purge, token.Issue,
+// inbox.Handle...) run transactions of their own.
+//
+// A nil db, a db whose database/sql driver is another database's
+// (go-sql-driver/mysql, a SQLite library: the error names the driver to
+// use), a nil Option or an invalid one is an error matching
+// sqlonce.ErrInvalidArgument. A database/sql driver it does not know (a
+// wrapper such as otelsql) is accepted, and checked by a probe at the
+// first call: every call then returns that error if it is not PostgreSQL.
+func New(db *sql.DB, opts ...Option) (*Driver, error) {
+	check, err := driver.CheckSQLDialect(db, driver.Postgres, "pgsqldriver", sqlonce.ErrInvalidArgument)
+	if err != nil {
+		return nil, err
+	}
 	var o options
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: pgsqldriver: option %d is nil", sqlonce.ErrInvalidArgument, i)
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
 		}
 	}
-	if o.schema != "" {
-		s, err := driver.NewSchema(driver.Postgres, o.schema)
-		if err != nil {
-			d.optErr = fmt.Errorf("%w: pgsqldriver: %v", sqlonce.ErrInvalidArgument, err)
-		}
-		d.e.schema = s
-	}
-	return d
+	return &Driver{e: engine{db: db, q: pgsqldb.New(), pq: isPQ(db), schema: o.schema}, check: check}, nil
 }
 
 // isPQ reports whether db's database/sql driver is lib/pq's, known by the
@@ -80,23 +92,11 @@ func isPQ(db *sql.DB) bool {
 	return pkg == "github.com/lib/pq" || strings.HasPrefix(pkg, "github.com/lib/pq/")
 }
 
-// checkDialect refuses a handle of another database: a *sql.DB of
-// go-sql-driver/mysql's or a SQLite driver's at New, and one of a driver it
-// does not know (a wrapper such as otelsql), or the transactions of a
-// driver built with nil, at the first call. Every call then returns an
-// error matching sqlonce.ErrInvalidArgument.
-func checkDialect(db *sql.DB) *driver.DialectCheck {
-	return driver.CheckSQLDialect(db, driver.Postgres, "pgsqldriver", sqlonce.ErrInvalidArgument)
-}
-
 // Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
 // that constructors can refuse one instead of panicking later.
 func (d *Driver) Engine() driver.Engine[*sql.Tx] {
 	if d == nil {
 		return nil
-	}
-	if d.optErr != nil {
-		return driver.Refused[*sql.Tx]{Err: d.optErr}
 	}
 	if d.check != nil {
 		return driver.Checked{Engine: d.e, Check: d.check, DB: d.e.db}

@@ -22,40 +22,42 @@ type Beginner interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Driver is the PostgreSQL driver. It holds no state of its own besides the
-// optional database handle, and is safe for concurrent use.
+// Driver is the PostgreSQL driver. It holds no state of its own besides
+// its database handle, and is safe for concurrent use.
 type Driver struct {
-	e      engine
-	optErr error // an invalid option: every call returns it
+	e engine
 }
 
 var _ sqlonce.Driver[pgx.Tx] = (*Driver)(nil)
 
-// New returns a driver. db is used only by operations that run their own
-// short transactions (dedupe leases and purge); pass nil when every call
-// runs inside a transaction of yours.
-func New(db Beginner, opts ...Option) *Driver {
-	d := &Driver{e: engine{db: db, q: pgdb.New()}}
+// New returns a driver on db, a *pgxpool.Pool or a *pgx.Conn: the handle
+// on which the calls that take no transaction of yours (Store.Run, leases,
+// RunSteps, Inspect, Forget, purge, token.Issue, inbox.Handle...) run
+// transactions, or autocommit statements, of their own; a call given your
+// pgx.Tx runs in it.
+//
+// A nil db (or a nil *pgxpool.Pool), a nil Option or an invalid one is an
+// error matching sqlonce.ErrInvalidArgument, naming the option.
+func New(db Beginner, opts ...Option) (*Driver, error) {
+	if db == nil || isNilPointer(db) {
+		return nil, fmt.Errorf("%w: pgxdriver: nil database handle", sqlonce.ErrInvalidArgument)
+	}
 	var o options
-	for _, opt := range opts {
-		if opt != nil {
-			opt(&o)
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("%w: pgxdriver: option %d is nil", sqlonce.ErrInvalidArgument, i)
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
 		}
 	}
-	if o.schema != "" {
-		s, err := driver.NewSchema(driver.Postgres, o.schema)
-		if err != nil {
-			d.optErr = fmt.Errorf("%w: pgxdriver: %v", sqlonce.ErrInvalidArgument, err)
-		}
-		d.e.schema = s
-	}
-	return d
+	return &Driver{e: engine{db: db, q: pgdb.New(), schema: o.schema}}, nil
 }
 
-// Option configures a Driver.
-type Option func(*options)
+// Option configures a Driver; New applies and validates it.
+type Option func(*options) error
 
-type options struct{ schema string }
+type options struct{ schema *driver.Schema }
 
 // WithSchema keeps sqlonce's tables in the named schema instead of the
 // one the connection's search_path finds: every statement of sqlonce's
@@ -64,19 +66,24 @@ type options struct{ schema string }
 // search_path, and two services sharing a database keep their keys apart.
 // Create the tables there with migrations.Up and migrations.WithSchema.
 // The name is an unquoted, lower-case identifier (a letter or _, then
-// letters, digits or _, at most 63 bytes); any other makes
-// every call of the driver return an error matching
-// sqlonce.ErrInvalidArgument. Without it nothing changes.
-func WithSchema(name string) Option { return func(o *options) { o.schema = name } }
+// letters, digits or _, at most 63 bytes); any other makes New return an
+// error matching sqlonce.ErrInvalidArgument.
+func WithSchema(name string) Option {
+	return func(o *options) error {
+		s, err := driver.NewSchema(driver.Postgres, name)
+		if err != nil {
+			return fmt.Errorf("%w: pgxdriver: WithSchema: %v", sqlonce.ErrInvalidArgument, err)
+		}
+		o.schema = s
+		return nil
+	}
+}
 
 // Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
 // that constructors can refuse one instead of panicking later.
 func (d *Driver) Engine() driver.Engine[pgx.Tx] {
 	if d == nil {
 		return nil
-	}
-	if d.optErr != nil {
-		return driver.Refused[pgx.Tx]{Err: d.optErr}
 	}
 	return d.e
 }

@@ -15,42 +15,35 @@ import (
 
 // Driver is the SQLite driver. It is safe for concurrent use.
 type Driver struct {
-	e     engine
-	check *driver.DialectCheck // nil: db is known to be SQLite's
+	e engine
 }
 
 var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 
-// New returns a driver. db is the handle on which the calls that take no
+// New returns a driver on db: the handle on which the calls that take no
 // transaction of yours (Store.Run, leases, RunSteps, purge, token.Issue,
-// inbox.Handle...) run transactions of their own; pass nil when every call
-// runs inside a transaction of yours. See the package documentation for
-// how db must be configured; sqlitedriver/modernc and sqlitedriver/mattn
-// open one that is.
+// inbox.Handle...) run transactions of their own. See the package
+// documentation for how db must be configured; sqlitedriver/modernc and
+// sqlitedriver/mattn open one that is.
 //
 // db must come from modernc.org/sqlite or github.com/mattn/go-sqlite3,
 // whose errors the driver recognises, directly or through a database/sql
 // driver that wraps one (a tracing wrapper): New returns an error
-// matching sqlonce.ErrInvalidArgument for any other. It tells the library
+// matching sqlonce.ErrInvalidArgument for a nil db and for any other,
+// naming the driver to use for a server database's. It tells the library
 // by db.Driver()'s type; a wrapper's db is asked for one error (a
 // statement that does not parse, sent once, with a 5 s timeout) and
-// accepted if that error is a supported library's. With a nil db, the
-// transactions' library cannot be checked; use one of those two.
+// accepted if that error is a supported library's.
 func New(db *sql.DB) (*Driver, error) {
-	d := &Driver{e: engine{db: db, q: sqlitedb.New()}}
 	if db == nil {
-		// The transactions' database is unknown: one probe at the first
-		// call tells SQLite from a server database, and every call then
-		// returns an error matching sqlonce.ErrInvalidArgument.
-		d.check = driver.CheckSQLDialect(nil, driver.SQLite, "sqlitedriver", sqlonce.ErrInvalidArgument)
-		return d, nil
+		return nil, fmt.Errorf("%w: sqlitedriver: nil *sql.DB", sqlonce.ErrInvalidArgument)
 	}
 	// checkLibrary accepts only a handle whose errors are a SQLite
 	// library's, so its transactions need no probe.
 	if err := checkLibrary(db); err != nil {
 		return nil, err
 	}
-	return d, nil
+	return &Driver{e: engine{db: db, q: sqlitedb.New()}}, nil
 }
 
 // Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
@@ -58,9 +51,6 @@ func New(db *sql.DB) (*Driver, error) {
 func (d *Driver) Engine() driver.Engine[*sql.Tx] {
 	if d == nil {
 		return nil
-	}
-	if d.check != nil {
-		return driver.Checked{Engine: d.e, Check: d.check, DB: d.e.db}
 	}
 	return d.e
 }

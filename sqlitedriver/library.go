@@ -47,7 +47,8 @@ func checkLibrary(db *sql.DB) error {
 			why = fmt.Sprintf("its error for a statement that does not parse is %T (%v)", err, err)
 		}
 	} else if dialect != driver.SQLite {
-		why = "it speaks " + driver.DialectName(dialect)
+		// Another database's handle: the error names the driver to use.
+		return driver.WrongHandle(db, driver.SQLite, "sqlitedriver", sqlonce.ErrInvalidArgument)
 	}
 	return fmt.Errorf("%w: sqlitedriver: the *sql.DB's database/sql driver is %T, from %s, and %s: sqlonce recognises the errors of %s and %s only (ncruces/go-sqlite3 is not supported)",
 		sqlonce.ErrInvalidArgument, db.Driver(), pkg, why, pkgModernc, pkgMattn)

@@ -11,13 +11,13 @@ import (
 )
 
 // DialectCheck decides whether the database behind a driver built on
-// database/sql speaks the driver's dialect. A handle whose database/sql
-// driver is known (SQLDialect) is judged at New; an unknown one (a
-// wrapper such as otelsql), or a driver built without a handle, once, at
-// the first call, by a probe on that call's transaction or handle. A
-// mismatch is an error matching sqlonce.ErrInvalidArgument from every
-// call, before any of sqlonce's statements runs: never a syntax error, and
-// never a unique violation of one database misread by another's rules.
+// database/sql speaks the driver's dialect, when the handle's database/sql
+// driver is one SQLDialect does not know (a wrapper such as otelsql):
+// once, at the first call, by a probe on that call's transaction or
+// handle. (A known one is judged at New: CheckSQLDialect.) A mismatch is
+// an error matching sqlonce.ErrInvalidArgument from every call, before any
+// of sqlonce's statements runs: never a syntax error, and never a unique
+// violation of one database misread by another's rules.
 type DialectCheck struct {
 	want    string // the driver's dialect
 	name    string // the driver's package, for messages
@@ -28,25 +28,23 @@ type DialectCheck struct {
 	err  error // set before done
 }
 
-// CheckSQLDialect returns the check for a driver named name (its package)
-// of dialect want, built on db; its errors wrap invalid
-// (sqlonce.ErrInvalidArgument). It returns nil when db's database/sql
-// driver is known to speak want: nothing left to check.
-func CheckSQLDialect(db *sql.DB, want, name string, invalid error) *DialectCheck {
-	c := &DialectCheck{want: want, name: name, invalid: invalid}
+// CheckSQLDialect checks db for a driver named name (its package) of
+// dialect want, at the driver's New: a nil db, or one whose database/sql
+// driver is known to speak another dialect, is an error wrapping invalid
+// (sqlonce.ErrInvalidArgument) that names what to use instead (see
+// WrongHandle). For a db of a driver it does not know it returns the
+// check its calls make first; nil when db is known to speak want.
+func CheckSQLDialect(db *sql.DB, want, name string, invalid error) (*DialectCheck, error) {
 	if db == nil {
-		return c
+		return nil, fmt.Errorf("%w: %s: nil *sql.DB", invalid, name)
 	}
-	got, pkg := SQLDialect(db)
-	switch got {
-	case want:
-		return nil
-	case "":
-		return c
+	if err := WrongHandle(db, want, name, invalid); err != nil {
+		return nil, err
 	}
-	c.err = fmt.Errorf("%w: %s was given a *sql.DB of %s (%s), not %s", c.invalid, name, DialectName(got), pkg, DialectName(want))
-	c.done.Store(true)
-	return c
+	if got, _ := SQLDialect(db); got == want {
+		return nil, nil
+	}
+	return &DialectCheck{want: want, name: name, invalid: invalid}, nil
 }
 
 // querier is a *sql.Tx or a *sql.DB.
@@ -74,7 +72,7 @@ func (c *DialectCheck) Err(ctx context.Context, q querier) error {
 		return nil
 	}
 	if got != "" && got != c.want {
-		c.err = fmt.Errorf("%w: %s was given a transaction of %s, not %s", c.invalid, c.name, DialectName(got), DialectName(c.want))
+		c.err = fmt.Errorf("%w: %s was given a transaction of %s, not %s; use %s", c.invalid, c.name, DialectName(got), DialectName(c.want), DriverFor(got))
 	}
 	c.done.Store(true)
 	return c.err

@@ -2,6 +2,7 @@ package driver
 
 import (
 	"database/sql"
+	"fmt"
 	"reflect"
 	"strings"
 )
@@ -53,6 +54,37 @@ func SQLDialect(db *sql.DB) (dialect, pkg string) {
 		}
 	}
 	return "", pkg
+}
+
+// sqlonceDrivers names, per dialect, the sqlonce driver a message
+// suggests for a handle of that database.
+var sqlonceDrivers = map[string]string{
+	Postgres: "pgsqldriver (or pgxdriver with a pgx pool)",
+	MySQL:    "mysqldriver",
+	SQLite:   "sqlitedriver",
+}
+
+// DriverFor names the sqlonce driver for dialect, as a message suggests
+// it ("mysqldriver"); "" for a dialect it does not know.
+func DriverFor(dialect string) string { return sqlonceDrivers[dialect] }
+
+// WrongHandle returns the error for a handle of another database given to
+// the driver named name (its package) of dialect want: db's database/sql
+// driver is known (SQLDialect) and speaks another dialect. It names the
+// handle's library and the sqlonce driver to use, and wraps invalid
+// (sqlonce.ErrInvalidArgument, which this package cannot import). It is
+// nil when db's library speaks want or is unknown (a wrapper such as
+// otelsql), and for a nil db.
+func WrongHandle(db *sql.DB, want, name string, invalid error) error {
+	if db == nil {
+		return nil
+	}
+	got, pkg := SQLDialect(db)
+	if got == "" || got == want {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: given a *sql.DB of %s (%s), not %s; use %s",
+		invalid, name, DialectName(got), pkg, DialectName(want), DriverFor(got))
 }
 
 // DialectName is dialect as a message names it ("PostgreSQL").

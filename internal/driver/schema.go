@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"time"
 )
 
 // Schema qualifies sqlonce's statements with the schema (PostgreSQL) or
@@ -107,72 +106,6 @@ func (q sqlQualified) QueryRowContext(ctx context.Context, query string, args ..
 func (q sqlQualified) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
 	return q.db.PrepareContext(ctx, q.s.Qualify(query))
 }
-
-// Refused is the engine of a driver built with an invalid option: every
-// call returns Err, before any SQL.
-type Refused[TTx any] struct{ Err error }
-
-func (r Refused[TTx]) Guard(context.Context, TTx, bool, func(ctx context.Context) error) error {
-	return r.Err
-}
-func (r Refused[TTx]) IsDuplicate(error, string) bool { return false }
-func (r Refused[TTx]) Claim(context.Context, TTx, ClaimParams) (Claim, error) {
-	return Claim{}, r.Err
-}
-func (r Refused[TTx]) SetResponse(context.Context, TTx, Key, int64, []byte) error { return r.Err }
-func (r Refused[TTx]) Unclaim(context.Context, TTx, Key, int64) error             { return r.Err }
-func (r Refused[TTx]) Complete(context.Context, TTx, Key, int64, []byte, time.Duration, time.Time) (bool, error) {
-	return false, r.Err
-}
-func (r Refused[TTx]) Release(context.Context, TTx, Key, int64, time.Time) (bool, error) {
-	return false, r.Err
-}
-func (r Refused[TTx]) Extend(context.Context, TTx, Key, int64, time.Duration, time.Time) (bool, error) {
-	return false, r.Err
-}
-func (r Refused[TTx]) Purge(context.Context, TTx, int, time.Time) (int64, error) { return 0, r.Err }
-func (r Refused[TTx]) Inspect(context.Context, TTx, Key, time.Time) (KeyInfo, bool, error) {
-	return KeyInfo{}, false, r.Err
-}
-func (r Refused[TTx]) Forget(context.Context, TTx, Key, bool, time.Time) (bool, error) {
-	return false, r.Err
-}
-func (r Refused[TTx]) InTx(context.Context, func(ctx context.Context, tx TTx) error) error {
-	return r.Err
-}
-func (r Refused[TTx]) TokenInsert(context.Context, TTx, []byte, string, time.Duration, time.Time) error {
-	return r.Err
-}
-func (r Refused[TTx]) TokenConsume(context.Context, TTx, []byte, string, time.Time) (TokenConsumed, error) {
-	return TokenConsumed{}, r.Err
-}
-func (r Refused[TTx]) TokenGet(context.Context, TTx, []byte, time.Time) (TokenState, bool, error) {
-	return TokenState{}, false, r.Err
-}
-func (r Refused[TTx]) TokenPurge(context.Context, TTx, int, time.Time) (int64, error) {
-	return 0, r.Err
-}
-
-func (r Refused[TTx]) StepGet(context.Context, TTx, Key, time.Time) (StepRow, bool, error) {
-	return StepRow{}, false, r.Err
-}
-func (r Refused[TTx]) StepStart(context.Context, TTx, Key, []byte, []byte, time.Duration, time.Duration, time.Time) (int64, bool, error) {
-	return 0, false, r.Err
-}
-func (r Refused[TTx]) StepRestart(context.Context, TTx, Key, int64, []byte, []byte, []byte, time.Duration, time.Duration, time.Time) (bool, error) {
-	return false, r.Err
-}
-func (r Refused[TTx]) StepResume(context.Context, TTx, Key, int64, []byte, []byte, time.Duration, time.Time) (bool, error) {
-	return false, r.Err
-}
-func (r Refused[TTx]) StepSave(context.Context, TTx, Key, int64, []byte, time.Duration, time.Time) (bool, error) {
-	return false, r.Err
-}
-func (r Refused[TTx]) StepStuck(context.Context, TTx, Namespace, int, time.Time) ([]Key, error) {
-	return nil, r.Err
-}
-
-var _ Engine[int] = Refused[int]{}
 
 // NewMySQLTarget returns a Schema that qualifies sqlonce's tables with a
 // name used as written, quoted with backquotes: a Vitess target
