@@ -149,7 +149,9 @@ func (o EventOutcome) String() string {
 // returned Driver (dedupe, unique, token, inbox, httpidem) reports each of
 // its operations to obs. Attach it once, where the driver is made:
 //
-//	drv := sqlonce.Observe(pgxdriver.New(pool), sqlonce.SlogObserver(logger))
+//	pg, err := pgxdriver.New(pool)
+//	...
+//	drv := sqlonce.Observe(pg, sqlonce.SlogObserver(logger))
 //
 // A nil obs returns d itself. optimistic and statemachine take no driver:
 // they report to the Observer that ContextWithObserver put in their ctx.

@@ -8,7 +8,9 @@
 // can neither lose a request (the marker was written, the work was not) nor
 // run it twice (the work was written, the marker was not):
 //
-//	store, err := dedupe.New(pgxdriver.New(pool))
+//	drv, err := pgxdriver.New(pool)
+//	...
+//	store, err := dedupe.New(drv)
 //	...
 //	tx, err := pool.Begin(ctx)
 //	defer tx.Rollback(ctx)

@@ -4,7 +4,9 @@
 // once. It shares sqlonce's transport-neutral core with httpidem, and is a
 // module of its own so that only its importers depend on grpc-go.
 //
-//	i, err := grpcidem.New(pgxdriver.New(pool), func(ctx context.Context) string {
+//	drv, err := pgxdriver.New(pool)
+//	...
+//	i, err := grpcidem.New(drv, func(ctx context.Context) string {
 //		return callerID(ctx) // the authenticated caller
 //	})
 //	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(i.Unary()))

@@ -16,7 +16,16 @@ import (
 // WithMetadataKey takes a metadata key for a text value; anything else is
 // refused by New, with an error naming the option. No SQL runs.
 func TestMetadataKeyValidated(t *testing.T) {
-	drv := pgxdriver.New((*pgxpool.Pool)(nil))
+	// A pool that has not connected: New needs a handle, and no SQL runs.
+	pool, err := pgxpool.New(context.Background(), "postgres://sqlonce@127.0.0.1:1/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	drv, err := pgxdriver.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
 	principal := func(context.Context) string { return "p" }
 	for _, name := range []string{"", "x idempotency-key", "key:", "idempotency-key-bin", "grpc-idempotency-key", "schlüssel"} {
 		_, err := grpcidem.New(drv, principal, grpcidem.WithMetadataKey(name))
@@ -25,8 +34,8 @@ func TestMetadataKeyValidated(t *testing.T) {
 		}
 	}
 	for _, name := range []string{"x-idempotency-key", "X-Idempotency-Key", "request_id.v2"} {
-		if _, err := grpcidem.New(drv, principal, grpcidem.WithMetadataKey(name)); !errors.Is(err, sqlonce.ErrNoDB) {
-			t.Errorf("%q: %v, want only ErrNoDB (no handle)", name, err)
+		if _, err := grpcidem.New(drv, principal, grpcidem.WithMetadataKey(name)); err != nil {
+			t.Errorf("%q: %v, want it accepted", name, err)
 		}
 	}
 }

@@ -4,7 +4,9 @@
 // byte for byte, and the work is done once. Keys, fingerprints and
 // recorded responses live in the database, in sqlonce's dedupe table.
 //
-//	m, err := httpidem.New(pgxdriver.New(pool), func(r *http.Request) string {
+//	drv, err := pgxdriver.New(pool)
+//	...
+//	m, err := httpidem.New(drv, func(r *http.Request) string {
 //		return userID(r) // the authenticated caller
 //	})
 //	...

@@ -23,8 +23,14 @@ import (
 // transactions, takes one. No SQL runs: the check needs no server.
 func TestNewRefusesADriverWithoutAHandle(t *testing.T) {
 	principal := func(*http.Request) string { return "p" }
-	pg := pgxdriver.New((*pgxpool.Pool)(nil))
-	my := mysqldriver.New((*sql.DB)(nil))
+	// New refuses a nil handle, so only a zero Driver has none.
+	if _, err := pgxdriver.New((*pgxpool.Pool)(nil)); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+		t.Fatalf("pgxdriver.New(nil pool): %v, want ErrInvalidArgument", err)
+	}
+	if _, err := mysqldriver.New(nil); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+		t.Fatalf("mysqldriver.New(nil): %v, want ErrInvalidArgument", err)
+	}
+	pg, my := new(pgxdriver.Driver), new(mysqldriver.Driver)
 	for name, err := range map[string]error{
 		"pgx New":         func() error { _, err := httpidem.New(pg, principal); return err }(),
 		"pgx NewLeased":   func() error { _, err := httpidem.NewLeased(pg, principal, time.Second); return err }(),

@@ -10,7 +10,9 @@
 // table, in a namespace of the inbox's own: no dedupe Store call can find
 // or claim a message id), and the consumer acks only after that transaction committed:
 //
-//	in, err := inbox.New(pgxdriver.New(pool), "ledger-writer")
+//	drv, err := pgxdriver.New(pool)
+//	...
+//	in, err := inbox.New(drv, "ledger-writer")
 //	...
 //	for msg := range deliveries {
 //		_, err := in.Handle(ctx, msg.ID, func(ctx context.Context, tx pgx.Tx) error {

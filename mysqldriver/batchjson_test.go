@@ -60,7 +60,11 @@ func TestClaimBatchShapes(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer db.Close()
-				e := New(db).e
+				d, err := New(db)
+				if err != nil {
+					t.Fatal(err)
+				}
+				e := d.e
 				e.batch = &batchShape{}
 				e.batch.first.Store(shape)
 				scope := fmt.Sprintf("s%d-%v", shape, found)

@@ -25,7 +25,11 @@ func ExampleWithDatabase() {
 	if err := migrations.Up(ctx, db, migrations.MySQL, migrations.WithSchema("example_billing")); err != nil {
 		panic(err)
 	}
-	store, err := dedupe.New(mysqldriver.New(db, mysqldriver.WithDatabase("example_billing")))
+	drv, err := mysqldriver.New(db, mysqldriver.WithDatabase("example_billing"))
+	if err != nil {
+		panic(err)
+	}
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}

@@ -20,7 +20,11 @@ func ExampleNew() {
 	db := mariadb("mysqldriver")
 	defer db.Close()
 
-	store, err := dedupe.New(mysqldriver.New(db))
+	drv, err := mysqldriver.New(db)
+	if err != nil {
+		panic(err)
+	}
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}

@@ -23,7 +23,11 @@ func ExampleIsCrossShard() {
 		panic(err)
 	}
 	defer db.Close()
-	store, err := dedupe.New(mysqldriver.New(db))
+	drv, err := mysqldriver.New(db)
+	if err != nil {
+		panic(err)
+	}
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}

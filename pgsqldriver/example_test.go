@@ -48,7 +48,11 @@ func ExampleNew() {
 		panic(err)
 	}
 
-	store, err := dedupe.New(pgsqldriver.New(db))
+	drv, err := pgsqldriver.New(db)
+	if err != nil {
+		panic(err)
+	}
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}
@@ -93,7 +97,11 @@ func ExampleWithSchema() {
 	if err := migrations.Up(ctx, db, migrations.Postgres, migrations.WithSchema("example_pgsqldriver_billing")); err != nil {
 		panic(err)
 	}
-	store, err := dedupe.New(pgsqldriver.New(db, pgsqldriver.WithSchema("example_pgsqldriver_billing")))
+	drv, err := pgsqldriver.New(db, pgsqldriver.WithSchema("example_pgsqldriver_billing"))
+	if err != nil {
+		panic(err)
+	}
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}

@@ -32,7 +32,11 @@ func ExampleWithSchema() {
 		panic(err)
 	}
 
-	store, err := dedupe.New(pgxdriver.New(pool, pgxdriver.WithSchema("example_billing")))
+	drv, err := pgxdriver.New(pool, pgxdriver.WithSchema("example_billing"))
+	if err != nil {
+		panic(err)
+	}
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}

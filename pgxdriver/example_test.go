@@ -21,7 +21,11 @@ func ExampleNew() {
 	pool := postgres("pgxdriver")
 	defer pool.Close()
 
-	store, err := dedupe.New(pgxdriver.New(pool))
+	drv, err := pgxdriver.New(pool)
+	if err != nil {
+		panic(err)
+	}
+	store, err := dedupe.New(drv)
 	if err != nil {
 		panic(err)
 	}

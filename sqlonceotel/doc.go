@@ -8,7 +8,9 @@
 // reports:
 //
 //	obs, err := sqlonceotel.New(sqlonceotel.WithDBSystem("postgresql"))
-//	drv := sqlonce.Observe(pgxdriver.New(pool), obs)
+//	pg, err := pgxdriver.New(pool)
+//	...
+//	drv := sqlonce.Observe(pg, obs)
 //	store, err := dedupe.New(drv)
 //
 // For optimistic and statemachine, which take no driver, put it in the

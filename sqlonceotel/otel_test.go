@@ -79,8 +79,12 @@ func TestPostgres(t *testing.T) {
 		_, err := tx.Exec(ctx, "INSERT INTO ledger (ref, amount) VALUES ($1, 1)", ref)
 		return err
 	}
-	run(t, "postgresql", pgxdriver.New(pool), countRows, work)
-	runHTTP(t, "postgresql", pgxdriver.New(pool), work)
+	drv, err := pgxdriver.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "postgresql", drv, countRows, work)
+	runHTTP(t, "postgresql", drv, work)
 }
 
 func TestMariaDB(t *testing.T) {
@@ -94,7 +98,11 @@ func TestMariaDB(t *testing.T) {
 	})
 	db := exampledb.MySQL("sqlonceotel")
 	defer db.Close()
-	runSQL(t, "mariadb", mysqldriver.New(db), db)
+	drv, err := mysqldriver.New(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runSQL(t, "mariadb", drv, db)
 }
 
 func TestSQLite(t *testing.T) {

@@ -7,7 +7,9 @@
 // consume the token runs the work; every other one, concurrent or later,
 // is recognised and turned away.
 //
-//	s, err := token.New(pgxdriver.New(pool))
+//	drv, err := pgxdriver.New(pool)
+//	...
+//	s, err := token.New(drv)
 //	...
 //	tok, err := s.Issue(ctx, "checkout:"+sessionID) // into the form
 //	...

@@ -22,7 +22,9 @@
 // InsertOne and Insert both take a savepoint there; prefer Inserted.
 // Savepoint costs and constraint names per database: docs/drivers.md.
 //
-//	ins, err := unique.New(mysqldriver.New(db))
+//	drv, err := mysqldriver.New(db)
+//	...
+//	ins, err := unique.New(drv)
 //	res, err := ins.InsertOne(ctx, tx, "orders_code_key", func(ctx context.Context) error {
 //		_, err := q.CreateOrder(ctx, arg) // sqlc: INSERT INTO orders ...
 //		return err

@@ -179,12 +179,17 @@ func openPostgres(ctx context.Context, dsn string) (opened, error) {
 		pool.Close()
 		return nil, fmt.Errorf("cannot reach PostgreSQL at %s:%d: %v", cfg.ConnConfig.Host, cfg.ConnConfig.Port, connCause(err))
 	}
+	drv, err := pgxdriver.New(pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	db := stdlib.OpenDBFromPool(pool)
 	return &backend[pgx.Tx]{
 		dialect: migrations.Postgres,
 		label:   fmt.Sprintf("PostgreSQL at %s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database),
 		db:      db,
-		driver:  pgxdriver.New(pool),
+		driver:  drv,
 		begin: func(ctx context.Context) (pgx.Tx, error) {
 			return pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 		},
@@ -227,7 +232,12 @@ func openMySQL(ctx context.Context, dsn string) (opened, error) {
 		db.Close()
 		return nil, errors.New("the MySQL DSN names no database: user@tcp(host:3306)/db")
 	}
-	return sqlBackend(migrations.MySQL, fmt.Sprintf("MySQL/MariaDB at %s/%s", cfg.Addr, cfg.DBName), db, mysqldriver.New(db),
+	drv, err := mysqldriver.New(db)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return sqlBackend(migrations.MySQL, fmt.Sprintf("MySQL/MariaDB at %s/%s", cfg.Addr, cfg.DBName), db, drv,
 		&sql.TxOptions{Isolation: sql.LevelReadCommitted}), nil
 }
 
