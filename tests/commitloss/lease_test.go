@@ -13,9 +13,9 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/tests/internal/faultproxy"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // TestPostgresLeaseComplete: on PostgreSQL a lease's Complete is one
@@ -43,11 +43,11 @@ func TestPostgresLeaseComplete(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer pool.Close()
-			proxied, err := dedupe.New(pgxdriver.New(pool))
+			proxied, err := dedupe.New(testdrv.Pgx(t, pool))
 			if err != nil {
 				t.Fatal(err)
 			}
-			direct, err := dedupe.New(pgxdriver.New(db.Pool))
+			direct, err := dedupe.New(testdrv.Pgx(t, db.Pool))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -13,10 +13,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/sqlonce/sqlonce"
-	"github.com/sqlonce/sqlonce/mysqldriver"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/tests/internal/faultproxy"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // ledger is a database of the test's own with a ledger_cl table, reached
@@ -62,7 +61,7 @@ func postgresLedger(t *testing.T, ctx context.Context) *ledger[pgx.Tx] {
 	}
 	t.Cleanup(pool.Close)
 	return &ledger[pgx.Tx]{
-		proxied: pgxdriver.New(pool), direct: pgxdriver.New(db.Pool), proxy: p,
+		proxied: testdrv.Pgx(t, pool), direct: testdrv.Pgx(t, db.Pool), proxy: p,
 		insert: func(ctx context.Context, tx pgx.Tx, ref string) error {
 			_, err := tx.Exec(ctx, "INSERT INTO ledger_cl (ref, amount) VALUES ($1, 1)", ref)
 			return err
@@ -96,7 +95,7 @@ func mysqlLedger(t *testing.T, ctx context.Context) *ledger[*sql.Tx] {
 	}
 	t.Cleanup(func() { proxied.Close() })
 	return &ledger[*sql.Tx]{
-		proxied: mysqldriver.New(proxied), direct: mysqldriver.New(db.DB), proxy: p,
+		proxied: testdrv.MySQL(t, proxied), direct: testdrv.MySQL(t, db.DB), proxy: p,
 		insert: func(ctx context.Context, tx *sql.Tx, ref string) error {
 			_, err := tx.ExecContext(ctx, "INSERT INTO ledger_cl (ref, amount) VALUES (?, 1)", ref)
 			return err

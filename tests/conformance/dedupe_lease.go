@@ -20,30 +20,32 @@ import (
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 )
 
-// handleless returns drivers of d's kind built without a database handle:
-// a nil one and, where the handle is an interface, a typed nil pointer.
-func handleless[TTx any](t testing.TB, d sqlonce.Driver[TTx]) map[string]sqlonce.Driver[TTx] {
+// wantNilHandleRefused fails t unless New of d's kind refuses a nil
+// database handle (and, where the handle is an interface, a typed nil
+// pointer) with an error matching sqlonce.ErrInvalidArgument.
+func wantNilHandleRefused[TTx any](t testing.TB, d sqlonce.Driver[TTx]) {
 	t.Helper()
-	var nd map[string]any
+	var errs map[string]error
 	switch any(d).(type) {
 	case *pgxdriver.Driver:
-		nd = map[string]any{"nil": pgxdriver.New(nil), "nil *pgxpool.Pool": pgxdriver.New((*pgxpool.Pool)(nil))}
+		_, errNil := pgxdriver.New(nil)
+		_, errTyped := pgxdriver.New((*pgxpool.Pool)(nil))
+		errs = map[string]error{"nil": errNil, "nil *pgxpool.Pool": errTyped}
 	case *pgsqldriver.Driver:
-		nd = map[string]any{"nil": pgsqldriver.New(nil)}
+		_, err := pgsqldriver.New(nil)
+		errs = map[string]error{"nil": err}
 	case *mysqldriver.Driver:
-		nd = map[string]any{"nil": mysqldriver.New(nil)}
+		_, err := mysqldriver.New(nil)
+		errs = map[string]error{"nil": err}
 	case *sqlitedriver.Driver:
-		d, err := sqlitedriver.New(nil)
-		must(t, err)
-		nd = map[string]any{"nil": d}
+		_, err := sqlitedriver.New(nil)
+		errs = map[string]error{"nil": err}
 	default:
 		t.Fatalf("unknown driver %T", d)
 	}
-	out := make(map[string]sqlonce.Driver[TTx], len(nd))
-	for name, d := range nd {
-		out[name] = d.(sqlonce.Driver[TTx])
+	for name, err := range errs {
+		wantErr(t, "New("+name+")", err, sqlonce.ErrInvalidArgument)
 	}
-	return out
 }
 
 // wantLease fails t unless a claim won with a lease for req.
@@ -569,37 +571,8 @@ func runDedupeLease[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		wantOutcome(t, "claim after completion at the limit", res, err, sqlonce.AlreadyDone, ptr("12345678"))
 	})
 
-	t.Run("NoDB", func(t *testing.T) {
-		ctx := ctxT(t)
-		db := f(t, 0)
-		for name, d := range handleless(t, db.Driver()) {
-			s, err := dedupe.New(d)
-			must(t, err)
-			req := dedupe.Request{Scope: "lease", Key: "no-db " + name}
-			_, _, err = s.Claim(ctx, req, time.Minute)
-			wantErr(t, name+": Claim", err, sqlonce.ErrNoDB)
-			l := &dedupe.Lease{Scope: req.Scope, Key: req.Key, Token: 1}
-			wantErr(t, name+": Complete", s.Complete(ctx, l, nil), sqlonce.ErrNoDB)
-			wantErr(t, name+": Release", s.Release(ctx, l), sqlonce.ErrNoDB)
-			wantErr(t, name+": Extend", s.Extend(ctx, l, time.Minute), sqlonce.ErrNoDB)
-			_, err = s.Purge(ctx, 0)
-			wantErr(t, name+": Purge", err, sqlonce.ErrNoDB)
-			if n := keyCount(t, ctx, db); n != 0 {
-				t.Fatalf("%s: %d keys", name, n)
-			}
-
-			// The Tx forms need no handle: they run in the caller's
-			// transaction.
-			must(t, harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
-				l, res, err := s.ClaimTx(ctx, tx, req, time.Minute)
-				wantLease(t, name+": ClaimTx", req, l, res, err)
-				return s.CompleteTx(ctx, tx, l, []byte("ok"))
-			}))
-			if row := keyRow(t, ctx, db, req.Scope, req.Key); row.State != 1 || string(row.Response) != "ok" {
-				t.Fatalf("%s: row %+v", name, row)
-			}
-			must(t, db.Exec(ctx, "DELETE FROM sqlonce_keys"))
-		}
+	t.Run("NilHandle", func(t *testing.T) {
+		wantNilHandleRefused(t, f(t, 0).Driver())
 	})
 }
 

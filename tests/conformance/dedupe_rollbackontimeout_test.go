@@ -10,8 +10,8 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/migrations"
-	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/bizdb"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // TestMariaDBRollbackOnTimeoutInFn: with innodb_rollback_on_timeout=ON a
@@ -28,7 +28,7 @@ func TestMariaDBRollbackOnTimeoutInFn(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	must(t, migrations.Up(ctx, db, migrations.MySQL))
 	must(t, bizdb.Migrate(ctx, db, "mysql"))
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(testdrv.MySQL(t, db))
 	must(t, err)
 	req := dedupe.Request{Scope: "rot", Key: "k"}
 	_, err = db.ExecContext(ctx, "INSERT INTO orders (code) VALUES ('R-1')")

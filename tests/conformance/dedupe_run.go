@@ -26,6 +26,7 @@ import (
 	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // Why a Run case cannot run on SQLite.
@@ -147,7 +148,7 @@ func ownHandle[TTx any](t testing.TB, db harness.DB[TTx], maxConns int) (sqlonce
 	switch {
 	case db.Dialect() == "postgres" && !overSQL:
 		pool := pgPool(t, db, int32(maxConns))
-		d, inUse = pgxdriver.New(pool), func() int { return int(pool.Stat().AcquiredConns()) }
+		d, inUse = testdrv.Pgx(t, pool), func() int { return int(pool.Stat().AcquiredConns()) }
 	case db.Dialect() == "postgres", db.Dialect() == "mysql", db.Dialect() == "sqlite":
 		name := "mysql"
 		switch {
@@ -163,9 +164,9 @@ func ownHandle[TTx any](t testing.TB, db harness.DB[TTx], maxConns int) (sqlonce
 		t.Cleanup(func() { h.Close() })
 		switch db.Dialect() {
 		case "postgres":
-			d = pgsqldriver.New(h)
+			d = testdrv.PgSQL(t, h)
 		case "mysql":
-			d = mysqldriver.New(h)
+			d = testdrv.MySQL(t, h)
 		default:
 			d, err = sqlitedriver.New(h)
 			must(t, err)
@@ -362,7 +363,6 @@ func drCases[TTx any]() []drCase[TTx] {
 		{"FnPanics", drFnPanics[TTx]},
 		{"TooLarge", drTooLarge[TTx]},
 		{"InvalidArguments", drInvalidArguments[TTx]},
-		{"NoDB", drNoDB[TTx]},
 		{"FnEndsTx", drFnEndsTx[TTx]},
 		{"RetriesDeadlock", drRetriesDeadlock[TTx]},
 		{"NoWait", func(t *testing.T, e drEnv[TTx]) { drBoundedWait(t, e, dedupe.WithNoWait(), 0) }},
@@ -1167,11 +1167,6 @@ func drInvalidArguments[TTx any](t *testing.T, e drEnv[TTx]) {
 	ctx := ctxT(t)
 	db := e.f(t, 0)
 	stores := map[string]*dedupe.Store[TTx]{"with a handle": e.newStore(t, db.Driver())}
-	// Without a handle the checks still come first: no SQL runs, and
-	// the error is the argument's, not ErrNoDB.
-	for name, d := range handleless(t, db.Driver()) {
-		stores["driver "+name] = e.newStore(t, d)
-	}
 	long := strings.Repeat("k", sqlonce.MaxKeyLen+1)
 	for sname, s := range stores {
 		var calls atomic.Int64
@@ -1226,30 +1221,6 @@ func drInvalidArguments[TTx any](t *testing.T, e drEnv[TTx]) {
 	}
 	if n := ledgerRows(t, ctx, db, "k"); n != 0 {
 		t.Fatalf("ledger rows: %d, want 0", n)
-	}
-}
-
-func drNoDB[TTx any](t *testing.T, e drEnv[TTx]) {
-	ctx := ctxT(t)
-	db := e.f(t, 0)
-	for name, d := range handleless(t, db.Driver()) {
-		s := e.newStore(t, d)
-		req := dedupe.Request{Scope: "run-nodb", Key: name}
-		var never atomic.Int64
-		res, err := s.Run(ctx, req, drNever[TTx](&never))
-		wantErr(t, name+": Run", err, sqlonce.ErrNoDB)
-		if res.Outcome != 0 {
-			t.Fatalf("%s: got %v with ErrNoDB", name, res.Outcome)
-		}
-		_, _, err = dedupe.RunJSON(ctx, s, req, func(context.Context, TTx) (int, error) {
-			never.Add(1)
-			return 0, nil
-		})
-		wantErr(t, name+": RunJSON", err, sqlonce.ErrNoDB)
-		wantNoCalls(t, name, &never)
-	}
-	if n := keyCount(t, ctx, db); n != 0 {
-		t.Fatalf("%d keys, want 0", n)
 	}
 }
 
@@ -1597,8 +1568,8 @@ func drOtherBeginner[TTx any](t *testing.T, e drEnv[TTx]) {
 		driver  *pgxdriver.Driver
 		claimed int64
 	}{
-		{"wrapped pool", pgxdriver.New(beginOnly{pool}), 1},
-		{"pool", pgxdriver.New(pool), 0},
+		{"wrapped pool", testdrv.Pgx(t, beginOnly{pool}), 1},
+		{"pool", testdrv.Pgx(t, pool), 0},
 	} {
 		s, err := dedupe.New[pgx.Tx](c.driver)
 		must(t, err)
@@ -1613,7 +1584,7 @@ func drOtherBeginner[TTx any](t *testing.T, e drEnv[TTx]) {
 		wantOutcome(t, c.name, res, err, sqlonce.FirstRun, ptr("ok"))
 	}
 
-	s, err := dedupe.New[pgx.Tx](pgxdriver.New(beginOnly{pool}))
+	s, err := dedupe.New[pgx.Tx](testdrv.Pgx(t, beginOnly{pool}))
 	must(t, err)
 	for round := range 3 {
 		req := dedupe.Request{Scope: "run-beginner", Key: fmt.Sprintf("race-%d", round)}

@@ -12,11 +12,12 @@ import (
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // The MySQL driver runs its statements prepared on its own *sql.DB. A
-// transaction from that handle, from another handle to the same database,
-// or a driver with no handle at all must give the same results.
+// transaction from that handle or from another handle to the same
+// database must give the same results.
 func TestMySQLDriverHandles(t *testing.T) {
 	db := harness.MySQL(t, 8)
 	other, err := sql.Open("mysql", db.DSN())
@@ -24,8 +25,7 @@ func TestMySQLDriverHandles(t *testing.T) {
 	t.Cleanup(func() { other.Close() })
 	for name, drv := range map[string]*mysqldriver.Driver{
 		"same handle":    db.Driver().(*mysqldriver.Driver),
-		"another handle": mysqldriver.New(other),
-		"no handle":      mysqldriver.New(nil),
+		"another handle": testdrv.MySQL(t, other),
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := ctxT(t)
@@ -73,7 +73,7 @@ func TestMySQLPreparePoolSaturated(t *testing.T) {
 	must(t, err)
 	t.Cleanup(func() { pool.Close() })
 	pool.SetMaxOpenConns(conns)
-	store, err := dedupe.New(mysqldriver.New(pool))
+	store, err := dedupe.New(testdrv.MySQL(t, pool))
 	must(t, err)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

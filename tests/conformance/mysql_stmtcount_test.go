@@ -10,7 +10,7 @@ import (
 
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/migrations"
-	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // TestMySQLDriversSharePreparedStatements builds 200 drivers on one *sql.DB
@@ -53,7 +53,7 @@ func TestMySQLDriversSharePreparedStatements(t *testing.T) {
 	do := func(drivers int, prefix string) {
 		t.Helper()
 		for i := range drivers {
-			s, err := dedupe.New(mysqldriver.New(db))
+			s, err := dedupe.New(testdrv.MySQL(t, db))
 			must(t, err)
 			tx, err := db.BeginTx(ctx, nil)
 			must(t, err)

@@ -16,10 +16,10 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/migrations"
-	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/bizdb"
 	"github.com/sqlonce/sqlonce/tests/internal/ports"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // TestMariaDBRollbackOnTimeout covers a server setting the shared suite
@@ -37,7 +37,7 @@ func TestMariaDBRollbackOnTimeout(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	must(t, migrations.Up(ctx, db, migrations.MySQL))
 	must(t, bizdb.Migrate(ctx, db, "mysql"))
-	s, err := dedupe.New(mysqldriver.New(db), dedupe.WithNoWait())
+	s, err := dedupe.New(testdrv.MySQL(t, db), dedupe.WithNoWait())
 	must(t, err)
 	req := dedupe.Request{Scope: "rot", Key: "k"}
 	insert := func(tx *sql.Tx, ref string) error {

@@ -9,8 +9,8 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // Store.Run through pgx holds an advisory lock on its key while fn runs.
@@ -21,11 +21,11 @@ import (
 func TestPgxRunLockIsPerSchema(t *testing.T) {
 	a := testdb.NewPostgres(t, 2)
 	b := testdb.NewPostgres(t, 2)
-	storeA, err := dedupe.New(pgxdriver.New(a.Pool))
+	storeA, err := dedupe.New(testdrv.Pgx(t, a.Pool))
 	if err != nil {
 		t.Fatal(err)
 	}
-	storeB, err := dedupe.New(pgxdriver.New(b.Pool))
+	storeB, err := dedupe.New(testdrv.Pgx(t, b.Pool))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,9 +13,8 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/pgsqldriver"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/tests/internal/autofailover"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // TestPgAutoFailover: a pg_auto_failover formation (a monitor, a primary
@@ -48,7 +47,7 @@ func TestPgAutoFailover(t *testing.T) {
 	dsn := fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=postgres dbname=postgres sslmode=disable target_session_attrs=read-write connect_timeout=10",
 		primary.Port, secondary.Port)
 	pool := pgPool(t, dsn, workers+2)
-	store, err := dedupe.New(pgxdriver.New(pool))
+	store, err := dedupe.New(testdrv.Pgx(t, pool))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +56,7 @@ func TestPgAutoFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	sqlStore, err := dedupe.New(pgsqldriver.New(db))
+	sqlStore, err := dedupe.New(testdrv.PgSQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}

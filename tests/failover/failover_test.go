@@ -16,7 +16,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // The failover run's size: acknowledged keys before the kill and after
@@ -84,7 +84,7 @@ func failoverRun(t *testing.T, synchronous bool) failoverCounts {
 	dsn := fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=postgres dbname=postgres sslmode=disable target_session_attrs=read-write connect_timeout=10",
 		primary.Port, standby.Port)
 	pool := pgPool(t, dsn, workers+2)
-	store, err := dedupe.New(pgxdriver.New(pool))
+	store, err := dedupe.New(testdrv.Pgx(t, pool))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/migrations"
-	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/galera"
 	"github.com/sqlonce/sqlonce/tests/internal/haproxy"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // TestHAProxyGalera: a three-node Galera cluster behind HAProxy with one
@@ -80,7 +80,7 @@ func TestHAProxyGalera(t *testing.T) {
 	if port != c.Nodes[0].Port {
 		t.Fatalf("HAProxy sent the client to port %d, not to node 1 (%d)", port, c.Nodes[0].Port)
 	}
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}

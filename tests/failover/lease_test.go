@@ -14,7 +14,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 const leases = 20
@@ -56,7 +56,7 @@ func leaseRun(t *testing.T, synchronous, lagging bool) (completed, lost, claimed
 	dsn := fmt.Sprintf("host=127.0.0.1,127.0.0.1 port=%d,%d user=postgres dbname=postgres sslmode=disable target_session_attrs=read-write connect_timeout=10",
 		primary.Port, standby.Port)
 	pool := pgPool(t, dsn, 4)
-	store, err := dedupe.New(pgxdriver.New(pool))
+	store, err := dedupe.New(testdrv.Pgx(t, pool))
 	if err != nil {
 		t.Fatal(err)
 	}

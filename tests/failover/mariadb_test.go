@@ -19,8 +19,8 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/migrations"
-	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/dbserver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // target is the address the clients' dialer connects to: switched from
@@ -162,7 +162,7 @@ func mariaFailoverRun(t *testing.T, semisync bool) failoverCounts {
 	if _, err := db.ExecContext(ctx, "CREATE TABLE ledger (scope VARBINARY(255) NOT NULL, k VARBINARY(255) NOT NULL, n BIGINT NOT NULL DEFAULT 1)"); err != nil {
 		t.Fatal(err)
 	}
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}

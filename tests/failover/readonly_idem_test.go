@@ -20,8 +20,7 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/grpcidem"
 	"github.com/sqlonce/sqlonce/httpidem"
-	"github.com/sqlonce/sqlonce/pgsqldriver"
-	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // checkIdemReadOnly sends a request through httpidem (transactional and
@@ -56,7 +55,7 @@ func checkIdemReadOnly(t *testing.T, standby, primary *pgxpool.Pool) {
 		return httpidem.NewLeased(d, principal, 0, opts...)
 	}
 	send := func(pool *pgxpool.Pool, key string, build func(sqlonce.Driver[pgx.Tx], func(*http.Request) string, ...httpidem.Option) (*httpidem.Middleware[pgx.Tx], error), opts ...httpidem.Option) *httptest.ResponseRecorder {
-		m, err := build(pgxdriver.New(pool), principal, opts...)
+		m, err := build(testdrv.Pgx(t, pool), principal, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,10 +86,10 @@ func checkIdemReadOnly(t *testing.T, standby, primary *pgxpool.Pool) {
 	}
 
 	sqlStandby, sqlPrimary := pgSQL(t, standby), pgSQL(t, primary)
-	checkIdemReadOnlySQL(t, pgsqldriver.New(sqlStandby), pgsqldriver.New(sqlPrimary), "INSERT INTO ledger (scope, k) VALUES ('s', $1)", "http-sql")
+	checkIdemReadOnlySQL(t, testdrv.PgSQL(t, sqlStandby), testdrv.PgSQL(t, sqlPrimary), "INSERT INTO ledger (scope, k) VALUES ('s', $1)", "http-sql")
 
 	call := func(pool *pgxpool.Pool, key string) error {
-		ic, err := grpcidem.New(pgxdriver.New(pool), func(context.Context) string { return "alice" })
+		ic, err := grpcidem.New(testdrv.Pgx(t, pool), func(context.Context) string { return "alice" })
 		if err != nil {
 			t.Fatal(err)
 		}

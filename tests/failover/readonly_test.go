@@ -17,10 +17,8 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/migrations"
-	"github.com/sqlonce/sqlonce/mysqldriver"
-	"github.com/sqlonce/sqlonce/pgsqldriver"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/tests/internal/dbserver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 	"github.com/sqlonce/sqlonce/token"
 )
 
@@ -139,7 +137,7 @@ func TestReadOnlyPostgres(t *testing.T) {
 	migrate(t, primary.DSN)
 	ctx := context.Background()
 
-	onPrimary, err := dedupe.New(pgxdriver.New(pgPool(t, primary.DSN, 4)))
+	onPrimary, err := dedupe.New(testdrv.Pgx(t, pgPool(t, primary.DSN, 4)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +157,7 @@ func TestReadOnlyPostgres(t *testing.T) {
 	pool := pgPool(t, standby.DSN, 4)
 	t.Run("pgxdriver", func(t *testing.T) {
 		checkReadOnly(t, readOnlyCase[pgx.Tx]{
-			d: pgxdriver.New(pool),
+			d: testdrv.Pgx(t, pool),
 			begin: func(ctx context.Context) (pgx.Tx, func(), error) {
 				tx, err := pool.Begin(ctx)
 				if err != nil {
@@ -176,7 +174,7 @@ func TestReadOnlyPostgres(t *testing.T) {
 	})
 	t.Run("pgsqldriver", func(t *testing.T) {
 		db := pgSQL(t, pool)
-		checkReadOnly(t, sqlCase(pgsqldriver.New(db), db, "INSERT INTO ledger (scope, k) VALUES ($1, $2)"), "done")
+		checkReadOnly(t, sqlCase(testdrv.PgSQL(t, db), db, "INSERT INTO ledger (scope, k) VALUES ($1, $2)"), "done")
 	})
 	var n int
 	if err := queryRow(ctx, primary.DSN, "SELECT count(*) FROM ledger WHERE k <> 'done'", &n); err != nil || n != 0 {
@@ -229,7 +227,7 @@ func TestReadOnlyMariaDB(t *testing.T) {
 	if _, err := db.ExecContext(ctx, "CREATE TABLE ledger (scope varchar(255) NOT NULL, k varchar(255) NOT NULL, n bigint NOT NULL DEFAULT 1)"); err != nil {
 		t.Fatal(err)
 	}
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,13 +244,13 @@ func TestReadOnlyMariaDB(t *testing.T) {
 		return n == 2, err
 	})
 	ro := appDB(replica)
-	checkReadOnly(t, sqlCase(mysqldriver.New(ro), ro, "INSERT INTO ledger (scope, k) VALUES (?, ?)"), "done")
+	checkReadOnly(t, sqlCase(testdrv.MySQL(t, ro), ro, "INSERT INTO ledger (scope, k) VALUES (?, ?)"), "done")
 	var n int
 	if err := rootP.QueryRowContext(ctx, "SELECT count(*) FROM app.ledger WHERE k <> 'done'").Scan(&n); err != nil || n != 0 {
 		t.Errorf("ledger rows on the primary besides the one done there: %d, %v", n, err)
 	}
 	t.Run("httpidem", func(t *testing.T) {
-		checkIdemReadOnlySQL(t, mysqldriver.New(ro), mysqldriver.New(db), "INSERT INTO ledger (scope, k) VALUES ('s', ?)", "http-sql")
+		checkIdemReadOnlySQL(t, testdrv.MySQL(t, ro), testdrv.MySQL(t, db), "INSERT INTO ledger (scope, k) VALUES ('s', ?)", "http-sql")
 		var n int
 		if err := rootP.QueryRowContext(ctx, "SELECT count(*) FROM app.ledger WHERE k = 'http-sql'").Scan(&n); err != nil || n != 1 {
 			t.Errorf("ledger rows for http-sql on the primary: %d, %v; want 1", n, err)

@@ -11,9 +11,8 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/pgsqldriver"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/tests/internal/dbserver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // TestTerminatedAtCommit ends a session (pg_terminate_backend: 57P01
@@ -86,7 +85,7 @@ func TestTerminatedAtCommit(t *testing.T) {
 	}
 
 	t.Run("pgxdriver", func(t *testing.T) {
-		store, err := dedupe.New(pgxdriver.New(pool))
+		store, err := dedupe.New(testdrv.Pgx(t, pool))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +97,7 @@ func TestTerminatedAtCommit(t *testing.T) {
 		})
 	})
 	t.Run("pgsqldriver", func(t *testing.T) {
-		store, err := dedupe.New(pgsqldriver.New(db))
+		store, err := dedupe.New(testdrv.PgSQL(t, db))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,7 +123,7 @@ func TestAdminShutdownInTx(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	pool := pgPool(t, srv.DSN, 2)
-	store, err := dedupe.New(pgxdriver.New(pool))
+	store, err := dedupe.New(testdrv.Pgx(t, pool))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/galera"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 	"github.com/sqlonce/sqlonce/token"
 	"github.com/sqlonce/sqlonce/unique"
 )
@@ -168,7 +168,7 @@ func TestPreparesRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := mysqldriver.New(h)
+			d := testdrv.MySQL(t, h)
 			store, err := dedupe.New(d)
 			if err != nil {
 				t.Fatal(err)

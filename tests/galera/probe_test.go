@@ -8,9 +8,9 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/galera"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // TestFirstCallInAbortedTransaction: mysqldriver reads the session's
@@ -39,7 +39,7 @@ func TestFirstCallInAbortedTransaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	store, err := dedupe.New(mysqldriver.New(h))
+	store, err := dedupe.New(testdrv.MySQL(t, h))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,9 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/galera"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 	"github.com/sqlonce/sqlonce/token"
 )
 
@@ -69,7 +69,7 @@ func issueOn(t *testing.T, dsn string) error {
 		t.Fatal(err)
 	}
 	defer own.Close()
-	tokens, err := token.New(mysqldriver.New(own))
+	tokens, err := token.New(testdrv.MySQL(t, own))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,11 +17,10 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/migrations"
-	"github.com/sqlonce/sqlonce/mysqldriver"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // latest is the version of sqlonce's newest migration.
@@ -61,7 +60,7 @@ func targets() []target {
 			},
 			works: func(t *testing.T, c conn) []sqlonce.Outcome {
 				pool := c.pool
-				store, err := dedupe.New(pgxdriver.New(pool))
+				store, err := dedupe.New(testdrv.Pgx(t, pool))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -91,7 +90,7 @@ func targets() []target {
 				return conn{db: db}
 			},
 			works: func(t *testing.T, c conn) []sqlonce.Outcome {
-				return sqlWorks(t, c.db, mysqldriver.New(c.db))
+				return sqlWorks(t, c.db, testdrv.MySQL(t, c.db))
 			},
 		},
 		{

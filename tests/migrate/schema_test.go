@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,8 +20,10 @@ import (
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgsqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"github.com/sqlonce/sqlonce/tests/internal/pgbouncer"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 	"github.com/sqlonce/sqlonce/token"
 )
 
@@ -36,7 +40,7 @@ func TestSchemaPgx(t *testing.T) {
 	ctx := ctxSchema(t)
 	upDecoyAndOwn(t, ctx, dsn, migrations.Postgres, own)
 	pool := pgxPool(t, ctx, dsn)
-	exercise(t, ctx, pgxdriver.New(pool, pgxdriver.WithSchema(own)), pgxTx(pool))
+	exercise(t, ctx, testdrv.Pgx(t, pool, pgxdriver.WithSchema(own)), pgxTx(pool))
 	countPostgres(t, ctx, decoy, own)
 }
 
@@ -48,7 +52,7 @@ func TestSchemaPgxThroughPgBouncer(t *testing.T) {
 	dsn := b.Schema(t, decoy, nil) + "&default_query_exec_mode=exec"
 	upDecoyAndOwn(t, ctx, dsn, migrations.Postgres, own)
 	pool := pgxPool(t, ctx, dsn)
-	exercise(t, ctx, pgxdriver.New(pool, pgxdriver.WithSchema(own)), pgxTx(pool))
+	exercise(t, ctx, testdrv.Pgx(t, pool, pgxdriver.WithSchema(own)), pgxTx(pool))
 	countPostgres(t, ctx, decoy, own)
 }
 
@@ -60,7 +64,7 @@ func TestSchemaSQLThroughPgBouncer(t *testing.T) {
 	dsn := b.Schema(t, decoy, nil) + "&default_query_exec_mode=exec"
 	upDecoyAndOwn(t, ctx, dsn, migrations.Postgres, own)
 	db := sqlDB(t, "pgx", dsn)
-	exercise(t, ctx, pgsqldriver.New(db, pgsqldriver.WithSchema(own)), sqlTx(db))
+	exercise(t, ctx, testdrv.PgSQL(t, db, pgsqldriver.WithSchema(own)), sqlTx(db))
 	countPostgres(t, ctx, decoy, own)
 }
 
@@ -74,7 +78,7 @@ func TestSchemaMySQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	upDecoyAndOwn(t, ctx, dsn, migrations.MySQL, own)
-	exercise(t, ctx, mysqldriver.New(db, mysqldriver.WithDatabase(own)), sqlTx(db))
+	exercise(t, ctx, testdrv.MySQL(t, db, mysqldriver.WithDatabase(own)), sqlTx(db))
 	for _, c := range []struct {
 		table string
 		want  int64
@@ -93,30 +97,59 @@ func TestSchemaMySQL(t *testing.T) {
 	}
 }
 
+// An invalid schema name fails at New (and at Up, before any SQL), with
+// an error naming the option and the name, and creates nothing.
 func TestSchemaInvalid(t *testing.T) {
 	ctx := ctxSchema(t)
-	for _, name := range []string{"Billing", "bill-ing", "1st", `x"; DROP TABLE y; --`, "a_name_of_sixty_four_bytes_is_one_byte_longer_than_postgres_take"} {
-		s, err := dedupe.New(pgxdriver.New(nil, pgxdriver.WithSchema(name)))
-		if err != nil {
-			t.Fatal(err)
+	pgSchema, pgDSN := testdb.EmptyPostgres(t)
+	myName, myDSN := testdb.EmptyMySQL(t)
+	pool := pgxPool(t, ctx, pgDSN)
+	pg := sqlDB(t, "pgx", pgDSN)
+	my := sqlDB(t, "mysql", myDSN)
+	refused := func(what, option string, err error, name string) {
+		t.Helper()
+		if !errors.Is(err, sqlonce.ErrInvalidArgument) {
+			t.Errorf("%s %q: %v, want ErrInvalidArgument", what, name, err)
+			return
 		}
-		if _, _, err := s.Claim(ctx, dedupe.Request{Scope: "s", Key: "k"}, time.Second); !errors.Is(err, sqlonce.ErrInvalidArgument) {
-			t.Errorf("pgxdriver schema %q: %v, want ErrInvalidArgument", name, err)
-		}
-		m, err := dedupe.New(mysqldriver.New(nil, mysqldriver.WithDatabase(name)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := m.Claim(ctx, dedupe.Request{Scope: "s", Key: "k"}, time.Second); !errors.Is(err, sqlonce.ErrInvalidArgument) {
-			t.Errorf("mysqldriver database %q: %v, want ErrInvalidArgument", name, err)
-		}
-		if err := migrations.Up(ctx, nil, migrations.Postgres, migrations.WithSchema(name)); !errors.Is(err, sqlonce.ErrInvalidArgument) {
-			t.Errorf("migrations schema %q: %v, want ErrInvalidArgument", name, err)
+		for _, want := range []string{option, strconv.Quote(name)} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s %q: %q does not name %s", what, name, err, want)
+			}
 		}
 	}
-	if err := migrations.Up(ctx, nil, migrations.SQLite, migrations.WithSchema("x")); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+	for _, name := range []string{"", "Billing", "bill-ing", "1st", `x"; DROP TABLE y; --`, "a_name_of_sixty_four_bytes_is_one_byte_longer_than_postgres_take"} {
+		d, err := pgxdriver.New(pool, pgxdriver.WithSchema(name))
+		refused("pgxdriver", "WithSchema", err, name)
+		if d != nil {
+			t.Errorf("pgxdriver %q: a driver with the error", name)
+		}
+		_, err = pgsqldriver.New(pg, pgsqldriver.WithSchema(name))
+		refused("pgsqldriver", "WithSchema", err, name)
+		_, err = mysqldriver.New(my, mysqldriver.WithDatabase(name))
+		refused("mysqldriver", "WithDatabase", err, name)
+		refused("migrations on PostgreSQL", "WithSchema", migrations.Up(ctx, pg, migrations.Postgres, migrations.WithSchema(name)), name)
+		refused("migrations on MySQL", "WithSchema", migrations.Up(ctx, my, migrations.MySQL, migrations.WithSchema(name)), name)
+	}
+	for _, o := range []error{
+		func() error { _, err := pgxdriver.New(pool, nil); return err }(),
+		func() error { _, err := pgsqldriver.New(pg, nil); return err }(),
+		func() error { _, err := mysqldriver.New(my, nil); return err }(),
+		migrations.Up(ctx, pg, migrations.Postgres, nil),
+	} {
+		if !errors.Is(o, sqlonce.ErrInvalidArgument) {
+			t.Errorf("a nil option: %v, want ErrInvalidArgument", o)
+		}
+	}
+	lite, err := modernc.Open(testdb.EmptySQLite(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lite.Close()
+	if err := migrations.Up(ctx, lite, migrations.SQLite, migrations.WithSchema("x")); !errors.Is(err, sqlonce.ErrInvalidArgument) {
 		t.Errorf("migrations on SQLite with a schema: %v, want ErrInvalidArgument", err)
 	}
+	wantNoTables(t, ctx, pg, my, lite, pgSchema, myName)
 }
 
 // wantKeys is how many rows of sqlonce_keys exercise leaves: do, run,

@@ -1,8 +1,9 @@
 // Package mismatch checks that every driver refuses a database handle, or
 // a transaction, of another database with an error matching
 // sqlonce.ErrInvalidArgument before any of its statements runs: at New
-// for a database/sql driver it knows, at the first call for one it does
-// not (a wrapper, as otelsql is) and for a driver built with nil.
+// for a database/sql driver it knows (naming the handle's library and the
+// driver to use), at the first call for one it does not (a wrapper, as
+// otelsql is). New refuses a nil handle.
 package mismatch
 
 import (
@@ -10,6 +11,8 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"reflect"
+	"strings"
 	"testing"
 
 	_ "github.com/jackc/pgx/v5/stdlib"
@@ -46,7 +49,11 @@ type handle struct {
 	dialect string // "postgres", "mysql", "sqlite"
 	sqlName string // database/sql driver name
 	dsn     string
+	pkg     string // the database/sql driver's package
 }
+
+// use is the driver a refusal names for a handle of each database.
+var use = map[string]string{"postgres": "pgsqldriver (or pgxdriver", "mysql": "use mysqldriver", "sqlite": "use sqlitedriver"}
 
 func open(t *testing.T, h handle, wrap bool) *sql.DB {
 	t.Helper()
@@ -77,10 +84,10 @@ func handles(t *testing.T) []handle {
 	my := testdb.NewMySQL(t, 2).DSN
 	lite := testdb.NewSQLite(t, 2).DSN
 	return []handle{
-		{"pgx-stdlib", "postgres", "pgx", pg},
-		{"lib-pq", "postgres", "postgres", pg},
-		{"mysql", "mysql", "mysql", my},
-		{"sqlite", "sqlite", modernc.DriverName, lite},
+		{"pgx-stdlib", "postgres", "pgx", pg, "github.com/jackc/pgx/v5/stdlib"},
+		{"lib-pq", "postgres", "postgres", pg, "github.com/lib/pq"},
+		{"mysql", "mysql", "mysql", my, "github.com/go-sql-driver/mysql"},
+		{"sqlite", "sqlite", modernc.DriverName, lite, "modernc.org/sqlite"},
 	}
 }
 
@@ -92,8 +99,8 @@ type driverCase struct {
 }
 
 var drivers = []driverCase{
-	{"pgsqldriver", "postgres", func(db *sql.DB) (sqlonce.Driver[*sql.Tx], error) { return pgsqldriver.New(db), nil }},
-	{"mysqldriver", "mysql", func(db *sql.DB) (sqlonce.Driver[*sql.Tx], error) { return mysqldriver.New(db), nil }},
+	{"pgsqldriver", "postgres", func(db *sql.DB) (sqlonce.Driver[*sql.Tx], error) { return pgsqldriver.New(db) }},
+	{"mysqldriver", "mysql", func(db *sql.DB) (sqlonce.Driver[*sql.Tx], error) { return mysqldriver.New(db) }},
 	{"sqlitedriver", "sqlite", func(db *sql.DB) (sqlonce.Driver[*sql.Tx], error) {
 		d, err := sqlitedriver.New(db)
 		if err != nil {
@@ -135,6 +142,23 @@ func TestWrongDatabase(t *testing.T) {
 						drv, err = d.new(db)
 					}
 					switch {
+					case mode == "nil":
+						if !errors.Is(err, sqlonce.ErrInvalidArgument) || drv != nil && !reflect.ValueOf(drv).IsNil() {
+							t.Fatalf("New(nil): %v, %v; want an error matching ErrInvalidArgument", drv, err)
+						}
+						return
+					case mode == "known" && h.dialect != d.dialect:
+						// Known by its library: refused at New, naming the
+						// library and the driver to use.
+						if !errors.Is(err, sqlonce.ErrInvalidArgument) {
+							t.Fatalf("New on another database: %v, want an error matching ErrInvalidArgument at New", err)
+						}
+						for _, s := range []string{d.name, h.pkg, use[h.dialect]} {
+							if !strings.Contains(err.Error(), s) {
+								t.Errorf("New on another database: %q does not name %q", err, s)
+							}
+						}
+						return
 					case err != nil && h.dialect == d.dialect:
 						t.Fatalf("New on its own database: %v", err)
 					case err != nil && !errors.Is(err, sqlonce.ErrInvalidArgument):
@@ -221,10 +245,8 @@ func check(t *testing.T, ctx context.Context, db *sql.DB, drv sqlonce.Driver[*sq
 	_ = tx.Rollback()
 
 	// Store.Run, on the driver's handle.
-	if mode != "nil" {
-		_, err = store.Run(ctx, dedupe.Request{Scope: "mm", Key: "run-" + mode}, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
-			return []byte("r"), nil
-		})
-		refused("Store.Run", err)
-	}
+	_, err = store.Run(ctx, dedupe.Request{Scope: "mm", Key: "run-" + mode}, func(ctx context.Context, tx *sql.Tx) ([]byte, error) {
+		return []byte("r"), nil
+	})
+	refused("Store.Run", err)
 }

@@ -23,8 +23,8 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/pgsqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 const (
@@ -116,7 +116,7 @@ func request(key string) dedupe.Request { return dedupe.Request{Scope: "payments
 // sqlx: *sqlx.Tx embeds the *sql.Tx.
 func TestSQLX(t *testing.T) {
 	xdb := sqlx.NewDb(open(t), "pgx")
-	store, err := dedupe.New(pgsqldriver.New(xdb.DB))
+	store, err := dedupe.New(testdrv.PgSQL(t, xdb.DB))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestGORM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := dedupe.New(pgsqldriver.New(sqlDB))
+	store, err := dedupe.New(testdrv.PgSQL(t, sqlDB))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestGORM(t *testing.T) {
 // bun: bun.Tx embeds the *sql.Tx.
 func TestBun(t *testing.T) {
 	bdb := bun.NewDB(open(t), pgdialect.New())
-	store, err := dedupe.New(pgsqldriver.New(bdb.DB))
+	store, err := dedupe.New(testdrv.PgSQL(t, bdb.DB))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestBun(t *testing.T) {
 // statements through the same entsql.Tx.
 func TestEnt(t *testing.T) {
 	drv := entsql.OpenDB(entdialect.Postgres, open(t))
-	store, err := dedupe.New(pgsqldriver.New(drv.DB()))
+	store, err := dedupe.New(testdrv.PgSQL(t, drv.DB()))
 	if err != nil {
 		t.Fatal(err)
 	}

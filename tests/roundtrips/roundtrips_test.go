@@ -21,14 +21,12 @@ import (
 	"github.com/sqlonce/sqlonce/httpidem"
 	"github.com/sqlonce/sqlonce/inbox"
 	"github.com/sqlonce/sqlonce/internal/testclock"
-	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/optimistic"
-	"github.com/sqlonce/sqlonce/pgsqldriver"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 	"github.com/sqlonce/sqlonce/statemachine"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 	"github.com/sqlonce/sqlonce/tests/internal/wire"
 	"github.com/sqlonce/sqlonce/token"
 	"github.com/sqlonce/sqlonce/unique"
@@ -86,7 +84,7 @@ func postgresEnv(t *testing.T) *env[pgx.Tx] {
 	must(t, err)
 	t.Cleanup(pool.Close)
 	return &env[pgx.Tx]{
-		h: h, d: pgxdriver.New(pool),
+		h: h, d: testdrv.Pgx(t, pool),
 		begin:    func(ctx context.Context) (pgx.Tx, error) { return pool.Begin(ctx) },
 		commit:   func(ctx context.Context, tx pgx.Tx) error { return tx.Commit(ctx) },
 		rollback: func(ctx context.Context, tx pgx.Tx) error { return tx.Rollback(ctx) },
@@ -108,7 +106,7 @@ func pgsqlEnv(t *testing.T) *env[*sql.Tx] {
 	db.SetMaxOpenConns(2)
 	db.SetMaxIdleConns(2)
 	t.Cleanup(func() { db.Close() })
-	return sqlEnv(h, pgsqldriver.New(db), db, p.Reset, p.Counts)
+	return sqlEnv(h, testdrv.PgSQL(t, db), db, p.Reset, p.Counts)
 }
 
 func mysqlEnv(t *testing.T) *env[*sql.Tx] {
@@ -127,7 +125,7 @@ func mysqlEnv(t *testing.T) *env[*sql.Tx] {
 	db.SetMaxOpenConns(2)
 	db.SetMaxIdleConns(2)
 	t.Cleanup(func() { db.Close() })
-	return sqlEnv(h, mysqldriver.New(db), db, p.Reset, p.Counts)
+	return sqlEnv(h, testdrv.MySQL(t, db), db, p.Reset, p.Counts)
 }
 
 func sqliteEnv(t *testing.T) *env[*sql.Tx] {

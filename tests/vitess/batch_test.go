@@ -11,7 +11,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // TestBatches: DoBatch and RunBatch through vtgate, goroutines racing on
@@ -20,7 +20,7 @@ import (
 // alone there, on the scope's shard; each key's work commits once.
 func TestBatches(t *testing.T) {
 	_, db := setup(t)
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 	"github.com/sqlonce/sqlonce/tests/internal/vitess"
 )
 
@@ -21,7 +22,7 @@ import (
 // answering for work that was rolled back.
 func TestCrossShardRolledBackWhole(t *testing.T) {
 	_, db := setup(t)
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestCrossShardRolledBackWhole(t *testing.T) {
 // its order, and Run answered a first run.)
 func TestRunCrossShardSwallowed(t *testing.T) {
 	_, db := setup(t)
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +188,7 @@ func TestNoWaitRefused(t *testing.T) {
 	_, db := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	noWait, err := dedupe.New(mysqldriver.New(db), dedupe.WithNoWait())
+	noWait, err := dedupe.New(testdrv.MySQL(t, db), dedupe.WithNoWait())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +231,7 @@ func TestFirstCallInTransaction(t *testing.T) {
 		for i := range 6 {
 			for _, tenant := range []int64{a, b} {
 				fresh := open(t, c.DSN(vitess.Keyspace, single)) // a handle never probed
-				store, err := dedupe.New(mysqldriver.New(fresh))
+				store, err := dedupe.New(testdrv.MySQL(t, fresh))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/sqlonce/sqlonce/httpidem"
-	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // TestHTTPIdemRefused: httpidem through vtgate, in its transactional mode,
@@ -31,7 +31,7 @@ import (
 // refusal and 30-second lock waits, not understood yet.)
 func TestHTTPIdemRefused(t *testing.T) {
 	_, db := setup(t)
-	m, err := httpidem.New(mysqldriver.New(db), func(r *http.Request) string { return r.Header.Get("X-Tenant") })
+	m, err := httpidem.New(testdrv.MySQL(t, db), func(r *http.Request) string { return r.Header.Get("X-Tenant") })
 	if err != nil {
 		t.Fatal(err)
 	}

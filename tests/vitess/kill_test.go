@@ -11,7 +11,7 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/inbox"
-	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 	"github.com/sqlonce/sqlonce/tests/internal/vitess"
 )
 
@@ -70,7 +70,7 @@ func killTablet(t *testing.T, c *vitess.Cluster, ctx context.Context, tx *sql.Tx
 // lost.
 func TestKilledTabletConnBatch(t *testing.T) {
 	c, db := setup(t)
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +81,7 @@ func TestKilledTabletConnBatch(t *testing.T) {
 		tenant++
 	}
 	scope := strconv.FormatInt(tenant, 10)
-	box, err := inbox.New(mysqldriver.New(db), scope)
+	box, err := inbox.New(testdrv.MySQL(t, db), scope)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 	"github.com/sqlonce/sqlonce/token"
 )
 
@@ -23,7 +23,7 @@ import (
 // database.
 func TestRunAndLeases(t *testing.T) {
 	_, db := setup(t)
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestRunAndLeases(t *testing.T) {
 // transaction of the tenant's order, on the tenant's shard.
 func TestTokens(t *testing.T) {
 	_, db := setup(t)
-	tokens, err := token.New(mysqldriver.New(db))
+	tokens, err := token.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}

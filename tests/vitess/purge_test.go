@@ -12,7 +12,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 	"github.com/sqlonce/sqlonce/tests/internal/vitess"
 	"github.com/sqlonce/sqlonce/token"
 )
@@ -29,19 +29,19 @@ func TestPurge(t *testing.T) {
 	c, db := setup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	short, err := dedupe.New(mysqldriver.New(db), dedupe.WithTTL(time.Millisecond))
+	short, err := dedupe.New(testdrv.MySQL(t, db), dedupe.WithTTL(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}
-	shortTok, err := token.New(mysqldriver.New(db), token.WithTTL(time.Millisecond))
+	shortTok, err := token.New(testdrv.MySQL(t, db), token.WithTTL(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tokens, err := token.New(mysqldriver.New(db))
+	tokens, err := token.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestPurge(t *testing.T) {
 	fill(9_720_000, "c")
 	for _, shard := range []string{"-80", "80-"} {
 		sdb := open(t, c.DSN(vitess.Keyspace+":"+shard, single))
-		s, err := dedupe.New(mysqldriver.New(sdb))
+		s, err := dedupe.New(testdrv.MySQL(t, sdb))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,11 +159,11 @@ func TestPurgeEvery(t *testing.T) {
 	)
 	base := int64(9_740_000)
 	run := time.Now().UnixNano() // keys of this run only (-count)
-	short, err := dedupe.New(mysqldriver.New(db), dedupe.WithTTL(time.Millisecond))
+	short, err := dedupe.New(testdrv.MySQL(t, db), dedupe.WithTTL(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	long, err := dedupe.New(mysqldriver.New(db))
+	long, err := dedupe.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestPurgeEvery(t *testing.T) {
 				}
 			}
 		})
-		s, err := dedupe.New(sqlonce.Observe(mysqldriver.New(open(t, c.DSN(vitess.Keyspace, single))), obs))
+		s, err := dedupe.New(sqlonce.Observe(testdrv.MySQL(t, open(t, c.DSN(vitess.Keyspace, single))), obs))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 	"github.com/sqlonce/sqlonce/tests/internal/vitess"
 )
 
@@ -23,7 +24,7 @@ import (
 func TestRefusesMultiMode(t *testing.T) {
 	c, _ := setup(t)
 	db := open(t, c.DSN(vitess.Keyspace))
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +56,7 @@ func TestTenantsOverShards(t *testing.T) {
 		crossOne = 7  // keys with k%crossOne == 0 reach another tenant too
 	)
 	base := 1000 + int64(len(t.Name())) // tenants of this test only
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 	"github.com/sqlonce/sqlonce/tests/internal/vitess"
 	"github.com/sqlonce/sqlonce/tests/internal/wire"
 )
@@ -65,7 +66,7 @@ func TestBoundedClaimListsShardsOnce(t *testing.T) {
 			if withDB {
 				opts = append(opts, mysqldriver.WithDatabase(vitess.Keyspace))
 			}
-			noWait, err := dedupe.New(mysqldriver.New(h, opts...), dedupe.WithNoWait())
+			noWait, err := dedupe.New(testdrv.MySQL(t, h, opts...), dedupe.WithNoWait())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,7 +88,7 @@ func TestBoundedClaimListsShardsOnce(t *testing.T) {
 		a, _ := tenantsOnTwoShards(t, db)
 		shard := shardOf(t, db, a)
 		h := open(t, viaProxy(c.DSN(vitess.Keyspace+":"+shard, single, "interpolateParams=true")))
-		drv := mysqldriver.New(h)
+		drv := testdrv.MySQL(t, h)
 		noWait, err := dedupe.New(drv, dedupe.WithNoWait())
 		if err != nil {
 			t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // TestStepsOverShards: dedupe's RunSteps through vtgate, an operation of
@@ -26,7 +27,7 @@ import (
 // response.
 func TestStepsOverShards(t *testing.T) {
 	_, db := setup(t)
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +145,7 @@ func TestStepsOverShards(t *testing.T) {
 // autocommit. Nothing of the step commits and the key is not done.
 func TestStepsCrossShard(t *testing.T) {
 	_, db := setup(t)
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 	"github.com/sqlonce/sqlonce/token"
 	"github.com/sqlonce/sqlonce/unique"
 )
@@ -22,7 +23,7 @@ import (
 // every shard.
 func TestTokenRepeats(t *testing.T) {
 	_, db := setup(t)
-	tokens, err := token.New(mysqldriver.New(db))
+	tokens, err := token.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestTokenRepeats(t *testing.T) {
 // AlreadyDone; a duplicate on the tenant's shard answers AlreadyDone.
 func TestUniqueCrossShard(t *testing.T) {
 	_, db := setup(t)
-	u, err := unique.New(mysqldriver.New(db))
+	u, err := unique.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}

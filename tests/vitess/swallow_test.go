@@ -12,6 +12,7 @@ import (
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/inbox"
 	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // TestSwallowedCrossShardNotFirstRun: work that records no response (Do,
@@ -24,14 +25,14 @@ import (
 // FirstRun; no key and no order commits.
 func TestSwallowedCrossShardNotFirstRun(t *testing.T) {
 	_, db := setup(t)
-	store, err := dedupe.New(mysqldriver.New(db))
+	store, err := dedupe.New(testdrv.MySQL(t, db))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
 	a, b := tenantsOnTwoShards(t, db)
 	scope := strconv.FormatInt(a, 10)
-	box, err := inbox.New(mysqldriver.New(db), scope)
+	box, err := inbox.New(testdrv.MySQL(t, db), scope)
 	if err != nil {
 		t.Fatal(err)
 	}

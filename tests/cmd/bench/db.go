@@ -150,7 +150,9 @@ func openPostgres(ctx context.Context, server string, maxConns int) (*pgBackend,
 	// Without pg_walinspect (not installed, not a superuser) the run
 	// goes on without the work columns.
 	_ = b.enableWork(ctx)
-	b.drv = pgxdriver.New(b.pool)
+	if b.drv, err = pgxdriver.New(b.pool); err != nil {
+		return fail(err)
+	}
 	return b, nil
 }
 
@@ -380,7 +382,9 @@ func openMySQL(ctx context.Context, server string, maxConns int) (*myBackend, er
 	// Without the right to set userstat the run goes on without the work
 	// columns.
 	_ = b.enableWork(ctx)
-	b.drv = mysqldriver.New(b.db)
+	if b.drv, err = mysqldriver.New(b.db); err != nil {
+		return fail(err)
+	}
 	return b, nil
 }
 

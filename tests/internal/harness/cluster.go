@@ -8,8 +8,8 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // MySQLNodes is the Factory of MySQL for a cluster whose nodes all take
@@ -21,7 +21,7 @@ import (
 func MySQLNodes(t testing.TB, maxConns int, servers ...string) []DB[*sql.Tx] {
 	t.Helper()
 	first := testdb.NewMySQLOn(t, servers[0], maxConns)
-	out := []DB[*sql.Tx]{&myDB{db: first, driver: mysqldriver.New(first.DB)}}
+	out := []DB[*sql.Tx]{&myDB{db: first, driver: testdrv.MySQL(t, first.DB)}}
 	for _, server := range servers[1:] {
 		cfg, err := mysql.ParseDSN(server)
 		if err != nil {
@@ -56,7 +56,7 @@ func MySQLNodes(t testing.TB, maxConns int, servers ...string) []DB[*sql.Tx] {
 			time.Sleep(50 * time.Millisecond)
 		}
 		cancel()
-		out = append(out, &myDB{db: &testdb.MySQL{DB: db, Name: first.Name, DSN: dsn}, driver: mysqldriver.New(db)})
+		out = append(out, &myDB{db: &testdb.MySQL{DB: db, Name: first.Name, DSN: dsn}, driver: testdrv.MySQL(t, db)})
 	}
 	return out
 }

@@ -10,13 +10,14 @@ import (
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/bizdb/mysqlbiz"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // MySQL is the Factory for MySQL/MariaDB through database/sql.
 func MySQL(t testing.TB, maxConns int) DB[*sql.Tx] {
 	t.Helper()
 	db := testdb.NewMySQL(t, maxConns)
-	return &myDB{db: db, driver: mysqldriver.New(db.DB)}
+	return &myDB{db: db, driver: testdrv.MySQL(t, db.DB)}
 }
 
 type myDB struct {

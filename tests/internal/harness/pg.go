@@ -14,6 +14,7 @@ import (
 	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/tests/internal/bizdb/pgbiz"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // Postgres is the Factory for PostgreSQL through pgx.
@@ -23,13 +24,13 @@ func Postgres(t testing.TB, maxConns int) DB[pgx.Tx] {
 		db, drop := testdb.KeptPostgres(t, int32(maxConns))
 		return &keptSchema{schema: db.Schema, handle: &pgDB{db: db}, inUse: pgxInUse(db.Pool), idle: pgxIdle(db.Pool), maxIdle: int(db.Pool.Config().MaxConns), drop: drop}
 	})
-	return k.handle.(*pgDB).withDriver()
+	return k.handle.(*pgDB).withDriver(t)
 }
 
 // withDriver returns a copy of p with a new sqlonce driver on its pool.
-func (p *pgDB) withDriver() *pgDB {
+func (p *pgDB) withDriver(t testing.TB) *pgDB {
 	c := *p
-	c.driver = pgxdriver.New(p.db.Pool)
+	c.driver = testdrv.Pgx(t, p.db.Pool)
 	return &c
 }
 

@@ -38,7 +38,7 @@ func PgBouncerPgx(mode string) Factory[pgx.Tx] {
 			db.reopenDSN = reopen(schema)
 			return db, pgxInUse(db.db.Pool), pgxIdle(db.db.Pool), db.db.Pool.Close, nil
 		})
-		return k.handle.(*pgDB).withDriver()
+		return k.handle.(*pgDB).withDriver(t)
 	}
 }
 
@@ -79,7 +79,7 @@ func bouncedPgx(t testing.TB, dsn, schema string, maxConns int) *pgDB {
 		t.Fatal(err)
 	}
 	t.Cleanup(db.db.Pool.Close)
-	return db.withDriver()
+	return db.withDriver(t)
 }
 
 // openBouncedPgx opens a pgx pool on dsn, a bouncer database of schema,
@@ -139,7 +139,7 @@ func keptBouncedSQL(t testing.TB, b *pgbouncer.Bouncer, kind, sqlDriver, params 
 		}
 		return db, sqlInUse(db.db), sqlIdle(db.db, maxConnsOr8(maxConns)), func() { db.db.Close() }, nil
 	})
-	return k.handle.(*pgSQLDB).withDriver()
+	return k.handle.(*pgSQLDB).withDriver(t)
 }
 
 // PgBouncerPQText is PgBouncerSQL("postgres") without binary_parameters:

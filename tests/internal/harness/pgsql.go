@@ -14,6 +14,7 @@ import (
 	"github.com/sqlonce/sqlonce/pgsqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/bizdb/pgsqlbiz"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // PostgresSQL is the Factory for PostgreSQL through database/sql with
@@ -48,7 +49,7 @@ func keptPgSQL(t testing.TB, sqlDriver string, maxConns int) *pgSQLDB {
 			return drop()
 		}}
 	})
-	return k.handle.(*pgSQLDB).withDriver()
+	return k.handle.(*pgSQLDB).withDriver(t)
 }
 
 // newPgSQL opens dsn with the database/sql driver named sqlDriver ("pgx"
@@ -61,7 +62,7 @@ func newPgSQL(t testing.TB, sqlDriver, dsn string, maxConns int) *pgSQLDB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.db.Close() })
-	return p.withDriver()
+	return p.withDriver(t)
 }
 
 // openPgSQL opens dsn with the database/sql driver sqlDriver, maxConns
@@ -80,9 +81,9 @@ func openPgSQL(sqlDriver, dsn string, maxConns int) (*pgSQLDB, error) {
 }
 
 // withDriver returns a copy of p with a new sqlonce driver on its handle.
-func (p *pgSQLDB) withDriver() *pgSQLDB {
+func (p *pgSQLDB) withDriver(t testing.TB) *pgSQLDB {
 	c := *p
-	c.driver = pgsqldriver.New(p.db)
+	c.driver = testdrv.PgSQL(t, p.db)
 	return &c
 }
 

@@ -12,9 +12,8 @@ import (
 	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/sqlonce/sqlonce/mysqldriver"
-	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 )
 
 // Settings are connection settings for Reopen, per dialect; the other
@@ -78,7 +77,7 @@ func Reopen[TTx any](t testing.TB, db DB[TTx], maxConns int, s Settings) (DB[TTx
 		if err := pool.Ping(ctx); err != nil {
 			return nil, err
 		}
-		out = &pgDB{db: &testdb.Postgres{Pool: pool, Schema: d.db.Schema, DSN: d.db.DSN}, driver: pgxdriver.New(pool)}
+		out = &pgDB{db: &testdb.Postgres{Pool: pool, Schema: d.db.Schema, DSN: d.db.DSN}, driver: testdrv.Pgx(t, pool)}
 	case *pgSQLDB:
 		dsn := d.dsn
 		if d.reopenDSN != nil {
@@ -127,7 +126,7 @@ func Reopen[TTx any](t testing.TB, db DB[TTx], maxConns int, s Settings) (DB[TTx
 		if s.Addr != "" {
 			dsn = d.db.DSN
 		}
-		r := &myDB{db: &testdb.MySQL{DB: sqlDB, Name: d.db.Name, DSN: dsn}, driver: mysqldriver.New(sqlDB)}
+		r := &myDB{db: &testdb.MySQL{DB: sqlDB, Name: d.db.Name, DSN: dsn}, driver: testdrv.MySQL(t, sqlDB)}
 		if d.levels != nil {
 			r.levels = newLevelPools(t, dsn, maxConns)
 		}

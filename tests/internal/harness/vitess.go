@@ -12,9 +12,9 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/sqlonce/sqlonce/migrations"
-	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/tests/internal/bizdb"
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 	"github.com/sqlonce/sqlonce/tests/internal/vitess"
 )
 
@@ -78,7 +78,7 @@ func Vitess(c *vitess.Cluster, skip func(t testing.TB)) Factory[*sql.Tx] {
 		t.Cleanup(func() { db.Close() })
 		return &myDB{
 			db:     &testdb.MySQL{DB: db, Name: vitess.Keyspace + ":" + shard, DSN: dsn},
-			driver: mysqldriver.New(db),
+			driver: testdrv.MySQL(t, db),
 			levels: newLevelPools(t, dsn, maxConns),
 			kill:   func(ctx context.Context, id int64) error { return vtKill(ctx, c, id) },
 		}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 	"github.com/sqlonce/sqlonce/tests/internal/vitess"
 )
 
@@ -56,7 +57,7 @@ func VitessTenants(t testing.TB, c *vitess.Cluster, tenant func(s string) string
 	db.SetMaxOpenConns(maxConns)
 	db.SetMaxIdleConns(maxConns)
 	t.Cleanup(func() { db.Close() })
-	return &vtTenantDB{c: c, db: db, dsn: dsn, driver: mysqldriver.New(db), tenant: tenant, levels: newLevelPools(t, dsn, maxConns)}
+	return &vtTenantDB{c: c, db: db, dsn: dsn, driver: testdrv.MySQL(t, db), tenant: tenant, levels: newLevelPools(t, dsn, maxConns)}
 }
 
 // VitessTenantsVSchema is what VitessTenants adds to vitess.VSchema.

@@ -19,6 +19,10 @@ func main() {
 	if err != nil {
 		panic(err)
 	}
-	store, err := dedupe.New(mysqldriver.New(db))
+	drv, err := mysqldriver.New(db)
+	if err != nil {
+		panic(err)
+	}
+	store, err := dedupe.New(drv)
 	fmt.Println(store != nil, err, sqlonce.IsRetryable(err))
 }

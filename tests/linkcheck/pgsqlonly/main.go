@@ -20,6 +20,10 @@ func main() {
 	if err != nil {
 		panic(err)
 	}
-	store, err := dedupe.New(pgsqldriver.New(db))
+	drv, err := pgsqldriver.New(db)
+	if err != nil {
+		panic(err)
+	}
+	store, err := dedupe.New(drv)
 	fmt.Println(store != nil, err, sqlonce.IsRetryable(err))
 }

@@ -19,6 +19,10 @@ func main() {
 	if err != nil {
 		panic(err)
 	}
-	store, err := dedupe.New(pgxdriver.New(pool))
+	drv, err := pgxdriver.New(pool)
+	if err != nil {
+		panic(err)
+	}
+	store, err := dedupe.New(drv)
 	fmt.Println(store != nil, err, sqlonce.IsRetryable(err))
 }
