@@ -182,21 +182,30 @@ func TestMattnOpen(t *testing.T) {
 	}
 }
 
-// New refuses a *sql.DB of another database, naming the libraries it
-// supports, before any call could misread that database's errors.
+// New refuses a *sql.DB of another database, naming its library and the
+// sqlonce driver to use, before any call could misread that database's
+// errors.
 func TestNewRefusesServers(t *testing.T) {
 	pg := testdb.NewPostgres(t, 2)
 	pgDB := stdlib.OpenDBFromPool(pg.Pool)
 	defer pgDB.Close()
 	my := testdb.NewMySQL(t, 2)
-	for name, db := range map[string]*sql.DB{"PostgreSQL (pgx stdlib)": pgDB, "MariaDB": my.DB} {
-		d, err := sqlitedriver.New(db)
+	for name, c := range map[string]struct {
+		db    *sql.DB
+		names []string
+	}{
+		"PostgreSQL (pgx stdlib)": {pgDB, []string{"github.com/jackc/pgx/v5/stdlib", "use pgsqldriver (or pgxdriver"}},
+		"MariaDB":                 {my.DB, []string{"github.com/go-sql-driver/mysql", "use mysqldriver"}},
+	} {
+		d, err := sqlitedriver.New(c.db)
 		if !errors.Is(err, sqlonce.ErrInvalidArgument) || d != nil {
 			t.Errorf("%s: New = %v, %v; want ErrInvalidArgument", name, d, err)
 			continue
 		}
-		if !strings.Contains(err.Error(), "modernc.org/sqlite") || !strings.Contains(err.Error(), "mattn/go-sqlite3") {
-			t.Errorf("%s: %q does not name the supported libraries", name, err)
+		for _, want := range c.names {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: %q does not name %q", name, err, want)
+			}
 		}
 		t.Logf("%s: %v", name, err)
 	}
