@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/storecfg"
 )
 
 // Codec encodes the values DoJSON and RunJSON record and decodes them for
@@ -27,11 +28,11 @@ type Codec interface {
 // codec is sqlonce.ErrInvalidArgument. DoResponse and Run record the
 // bytes they are given, whatever the codec.
 func WithCodec(c Codec) Option {
-	return func(o *options) error {
+	return func(o *storecfg.Options) error {
 		if c == nil {
 			return fmt.Errorf("%w: nil codec", sqlonce.ErrInvalidArgument)
 		}
-		o.codec = c
+		o.Codec = c
 		return nil
 	}
 }

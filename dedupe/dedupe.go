@@ -12,6 +12,7 @@ import (
 	"github.com/sqlonce/sqlonce/internal/keys"
 	"github.com/sqlonce/sqlonce/internal/obs"
 	"github.com/sqlonce/sqlonce/internal/owntx"
+	"github.com/sqlonce/sqlonce/internal/storecfg"
 	"github.com/sqlonce/sqlonce/internal/testclock"
 )
 
@@ -49,33 +50,25 @@ type Store[TTx any] struct {
 	codec       Codec
 }
 
-// Option configures a Store.
-type Option func(*options) error
-
-type options struct {
-	ns          driver.Namespace
-	stepsNS     driver.Namespace
-	ttl         time.Duration
-	maxResponse int
-	lockWait    time.Duration
-	favor       driver.Favor
-	noRecord    bool
-	codec       Codec
-}
+// Option configures a Store; New applies the options in order and
+// returns the first one's error. The options are this package's With
+// functions (storecfg.Options is internal: the packages built on a Store
+// set fields of it that no user of dedupe can).
+type Option func(*storecfg.Options) error
 
 // WithTTL sets how long keys live after they are recorded (DefaultTTL
 // otherwise, and for 0; negative is sqlonce.ErrInvalidArgument). A
 // Request's own TTL overrides it. An expired key counts as absent: the
 // next claim takes it over.
 func WithTTL(ttl time.Duration) Option {
-	return func(o *options) error {
+	return func(o *storecfg.Options) error {
 		switch {
 		case ttl < 0:
 			return fmt.Errorf("%w: TTL %v is negative", sqlonce.ErrInvalidArgument, ttl)
 		case ttl == 0:
 			ttl = DefaultTTL
 		}
-		o.ttl = ttl
+		o.TTL = ttl
 		return nil
 	}
 }
@@ -84,14 +77,14 @@ func WithTTL(ttl time.Duration) Option {
 // records: DefaultMaxResponseSize otherwise, and for 0; at most
 // MaxResponseSize (sqlonce.ErrInvalidArgument above it or below 0).
 func WithMaxResponseSize(n int) Option {
-	return func(o *options) error {
+	return func(o *storecfg.Options) error {
 		switch {
 		case n < 0 || n > MaxResponseSize:
 			return fmt.Errorf("%w: max response size %d is outside 0..%d", sqlonce.ErrInvalidArgument, n, MaxResponseSize)
 		case n == 0:
 			n = DefaultMaxResponseSize
 		}
-		o.maxResponse = n
+		o.MaxResponseSize = n
 		return nil
 	}
 }
@@ -121,7 +114,7 @@ func WithNoWait() Option { return WithLockWait(time.Millisecond) }
 // one second it is WithNoWait). 0 waits not at all: it is WithNoWait.
 // Negative is sqlonce.ErrInvalidArgument.
 func WithLockWait(d time.Duration) Option {
-	return func(o *options) error {
+	return func(o *storecfg.Options) error {
 		switch {
 		case d < 0:
 			return fmt.Errorf("%w: lock wait %v is negative", sqlonce.ErrInvalidArgument, d)
@@ -129,7 +122,7 @@ func WithLockWait(d time.Duration) Option {
 			// A lock timeout of 0 means "no timeout" to PostgreSQL.
 			d = time.Millisecond
 		}
-		o.lockWait = d
+		o.LockWait = d
 		return nil
 	}
 }
@@ -140,7 +133,7 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 	if d == nil || d.Engine() == nil {
 		return nil, fmt.Errorf("%w: nil driver", sqlonce.ErrInvalidArgument)
 	}
-	o := options{stepsNS: driver.NamespaceSteps, ttl: DefaultTTL, maxResponse: DefaultMaxResponseSize, codec: jsonCodec{}}
+	o := storecfg.Options{StepsNamespace: driver.NamespaceSteps, TTL: DefaultTTL, MaxResponseSize: DefaultMaxResponseSize, Codec: jsonCodec{}}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: option %d is nil", sqlonce.ErrInvalidArgument, i)
@@ -149,7 +142,18 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 			return nil, err
 		}
 	}
-	return &Store[TTx]{engine: d.Engine(), ns: o.ns, stepsNS: o.stepsNS, ttl: o.ttl, maxResponse: o.maxResponse, lockWait: o.lockWait, favor: o.favor, noRecord: o.noRecord, observer: obs.Of(d), codec: o.codec}, nil
+	return &Store[TTx]{engine: d.Engine(), ns: o.Namespace, stepsNS: o.StepsNamespace, ttl: o.TTL, maxResponse: o.MaxResponseSize, lockWait: o.LockWait, favor: o.Favor, noRecord: o.NoRecord, observer: obs.Of(d), codec: o.Codec}, nil
+}
+
+// stepsKey names a row of the namespace of the Store's operations of
+// several steps.
+func (s *Store[TTx]) stepsKey(scope, key string) driver.Key {
+	return driver.Key{Namespace: s.stepsNS, Scope: scope, Key: key}
+}
+
+// key names a row of the Store's namespace.
+func (s *Store[TTx]) key(scope, key string) driver.Key {
+	return driver.Key{Namespace: s.ns, Scope: scope, Key: key}
 }
 
 // Request names the operation to run once.

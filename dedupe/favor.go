@@ -5,6 +5,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/storecfg"
 )
 
 // Favor says which of Run's two answers, a first run or a repeat, a Store
@@ -48,10 +49,10 @@ func (f Favor) String() string {
 // sqlonce.ErrInvalidArgument. Round trips per driver and Favor:
 // https://github.com/sqlonce/sqlonce/blob/main/docs/drivers.md#round-trips-of-storerun
 func WithFavor(f Favor) Option {
-	return func(o *options) error {
+	return func(o *storecfg.Options) error {
 		switch f {
 		case FavorDefault, FavorFirstRuns, FavorRepeats:
-			o.favor = driver.Favor(f)
+			o.Favor = driver.Favor(f)
 			return nil
 		}
 		return fmt.Errorf("%w: unknown %v", sqlonce.ErrInvalidArgument, f)

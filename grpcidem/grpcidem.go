@@ -17,7 +17,7 @@ import (
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/idem"
 	"github.com/sqlonce/sqlonce/internal/obs"
-	"github.com/sqlonce/sqlonce/internal/storeopt"
+	"github.com/sqlonce/sqlonce/internal/storecfg"
 )
 
 const (
@@ -71,7 +71,10 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(ctx context.Context) str
 	// HTTP and gRPC keys share httpidem's namespace; their scopes differ
 	// by kind ('g'), so neither can answer for the other.
 	store, err := dedupe.New(obs.Bare(d), dedupe.WithNoWait(), dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(c.maxResponse),
-		storeopt.Namespace(driver.NamespaceHTTP).(dedupe.Option))
+		func(o *storecfg.Options) error {
+			o.Namespace = driver.NamespaceHTTP
+			return nil
+		})
 	if err != nil {
 		return nil, err
 	}

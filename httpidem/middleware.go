@@ -12,7 +12,7 @@ import (
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/idem"
 	"github.com/sqlonce/sqlonce/internal/obs"
-	"github.com/sqlonce/sqlonce/internal/storeopt"
+	"github.com/sqlonce/sqlonce/internal/storecfg"
 )
 
 const (
@@ -151,7 +151,10 @@ func build[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) strin
 	// Its keys live in a namespace of their own: no dedupe scope or inbox
 	// consumer can spell one.
 	store, err := dedupe.New(obs.Bare(d), wait, dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(dedupe.MaxResponseSize),
-		storeopt.Namespace(driver.NamespaceHTTP).(dedupe.Option), storeopt.StepsNamespace(driver.NamespaceHTTPSteps).(dedupe.Option))
+		func(o *storecfg.Options) error {
+			o.Namespace, o.StepsNamespace = driver.NamespaceHTTP, driver.NamespaceHTTPSteps
+			return nil
+		})
 	if err != nil {
 		return nil, err
 	}

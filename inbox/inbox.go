@@ -10,7 +10,7 @@ import (
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/keys"
 	"github.com/sqlonce/sqlonce/internal/obs"
-	"github.com/sqlonce/sqlonce/internal/storeopt"
+	"github.com/sqlonce/sqlonce/internal/storecfg"
 )
 
 // DefaultTTL is how long a message id is remembered unless WithTTL says
@@ -77,8 +77,10 @@ func New[TTx any](d sqlonce.Driver[TTx], consumer string, opts ...Option) (*Inbo
 	// applied (ack it) or applies it (the first rolled back).
 	// The Inbox reports its own operations; its Store must not report
 	// them again as dedupe's. Its keys live in a namespace of their own.
-	store, err := dedupe.New(obs.Bare(d), dedupe.WithTTL(o.ttl), storeopt.Namespace(driver.NamespaceInbox).(dedupe.Option),
-		storeopt.NoRecord().(dedupe.Option))
+	store, err := dedupe.New(obs.Bare(d), dedupe.WithTTL(o.ttl), func(o *storecfg.Options) error {
+		o.Namespace, o.NoRecord = driver.NamespaceInbox, true
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
