@@ -79,8 +79,8 @@ func (s *Store[TTx]) doBatch(ctx context.Context, tx TTx, scope string, ids []st
 // without them (or with a bounded lock wait) every claim is undecided,
 // and applyBatch claims each key alone.
 func (s *Store[TTx]) claimBatch(ctx context.Context, tx TTx, p driver.BatchParams) ([]driver.BatchClaim, error) {
-	bc, ok := s.engine.(driver.BatchClaimer[TTx])
-	if !ok || s.lockWait > 0 {
+	bc := s.caps.BatchClaimer
+	if bc == nil || s.lockWait > 0 {
 		return make([]driver.BatchClaim, len(p.Keys)), nil
 	}
 	claims, err := bc.ClaimBatch(ctx, tx, p)
@@ -148,7 +148,7 @@ func (s *Store[TTx]) runBatch(ctx context.Context, scope string, ids []string, f
 		}
 		return fmt.Errorf("sqlonce/dedupe: run a batch of %d keys in scope %q: %w", len(p.Keys), p.Scope, err)
 	}
-	if br, ok := s.engine.(driver.BatchRunner[TTx]); ok && s.lockWait == 0 {
+	if br := s.caps.BatchRunner; br != nil && s.lockWait == 0 {
 		err = owntx.Retry(ctx, func() error {
 			claimed := false
 			err := br.RunBatch(ctx, p, func(ctx context.Context, tx TTx, claims []driver.BatchClaim) (err error) {
@@ -290,7 +290,7 @@ func (s *Store[TTx]) applyBatch(ctx context.Context, tx TTx, p driver.BatchParam
 	// A transaction that lost one claim lost them all: one is asked
 	// (see driver.ClaimChecker).
 	k := fresh[0]
-	if err := driver.CheckClaim(ctx, s.engine, tx, s.key(scope, k), won[k]); err != nil {
+	if err := driver.CheckClaim(ctx, s.caps.ClaimChecker, tx, s.key(scope, k), won[k]); err != nil {
 		undo(err)
 		return nil, fmt.Errorf("sqlonce/dedupe: batch in scope %q after the work: %w", scope, err)
 	}

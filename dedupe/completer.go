@@ -104,7 +104,7 @@ func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts 
 	defer func() { err = o.End(ctx, res, err) }()
 	var row driver.StepRow
 	var found bool
-	err = owntx.RunStatements(ctx, s.engine, &o, func(ctx context.Context, tx TTx) (err error) {
+	err = owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, &o, func(ctx context.Context, tx TTx) (err error) {
 		row, found, err = s.engine.StepGet(ctx, tx, k, testclock.Now(ctx))
 		return err
 	})

@@ -39,6 +39,7 @@ const (
 // share it.
 type Store[TTx any] struct {
 	engine      driver.Engine[TTx]
+	caps        driver.Capabilities[TTx]
 	ns          driver.Namespace
 	stepsNS     driver.Namespace // the keys of RunSteps
 	ttl         time.Duration
@@ -142,7 +143,9 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 			return nil, err
 		}
 	}
-	return &Store[TTx]{engine: d.Engine(), ns: o.Namespace, stepsNS: o.StepsNamespace, ttl: o.TTL, maxResponse: o.MaxResponseSize, lockWait: o.LockWait, favor: o.Favor, noRecord: o.NoRecord, observer: obs.Of(d), codec: o.Codec}, nil
+	e := d.Engine()
+	return &Store[TTx]{engine: e, caps: e.Capabilities(), ns: o.Namespace,
+		stepsNS: o.StepsNamespace, ttl: o.TTL, maxResponse: o.MaxResponseSize, lockWait: o.LockWait, favor: o.Favor, noRecord: o.NoRecord, observer: obs.Of(d), codec: o.Codec}, nil
 }
 
 // stepsKey names a row of the namespace of the Store's operations of
@@ -359,7 +362,7 @@ func (s *Store[TTx]) run(ctx context.Context, tx TTx, req Request, fn func(ctx c
 			unclaim(err)
 			return sqlonce.Result{}, fmt.Errorf("sqlonce/dedupe: record response for %q: %w", req.Key, err)
 		}
-	} else if err := driver.CheckClaim(ctx, s.engine, tx, k, c.Token); err != nil {
+	} else if err := driver.CheckClaim(ctx, s.caps.ClaimChecker, tx, k, c.Token); err != nil {
 		// Nothing wrote by the token after fn: the engine proves, where
 		// it must, that tx still holds the claim (see driver.ClaimChecker).
 		unclaim(err)

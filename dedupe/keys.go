@@ -79,7 +79,7 @@ func (s *Store[TTx]) Inspect(ctx context.Context, scope, key string) (info KeyIn
 		ki driver.KeyInfo
 		ok bool
 	)
-	err = owntx.RunStatements(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+	err = owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, &op, func(ctx context.Context, tx TTx) error {
 		var err error
 		ki, ok, err = s.engine.Inspect(ctx, tx, s.key(scope, key), testclock.Now(ctx))
 		return err
@@ -140,7 +140,7 @@ func (s *Store[TTx]) Forget(ctx context.Context, scope, key string, opts ...Forg
 		opt(&o)
 	}
 	var deleted, exists bool
-	err = owntx.RunStatements(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+	err = owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, &op, func(ctx context.Context, tx TTx) error {
 		now := testclock.Now(ctx)
 		var err error
 		if deleted, err = s.engine.Forget(ctx, tx, s.key(scope, key), o.leased, now); err != nil || deleted {

@@ -93,11 +93,11 @@ func (s *Store[TTx]) Claim(ctx context.Context, req Request, d time.Duration, op
 	// run in autocommit, one round trip, with no BEGIN and COMMIT around
 	// them. A bounded wait needs a transaction (a savepoint and its
 	// lock_timeout).
-	run := owntx.RunStatements[TTx]
+	auto := s.caps.Autocommitter
 	if s.lockWait > 0 {
-		run = owntx.RunObserved[TTx]
+		auto = nil
 	}
-	err = run(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+	err = owntx.RunStatements(ctx, s.engine, auto, &op, func(ctx context.Context, tx TTx) error {
 		var err error
 		l, res, err = s.claimTx(ctx, tx, req, d, &op)
 		return err
@@ -282,7 +282,7 @@ func (s *Store[TTx]) Complete(ctx context.Context, l *Lease, response []byte) (e
 		return err
 	}
 	// One statement: in autocommit where the driver can (PostgreSQL).
-	return owntx.RunStatements(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+	return owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, &op, func(ctx context.Context, tx TTx) error {
 		return s.completeTx(ctx, tx, l, response)
 	})
 }
@@ -320,7 +320,7 @@ func (s *Store[TTx]) Release(ctx context.Context, l *Lease) (err error) {
 	if err := checkLease(l); err != nil {
 		return err
 	}
-	return owntx.RunStatements(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+	return owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, &op, func(ctx context.Context, tx TTx) error {
 		return s.releaseTx(ctx, tx, l)
 	})
 }
@@ -359,7 +359,7 @@ func (s *Store[TTx]) Extend(ctx context.Context, l *Lease, d time.Duration) (err
 	if err := checkDuration(d); err != nil {
 		return err
 	}
-	return owntx.RunStatements(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+	return owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, &op, func(ctx context.Context, tx TTx) error {
 		return s.extendTx(ctx, tx, l, d)
 	})
 }

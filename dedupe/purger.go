@@ -161,7 +161,7 @@ func (s *Store[TTx]) purgeRound(ctx context.Context, lease time.Duration, batch 
 // holds it.
 func (s *Store[TTx]) electLease(ctx context.Context, key driver.Key, lease time.Duration, token int64, op *obs.Op) (int64, error) {
 	var held int64
-	err := owntx.RunStatements(ctx, s.engine, op, func(ctx context.Context, tx TTx) error {
+	err := owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, op, func(ctx context.Context, tx TTx) error {
 		now := testclock.Now(ctx)
 		held = 0
 		if token != 0 {

@@ -72,8 +72,8 @@ func (s *Store[TTx]) runOwn(ctx context.Context, req Request, fn func(ctx contex
 		}
 		return res, fmt.Errorf("sqlonce/dedupe: run key %q: %w", req.Key, err)
 	}
-	runner, ok := s.engine.(driver.Runner[TTx])
-	if !ok {
+	runner := s.caps.Runner
+	if runner == nil {
 		return named(s.runInTx(ctx, req, fn, op))
 	}
 	limited := func(ctx context.Context, tx TTx) ([]byte, error) {

@@ -209,7 +209,7 @@ func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op
 	for range 3 {
 		var row driver.StepRow
 		var found bool
-		err := owntx.RunStatements(ctx, s.engine, &o, func(ctx context.Context, tx TTx) (err error) {
+		err := owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, &o, func(ctx context.Context, tx TTx) (err error) {
 			row, found, err = s.engine.StepGet(ctx, tx, k, testclock.Now(ctx))
 			return err
 		})
@@ -272,7 +272,7 @@ func replaySteps(req Request, response []byte) (sqlonce.Result, error) {
 // false when the key turned out taken since it was read.
 func (s *Store[TTx]) stepStart(ctx context.Context, k driver.Key, row driver.StepRow, found bool, req Request, ttl, lease time.Duration, rec recovery, o *obs.Op) (token int64, ok bool, err error) {
 	ttl = max(ttl, lease) // keeps locked_until <= expires_at
-	err = owntx.RunStatements(ctx, s.engine, o, func(ctx context.Context, tx TTx) (err error) {
+	err = owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, o, func(ctx context.Context, tx TTx) (err error) {
 		now := testclock.Now(ctx)
 		if !found {
 			token, ok, err = s.engine.StepStart(ctx, tx, k, req.Fingerprint, rec.encode(), lease, ttl, now)
@@ -306,7 +306,7 @@ func recoveryOf(k driver.Key, row driver.StepRow, fresh recovery) (recovery, err
 // recovery point, and returns the new token. ok is false when the row
 // changed since it was read.
 func (s *Store[TTx]) stepResume(ctx context.Context, k driver.Key, row driver.StepRow, rec recovery, lease time.Duration, o *obs.Op) (token int64, ok bool, err error) {
-	err = owntx.RunStatements(ctx, s.engine, o, func(ctx context.Context, tx TTx) (err error) {
+	err = owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, o, func(ctx context.Context, tx TTx) (err error) {
 		ok, err = s.engine.StepResume(ctx, tx, k, row.Token, row.Response, rec.encode(), lease, testclock.Now(ctx))
 		return err
 	})
@@ -394,7 +394,7 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 				stepErr = true
 			} else {
 				resp = result
-				err = owntx.RunStatements(ctx, s.engine, o, func(ctx context.Context, tx TTx) error {
+				err = owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, o, func(ctx context.Context, tx TTx) error {
 					return record(ctx, tx, result)
 				})
 			}
@@ -405,7 +405,7 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 		if err != nil {
 			if stepErr && ctx.Err() == nil {
 				// Let the next call resume at this step at once.
-				_ = owntx.RunStatements(ctx, s.engine, o, func(ctx context.Context, tx TTx) error {
+				_ = owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, o, func(ctx context.Context, tx TTx) error {
 					_, err := s.engine.Release(ctx, tx, k, token, testclock.Now(ctx))
 					return err
 				})
@@ -428,7 +428,7 @@ func (s *Store[TTx]) finishSteps(ctx context.Context, k driver.Key, token int64,
 		return sqlonce.Result{}, fmt.Errorf("%w: %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(resp), k.Key, s.maxResponse)
 	}
 	var ok bool
-	err := owntx.RunStatements(ctx, s.engine, o, func(ctx context.Context, tx TTx) (err error) {
+	err := owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, o, func(ctx context.Context, tx TTx) (err error) {
 		ok, err = s.engine.Complete(ctx, tx, k, token, f, ttl, testclock.Now(ctx))
 		return err
 	})

@@ -51,6 +51,7 @@ var (
 // through a driver. It is safe for concurrent use.
 type Store[TTx any] struct {
 	engine   driver.Engine[TTx]
+	caps     driver.Capabilities[TTx]
 	ttl      time.Duration
 	observer sqlonce.Observer
 }
@@ -95,7 +96,8 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 			return nil, err
 		}
 	}
-	return &Store[TTx]{engine: d.Engine(), ttl: o.ttl, observer: obs.Of(d)}, nil
+	e := d.Engine()
+	return &Store[TTx]{engine: e, caps: e.Capabilities(), ttl: o.ttl, observer: obs.Of(d)}, nil
 }
 
 // Issue issues a token for scope, committed at once on the driver's
@@ -117,7 +119,7 @@ func (s *Store[TTx]) Issue(ctx context.Context, scope string) (tok string, err e
 	}
 	// One INSERT: in autocommit where the driver can (PostgreSQL), one
 	// round trip with no BEGIN and COMMIT around it.
-	err = owntx.RunStatements(ctx, s.engine, &op, func(ctx context.Context, tx TTx) error {
+	err = owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, &op, func(ctx context.Context, tx TTx) error {
 		var err error
 		tok, err = s.issueTx(ctx, tx, scope)
 		return err

@@ -17,6 +17,7 @@ import (
 // "already done". It is safe for concurrent use.
 type Inserter[TTx any] struct {
 	engine   driver.Engine[TTx]
+	caps     driver.Capabilities[TTx]
 	observer sqlonce.Observer
 }
 
@@ -27,7 +28,8 @@ func New[TTx any](d sqlonce.Driver[TTx]) (*Inserter[TTx], error) {
 	if d == nil || d.Engine() == nil {
 		return nil, fmt.Errorf("%w: nil driver", sqlonce.ErrInvalidArgument)
 	}
-	return &Inserter[TTx]{engine: d.Engine(), observer: obs.Of(d)}, nil
+	e := d.Engine()
+	return &Inserter[TTx]{engine: e, caps: e.Capabilities(), observer: obs.Of(d)}, nil
 }
 
 // Insert runs insert, the caller's INSERT of a row with a natural or
@@ -118,7 +120,7 @@ func (u *Inserter[TTx]) insert(ctx context.Context, tx TTx, constraint string, s
 const notDone = driver.Retryable | driver.TxRolledBack | driver.TxDone | driver.ConnLost
 
 func (u *Inserter[TTx]) isDuplicate(ctx context.Context, tx TTx, err error, constraint string) (bool, error) {
-	if d, ok := u.engine.(driver.DuplicateInTx[TTx]); ok {
+	if d := u.caps.DuplicateInTx; d != nil {
 		dup, lookupErr := d.IsDuplicateInTx(ctx, tx, err, constraint)
 		if cErr := ctx.Err(); lookupErr != nil && cErr != nil && !errors.Is(lookupErr, cErr) {
 			// The driver may report an interrupted query rather than the

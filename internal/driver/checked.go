@@ -8,9 +8,7 @@ import (
 
 // Checked is an Engine on *sql.Tx whose every call first passes Check: a
 // driver's Engine returns one when its DialectCheck is not settled at New.
-// It forwards Runner, DuplicateInTx, BatchClaimer and ClaimChecker to the
-// engine when it has them, and otherwise answers as the strategies'
-// fallbacks expect (ErrNoRun, IsDuplicate, every key undecided, nil).
+// Its Capabilities are the engine's, each behind the check.
 type Checked struct {
 	Engine[*sql.Tx]
 	Check *DialectCheck
@@ -19,36 +17,113 @@ type Checked struct {
 	DB *sql.DB
 }
 
-var (
-	_ Runner[*sql.Tx]        = Checked{}
-	_ Autocommitter[*sql.Tx] = Checked{}
-	_ DuplicateInTx[*sql.Tx] = Checked{}
-	_ BatchClaimer[*sql.Tx]  = Checked{}
-	_ ClaimChecker[*sql.Tx]  = Checked{}
-)
+var _ Engine[*sql.Tx] = Checked{}
+
+// Capabilities returns the engine's, each behind the check: every field
+// the engine sets, Checked sets (TestCheckedKeepsCapabilities). The
+// capabilities that run on the driver's handle answer ErrNoRun without
+// one, for the generic path to answer ErrNoDB.
+func (c Checked) Capabilities() Capabilities[*sql.Tx] {
+	in := c.Engine.Capabilities()
+	var out Capabilities[*sql.Tx]
+	if in.Runner != nil {
+		out.Runner = checkedRunner{c, in.Runner}
+	}
+	if in.BatchClaimer != nil {
+		out.BatchClaimer = checkedBatchClaimer{c, in.BatchClaimer}
+	}
+	if in.BatchRunner != nil {
+		out.BatchRunner = checkedBatchRunner{c, in.BatchRunner}
+	}
+	if in.Autocommitter != nil {
+		out.Autocommitter = checkedAutocommitter{c, in.Autocommitter}
+	}
+	if in.DuplicateInTx != nil {
+		// Called after Guard, which passed the check on tx.
+		out.DuplicateInTx = in.DuplicateInTx
+	}
+	if in.ClaimChecker != nil {
+		out.ClaimChecker = checkedClaimChecker{c, in.ClaimChecker}
+	}
+	return out
+}
+
+type checkedRunner struct {
+	c Checked
+	r Runner[*sql.Tx]
+}
+
+func (r checkedRunner) Run(ctx context.Context, p RunParams, fn func(ctx context.Context, tx *sql.Tx) ([]byte, error)) (RunResult, error) {
+	if r.c.DB == nil {
+		return RunResult{}, ErrNoRun // the generic path, through the checked calls
+	}
+	if err := r.c.Check.Err(ctx, r.c.DB); err != nil {
+		return RunResult{}, err
+	}
+	return r.r.Run(ctx, p, fn)
+}
+
+type checkedBatchClaimer struct {
+	c Checked
+	b BatchClaimer[*sql.Tx]
+}
+
+func (b checkedBatchClaimer) ClaimBatch(ctx context.Context, tx *sql.Tx, p BatchParams) ([]BatchClaim, error) {
+	if err := b.c.Check.Err(ctx, b.c.on(tx)); err != nil {
+		return nil, err
+	}
+	return b.b.ClaimBatch(ctx, tx, p)
+}
+
+type checkedBatchRunner struct {
+	c Checked
+	b BatchRunner[*sql.Tx]
+}
+
+func (b checkedBatchRunner) RunBatch(ctx context.Context, p BatchParams, fn func(ctx context.Context, tx *sql.Tx, claims []BatchClaim) error) error {
+	if b.c.DB == nil {
+		return ErrNoRun // ClaimBatch in InTx, through the checked calls
+	}
+	if err := b.c.Check.Err(ctx, b.c.DB); err != nil {
+		return err
+	}
+	return b.b.RunBatch(ctx, p, fn)
+}
+
+type checkedAutocommitter struct {
+	c Checked
+	a Autocommitter[*sql.Tx]
+}
+
+func (a checkedAutocommitter) Autocommit(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
+	if a.c.DB == nil {
+		return ErrNoRun // a transaction, through the checked calls
+	}
+	// Settled on the handle before fn runs: the calls fn makes, given
+	// AutoTx, probe nothing then.
+	if err := a.c.Check.Err(ctx, a.c.DB); err != nil {
+		return err
+	}
+	return a.a.Autocommit(ctx, fn)
+}
+
+type checkedClaimChecker struct {
+	c  Checked
+	cc ClaimChecker[*sql.Tx]
+}
+
+func (c checkedClaimChecker) CheckClaim(ctx context.Context, tx *sql.Tx, k Key, token int64) error {
+	if err := c.c.Check.Err(ctx, c.c.on(tx)); err != nil {
+		return err
+	}
+	return c.cc.CheckClaim(ctx, tx, k, token)
+}
 
 func (c Checked) Guard(ctx context.Context, tx *sql.Tx, single bool, fn func(ctx context.Context) error) error {
 	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return err
 	}
 	return c.Engine.Guard(ctx, tx, single, fn)
-}
-
-func (c Checked) IsDuplicateInTx(ctx context.Context, tx *sql.Tx, err error, constraint string) (bool, error) {
-	if d, ok := c.Engine.(DuplicateInTx[*sql.Tx]); ok {
-		return d.IsDuplicateInTx(ctx, tx, err, constraint)
-	}
-	return c.Engine.IsDuplicate(err, constraint), nil
-}
-
-func (c Checked) ClaimBatch(ctx context.Context, tx *sql.Tx, p BatchParams) ([]BatchClaim, error) {
-	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
-		return nil, err
-	}
-	if b, ok := c.Engine.(BatchClaimer[*sql.Tx]); ok {
-		return b.ClaimBatch(ctx, tx, p)
-	}
-	return make([]BatchClaim, len(p.Keys)), nil // none decided: each claimed alone
 }
 
 func (c Checked) Claim(ctx context.Context, tx *sql.Tx, p ClaimParams) (Claim, error) {
@@ -63,17 +138,6 @@ func (c Checked) SetResponse(ctx context.Context, tx *sql.Tx, k Key, token int64
 		return err
 	}
 	return c.Engine.SetResponse(ctx, tx, k, token, response)
-}
-
-func (c Checked) CheckClaim(ctx context.Context, tx *sql.Tx, k Key, token int64) error {
-	cc, ok := c.Engine.(ClaimChecker[*sql.Tx])
-	if !ok {
-		return nil
-	}
-	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
-		return err
-	}
-	return cc.CheckClaim(ctx, tx, k, token)
 }
 
 func (c Checked) Unclaim(ctx context.Context, tx *sql.Tx, k Key, token int64) error {
@@ -134,17 +198,6 @@ func (c Checked) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.
 	return c.Engine.InTx(ctx, fn)
 }
 
-func (c Checked) Run(ctx context.Context, p RunParams, fn func(ctx context.Context, tx *sql.Tx) ([]byte, error)) (RunResult, error) {
-	r, ok := c.Engine.(Runner[*sql.Tx])
-	if !ok || c.DB == nil {
-		return RunResult{}, ErrNoRun // the generic path, through the checked calls
-	}
-	if err := c.Check.Err(ctx, c.DB); err != nil {
-		return RunResult{}, err
-	}
-	return r.Run(ctx, p, fn)
-}
-
 func (c Checked) TokenInsert(ctx context.Context, tx *sql.Tx, hash []byte, scope string, ttl time.Duration, now time.Time) error {
 	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return err
@@ -171,19 +224,6 @@ func (c Checked) TokenPurge(ctx context.Context, tx *sql.Tx, limit int, now time
 		return 0, err
 	}
 	return c.Engine.TokenPurge(ctx, tx, limit, now)
-}
-
-func (c Checked) Autocommit(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	a, ok := c.Engine.(Autocommitter[*sql.Tx])
-	if !ok || c.DB == nil {
-		return ErrNoRun // a transaction, through the checked calls
-	}
-	// Settled on the handle before fn runs: the calls fn makes, given
-	// AutoTx, probe nothing then.
-	if err := c.Check.Err(ctx, c.DB); err != nil {
-		return err
-	}
-	return a.Autocommit(ctx, fn)
 }
 
 // on is what the check probes for a call given tx: the handle for AutoTx.

@@ -21,10 +21,11 @@ type ClaimChecker[TTx any] interface {
 	CheckClaim(ctx context.Context, tx TTx, k Key, token int64) error
 }
 
-// CheckClaim calls e's CheckClaim when e has one, and is nil otherwise.
-func CheckClaim[TTx any](ctx context.Context, e Engine[TTx], tx TTx, k Key, token int64) error {
-	if c, ok := e.(ClaimChecker[TTx]); ok {
-		return c.CheckClaim(ctx, tx, k, token)
+// CheckClaim calls c's CheckClaim when c is not nil (an engine's
+// Capabilities.ClaimChecker), and is nil otherwise.
+func CheckClaim[TTx any](ctx context.Context, c ClaimChecker[TTx], tx TTx, k Key, token int64) error {
+	if c == nil {
+		return nil
 	}
-	return nil
+	return c.CheckClaim(ctx, tx, k, token)
 }

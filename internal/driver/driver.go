@@ -57,6 +57,10 @@ type Engine[TTx any] interface {
 	// sqlonce.ErrNoDB when the driver has no handle.
 	InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
 
+	// Capabilities lists the optional interfaces the engine implements.
+	// It is cheap to call, but allocates: callers keep the value.
+	Capabilities() Capabilities[TTx]
+
 	Tokens[TTx]
 	Steps[TTx]
 }

@@ -22,11 +22,11 @@ func RunObserved[TTx any](ctx context.Context, e driver.Engine[TTx], op *obs.Op,
 }
 
 // RunStatements is RunObserved for fn whose statements need no transaction
-// around them (see driver.Autocommitter): where e can, they run in
-// autocommit, which saves the BEGIN and COMMIT round trips.
-func RunStatements[TTx any](ctx context.Context, e driver.Engine[TTx], op *obs.Op, fn func(ctx context.Context, tx TTx) error) error {
-	a, ok := e.(driver.Autocommitter[TTx])
-	if !ok {
+// around them (see driver.Autocommitter): with a, e's
+// Capabilities.Autocommitter (nil: e has none), they run in autocommit,
+// which saves the BEGIN and COMMIT round trips.
+func RunStatements[TTx any](ctx context.Context, e driver.Engine[TTx], a driver.Autocommitter[TTx], op *obs.Op, fn func(ctx context.Context, tx TTx) error) error {
+	if a == nil {
 		return RunObserved(ctx, e, op, fn)
 	}
 	err := Retry(ctx, func() error {

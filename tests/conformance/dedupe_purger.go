@@ -31,15 +31,6 @@ type countingEngine[TTx any] struct {
 	c *purgeCounter
 }
 
-// Autocommit passes the wrapped engine's on, so that the purger takes
-// the same paths it takes without the wrapper.
-func (e countingEngine[TTx]) Autocommit(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
-	if a, ok := e.Engine.(driver.Autocommitter[TTx]); ok {
-		return a.Autocommit(ctx, fn)
-	}
-	return driver.ErrNoRun
-}
-
 func (e countingEngine[TTx]) Purge(ctx context.Context, tx TTx, limit int, now time.Time) (int64, error) {
 	n := e.c.active.Add(1)
 	defer e.c.active.Add(-1)

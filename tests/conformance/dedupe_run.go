@@ -20,7 +20,6 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
-	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/mysqldriver"
 	"github.com/sqlonce/sqlonce/pgsqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
@@ -46,7 +45,7 @@ const genericRunHoldsKey = "this driver's Run takes the generic path, which hold
 // skipOnGenericRun skips t when db's driver runs Store.Run the generic way.
 func skipOnGenericRun[TTx any](t *testing.T, db harness.DB[TTx], why string) {
 	t.Helper()
-	if _, ok := db.Driver().Engine().(driver.Runner[TTx]); !ok {
+	if db.Driver().Engine().Capabilities().Runner == nil {
 		t.Skip(why)
 	}
 }

@@ -211,13 +211,6 @@ type resumeHook[TTx any] struct {
 	before func()
 }
 
-func (e resumeHook[TTx]) Autocommit(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
-	if a, ok := e.Engine.(driver.Autocommitter[TTx]); ok {
-		return a.Autocommit(ctx, fn)
-	}
-	return driver.ErrNoRun
-}
-
 func (e resumeHook[TTx]) StepResume(ctx context.Context, tx TTx, k driver.Key, token int64, read, recovery []byte, lease time.Duration, now time.Time) (bool, error) {
 	e.once.Do(e.before)
 	return e.Engine.StepResume(ctx, tx, k, token, read, recovery, lease, now)
@@ -248,12 +241,24 @@ func (e readHook[TTx]) InTx(ctx context.Context, fn func(ctx context.Context, tx
 	return e.Engine.InTx(ctx, fn)
 }
 
-func (e readHook[TTx]) Autocommit(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
-	defer e.ended()
-	if a, ok := e.Engine.(driver.Autocommitter[TTx]); ok {
-		return a.Autocommit(ctx, fn)
+// Capabilities are the engine's, with its Autocommitter's transactions
+// (statements) ended as InTx's are.
+func (e readHook[TTx]) Capabilities() driver.Capabilities[TTx] {
+	c := e.Engine.Capabilities()
+	if c.Autocommitter != nil {
+		c.Autocommitter = readHookAuto[TTx]{e, c.Autocommitter}
 	}
-	return driver.ErrNoRun
+	return c
+}
+
+type readHookAuto[TTx any] struct {
+	e readHook[TTx]
+	a driver.Autocommitter[TTx]
+}
+
+func (a readHookAuto[TTx]) Autocommit(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+	defer a.e.ended()
+	return a.a.Autocommit(ctx, fn)
 }
 
 type readHookDriver[TTx any] struct{ e readHook[TTx] }

@@ -79,7 +79,7 @@ func TestMattnErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = tx.ExecContext(ctx, "INSERT INTO t VALUES (2, 'a', 1, 'x')")
-	if dup, lErr := e.(driver.DuplicateInTx[*sql.Tx]).IsDuplicateInTx(ctx, tx, err, "t_ab"); !dup || lErr != nil {
+	if dup, lErr := e.Capabilities().DuplicateInTx.IsDuplicateInTx(ctx, tx, err, "t_ab"); !dup || lErr != nil {
 		t.Errorf("%v: not a duplicate on t_ab", err)
 	}
 	_ = tx.Rollback()

@@ -1,0 +1,14 @@
+package pgxdriver
+
+import (
+	"github.com/jackc/pgx/v5"
+
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+// Capabilities: Run and RunBatch pipeline BEGIN with their first
+// statements; ClaimBatch claims a batch in one statement; Autocommit runs
+// a lease's statements without a transaction.
+func (e engine) Capabilities() driver.Capabilities[pgx.Tx] {
+	return driver.Capabilities[pgx.Tx]{Runner: e, BatchClaimer: e, BatchRunner: e, Autocommitter: e}
+}
