@@ -120,7 +120,7 @@
 // lease then ends at most a margin after ctx's deadline, so that a retry
 // after the caller timed out is not kept out for the whole lease.
 //
-// # Operations of several steps: RunSteps and the completer
+// # Operations of several steps: RunSteps and the resumer
 //
 // An [Operation] is a list of named steps run under one key by
 // [Store.RunSteps]: reserve the stock, charge the card, write the order.
@@ -129,7 +129,7 @@
 // its own ([StepState].Key) to hand to the outside system. A run that
 // stops leaves the key leased with its last recovery point: once the lease
 // lapses, a retry with the same key resumes there, and
-// [Store.CompleteEvery] finishes runs whose caller went away, or gives
+// [Store.ResumeEvery] finishes runs whose caller went away, or gives
 // them up ([ErrOperationFailed]). The last step's result is the response,
 // replayed byte for byte.
 //

@@ -156,7 +156,7 @@ func (s *Store[TTx]) purgeRound(ctx context.Context, lease time.Duration, batch 
 }
 
 // electLease returns the token of the lease on key (the purger's, the
-// completer's) when this instance holds it: the one it held (token),
+// resumer's) when this instance holds it: the one it held (token),
 // extended, or one it claimed now, for lease; 0 when another instance
 // holds it.
 func (s *Store[TTx]) electLease(ctx context.Context, key driver.Key, lease time.Duration, token int64, op *obs.Op) (int64, error) {

@@ -25,7 +25,7 @@ type recovery struct {
 	op       string // Operation.Name
 	attempts int    // runs that held the lease, this one included
 	// ttl is the Request's TTL (the Store's when it set none): the
-	// completer, which has no Request, records the response for it too,
+	// resumer, which has no Request, records the response for it too,
 	// so that the key lives at least as long as its first caller asked.
 	ttl     time.Duration
 	input   []byte

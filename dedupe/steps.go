@@ -22,19 +22,19 @@ import (
 const DefaultStepLease = time.Minute
 
 // ErrOperationFailed is returned by RunSteps for a key whose operation
-// CompleteStuck gave up after its attempts, and for every repeat of that
+// ResumeStuck gave up after its attempts, and for every repeat of that
 // key until it expires.
 var ErrOperationFailed = errors.New("sqlonce/dedupe: the operation was given up")
 
 // Operation is an operation made of named steps, run under one
 // idempotency key by Store.RunSteps and finished, when its caller went
-// away, by Store.CompleteStuck. Each step records a recovery point: a run
+// away, by Store.ResumeStuck. Each step records a recovery point: a run
 // that stopped (a crash, a cancelled context, a lost connection, an
 // error) is resumed after the last step recorded, by a retry with the same
-// key or by the completer, and the steps before it do not run again.
+// key or by the resumer, and the steps before it do not run again.
 type Operation[TTx any] struct {
 	// Name identifies the operation: it is stored with the recovery
-	// point, and the completer finds the steps of a stuck key by it.
+	// point, and the resumer finds the steps of a stuck key by it.
 	// Required; at most 255 bytes.
 	Name string
 	// Steps run in order; at least one. Their names are unique within the
@@ -42,7 +42,7 @@ type Operation[TTx any] struct {
 	Steps []Step[TTx]
 	// Lease is how long a run holds the key past each recovery point
 	// (DefaultStepLease for 0): a run that stops leaves the key to a retry
-	// or the completer once it lapses. Choose it longer than the slowest
+	// or the resumer once it lapses. Choose it longer than the slowest
 	// step.
 	Lease time.Duration
 }
@@ -120,7 +120,7 @@ func (op *Operation[TTx]) check() error {
 	}
 	if err := keys.Check("operation name", op.Name); err != nil {
 		// A bad operation is an invalid argument, as the doc of
-		// CompleteStuck and CompleteEvery says; ErrInvalidKey still
+		// ResumeStuck and ResumeEvery says; ErrInvalidKey still
 		// matches.
 		return fmt.Errorf("%w: %w", sqlonce.ErrInvalidArgument, err)
 	}
@@ -175,7 +175,7 @@ func (op *Operation[TTx]) lease() time.Duration {
 // with another fingerprint or by another operation; sqlonce.ErrInProgress
 // while another run holds the lease; sqlonce.ErrLeaseLost when this run's
 // lease was taken over (it stops at once: the other run goes on);
-// ErrOperationFailed once CompleteStuck gave the operation up;
+// ErrOperationFailed once ResumeStuck gave the operation up;
 // sqlonce.ErrInvalidKey, sqlonce.ErrInvalidArgument for bad input, and
 // sqlonce.ErrResponseTooLarge for a recovery point or a response over the
 // Store's limit.
@@ -184,7 +184,7 @@ func (op *Operation[TTx]) lease() time.Duration {
 // first call, and at least as long as each lease; an expired key counts as
 // absent, done or not, so an operation still stopped when its key expires
 // starts anew at its first step. Keep the TTL well above the time an
-// operation may stay stopped (CompleteEvery's interval times its
+// operation may stay stopped (ResumeEvery's interval times its
 // attempts).
 //
 // The operation's keys are apart from the Store's other keys (Do, Run,

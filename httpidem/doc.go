@@ -176,13 +176,13 @@
 // hand to the outside system. A request stopped part-way (a crash, a
 // client gone, a step's error, answered 500 with [CodeOutcomeUnknown])
 // is resumed after its last recovery point by a retry with the same key,
-// or by [Middleware.CompleteEvery] when its client never comes back.
+// or by [Middleware.ResumeEvery] when its client never comes back.
 //
 //	mux.Handle("POST /checkout", m.Steps(checkout))
-//	go m.CompleteEvery(ctx, time.Minute, 5, checkout)
+//	go m.ResumeEvery(ctx, time.Minute, 5, checkout)
 //
 // The steps read the request with [RequestOf] (they may run in the
-// completer, after the request ended), and the last one returns its
+// resumer, after the request ended), and the last one returns its
 // answer built with [Respond]: recorded and replayed byte for byte as a
 // handler's answer is, with the problems above for everything else.
 //

@@ -20,13 +20,13 @@ import (
 // of their own (dedupe.StepState.Key). A request stopped between or
 // inside its steps (a crash, a client gone, a step's error) is finished
 // by a retry with the same Idempotency-Key, which resumes after the last
-// step done, or by the completer (CompleteEvery); the steps done before
+// step done, or by the resumer (ResumeEvery); the steps done before
 // do not run again.
 //
 //	mux.Handle("POST /checkout", m.Steps(checkout))
 //
 // The steps read the request from their state with RequestOf: they may
-// run long after the request ended, in the completer, so they get what
+// run long after the request ended, in the resumer, so they get what
 // the middleware read (the principal, method, route, path, query, key and
 // body), never the *http.Request. The last step's result is the answer:
 // build it with Respond. It is recorded with the key, as Wrap records a
@@ -43,7 +43,7 @@ import (
 // WithNoRepeatSubmit derives one. A step's error, or a run that lost the
 // key to another, is answered 500 with CodeOutcomeUnknown: part of the
 // work may be done, and the same request with the same key finishes it.
-// An operation the completer gave up (dedupe.ErrOperationFailed) is
+// An operation the resumer gave up (dedupe.ErrOperationFailed) is
 // answered 500 with CodeInternal to every repeat of its key. A panic in a
 // step goes on to net/http, and the key's lease lapses after op.Lease.
 //
@@ -84,7 +84,7 @@ func (m *Middleware[TTx]) serveSteps(w http.ResponseWriter, r *http.Request, ste
 		rec.writeTo(w)
 	case ctx.Err() != nil:
 		// The client is gone: the steps stopped where they were, for a
-		// retry or the completer to finish.
+		// retry or the resumer to finish.
 	case errors.Is(err, sqlonce.ErrInProgress):
 		m.inProgress(w)
 	case errors.Is(err, sqlonce.ErrKeyReuse):
@@ -103,24 +103,24 @@ func (m *Middleware[TTx]) serveSteps(w http.ResponseWriter, r *http.Request, ste
 	}
 }
 
-// CompleteStuck finishes requests run as steps (Steps) whose run stopped
-// and that no retry took over since, as dedupe.Store.CompleteStuck does
+// ResumeStuck finishes requests run as steps (Steps) whose run stopped
+// and that no retry took over since, as dedupe.Store.ResumeStuck does
 // for dedupe's operations: ops are the operations the Middleware's Steps
-// handlers run. Run it, or CompleteEvery, so that a request its client
+// handlers run. Run it, or ResumeEvery, so that a request its client
 // abandoned is finished all the same; its answer then waits, recorded, for
 // a retry with the key.
-func (m *Middleware[TTx]) CompleteStuck(ctx context.Context, maxAttempts int, ops ...*dedupe.Operation[TTx]) (finished, failed int, err error) {
-	return m.store.CompleteStuck(ctx, maxAttempts, ops...)
+func (m *Middleware[TTx]) ResumeStuck(ctx context.Context, maxAttempts int, ops ...*dedupe.Operation[TTx]) (finished, failed int, err error) {
+	return m.store.ResumeStuck(ctx, maxAttempts, ops...)
 }
 
-// CompleteEvery runs CompleteStuck every interval until ctx is done, as
-// dedupe.Store.CompleteEvery does, one instance at a time: start it once
+// ResumeEvery runs ResumeStuck every interval until ctx is done, as
+// dedupe.Store.ResumeEvery does, one instance at a time: start it once
 // per program, in a goroutine of its own, with every operation the
 // program's Steps handlers run.
 //
-//	go m.CompleteEvery(ctx, time.Minute, 5, checkout)
-func (m *Middleware[TTx]) CompleteEvery(ctx context.Context, interval time.Duration, maxAttempts int, ops ...*dedupe.Operation[TTx]) error {
-	return m.store.CompleteEvery(ctx, interval, maxAttempts, ops...)
+//	go m.ResumeEvery(ctx, time.Minute, 5, checkout)
+func (m *Middleware[TTx]) ResumeEvery(ctx context.Context, interval time.Duration, maxAttempts int, ops ...*dedupe.Operation[TTx]) error {
+	return m.store.ResumeEvery(ctx, interval, maxAttempts, ops...)
 }
 
 // StepRequest is the request a Steps handler runs, as its steps read it

@@ -97,7 +97,7 @@ const (
 	NamespaceHTTP Namespace = 2
 	// NamespacePurger holds the leases that elect one instance among
 	// many: dedupe's Store.PurgeEvery (one row, never purged) and
-	// Store.CompleteEvery.
+	// Store.ResumeEvery.
 	NamespacePurger Namespace = 3
 	// NamespaceSteps holds the keys of dedupe's operations of several
 	// steps (Store.RunSteps). While such a key is leased, its response

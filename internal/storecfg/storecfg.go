@@ -18,7 +18,7 @@ type Options struct {
 	// (driver.NamespaceDedupe, the zero value).
 	Namespace driver.Namespace
 	// StepsNamespace holds the keys of the Store's operations of several
-	// steps (RunSteps and its completer): driver.NamespaceSteps unless a
+	// steps (RunSteps and its resumer): driver.NamespaceSteps unless a
 	// package built on the Store has its own.
 	StepsNamespace driver.Namespace
 	// NoRecord: the Store records no response (the inbox); its Run claims

@@ -362,7 +362,7 @@ func Run[TTx any](t testing.TB, db harness.DB[TTx], cfg Config[TTx]) *Report {
 	if r.enabled(Steps) {
 		r.steps = newStepsState()
 		wg.Add(1)
-		go func() { defer wg.Done(); r.completeSteps(stepsDone) }()
+		go func() { defer wg.Done(); r.resumeSteps(stepsDone) }()
 	}
 	for i := range cfg.Workers {
 		wg.Add(1)

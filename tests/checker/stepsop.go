@@ -20,7 +20,7 @@ import (
 // order in the database, charge and email outside it) on keys of its own,
 // runs stopped at random at the start of or inside a step (a cancelled
 // context, a panic, a step's error, a cut connection), resumed by the
-// workers' retries and by a completer running beside them. After the
+// workers' retries and by a resumer running beside them. After the
 // run every key is settled; each database step's ledger row must be
 // there once, each outside step must have reached the outside service
 // with one idempotency key, and every answer of a key must be the same.
@@ -196,8 +196,8 @@ func (w *worker[TTx]) stepsResult(key string, res sqlonce.Result, err error) {
 	}
 }
 
-// completeSteps runs the completer beside the workers until the run stops.
-func (r *run[TTx]) completeSteps(done <-chan struct{}) {
+// resumeSteps runs the resumer beside the workers until the run stops.
+func (r *run[TTx]) resumeSteps(done <-chan struct{}) {
 	w := newWorker(r, -2, newRand(r.cfg.Seed, 1<<21))
 	w.noFaults = true
 	t := time.NewTicker(20 * time.Millisecond)
@@ -209,9 +209,9 @@ func (r *run[TTx]) completeSteps(done <-chan struct{}) {
 		case <-t.C:
 		}
 		w.pick()
-		n, _, _ := w.n.store.CompleteStuck(testclock.With(r.ctx, r.vclock.Now()), 1000, w.stepsOperation())
+		n, _, _ := w.n.store.ResumeStuck(testclock.With(r.ctx, r.vclock.Now()), 1000, w.stepsOperation())
 		r.steps.mu.Lock()
-		r.steps.results["completer finished"] += n
+		r.steps.results["resumer finished"] += n
 		r.steps.mu.Unlock()
 	}
 }

@@ -296,7 +296,7 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	steps := []string{"reserve", "charge", "order", "email"}
 	isDB := map[string]bool{"reserve": true, "order": true}
 
-	for _, by := range []string{"Retry", "Completer"} {
+	for _, by := range []string{"Retry", "Resumer"} {
 		t.Run("StopEverywhereThen"+by, func(t *testing.T) {
 			ctx := ctxT(t)
 			db := f(t, 0)
@@ -330,10 +330,10 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 					if err != nil || !res.FirstRun() {
 						t.Fatalf("%+v: retry: %v, %v", c, res, err)
 					}
-				case "Completer":
-					done, failed, err := s.CompleteStuck(at(ctx, t0, clock), 3, op)
+				case "Resumer":
+					done, failed, err := s.ResumeStuck(at(ctx, t0, clock), 3, op)
 					if err != nil || done != 1 || failed != 0 {
-						t.Fatalf("%+v: completer: %d done, %d failed, %v", c, done, failed, err)
+						t.Fatalf("%+v: resumer: %d done, %d failed, %v", c, done, failed, err)
 					}
 				}
 				replay, err := s.RunSteps(at(ctx, t0, clock), req, []byte(key), op)
@@ -457,7 +457,7 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		_, err = s.RunSteps(at(ctx, t0, 0), req, nil, op)
 		wantErr(t, "first run", err, errInjected)
 		for i := 1; i <= 3; i++ {
-			done, failed, err := s.CompleteStuck(at(ctx, t0, time.Duration(i)*time.Second), 3, op)
+			done, failed, err := s.ResumeStuck(at(ctx, t0, time.Duration(i)*time.Second), 3, op)
 			switch {
 			case i < 3 && (done != 0 || failed != 0 || !errors.Is(err, errInjected)):
 				t.Fatalf("round %d: %d done, %d failed, %v", i, done, failed, err)
@@ -477,10 +477,10 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 
-	// The completer finishes a key under the TTL its first call asked for,
+	// The resumer finishes a key under the TTL its first call asked for,
 	// longer than the Store's: a repeat within that TTL replays the
 	// response rather than running the operation again.
-	t.Run("CompleterKeepsTheRequestTTL", func(t *testing.T) {
+	t.Run("ResumerKeepsTheRequestTTL", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
 		s, err := dedupe.New(db.Driver(), dedupe.WithTTL(time.Hour))
@@ -495,9 +495,9 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		_, err = s.RunSteps(runCtx, req, []byte("long-ttl"), op)
 		cancel()
 		wantErr(t, "stopped run", err, context.Canceled)
-		done, failed, err := s.CompleteStuck(at(ctx, t0, 2*lease), 3, op)
+		done, failed, err := s.ResumeStuck(at(ctx, t0, 2*lease), 3, op)
 		if err != nil || done != 1 || failed != 0 {
-			t.Fatalf("completer: %d done, %d failed, %v", done, failed, err)
+			t.Fatalf("resumer: %d done, %d failed, %v", done, failed, err)
 		}
 		// Past the Store's TTL from the completion, within the request's.
 		res, err := s.RunSteps(at(ctx, t0, 5*time.Hour), req, []byte("long-ttl"), op)
@@ -507,9 +507,9 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		wantLedgerOnce(t, ctx, db, "long-ttl")
 	})
 
-	// The completer reads a key past its lease and decides to give it up;
+	// The resumer reads a key past its lease and decides to give it up;
 	// before it does, the run, alive past its lease, records a step. The
-	// completer must not give up on what it read: the run goes on and
+	// resumer must not give up on what it read: the run goes on and
 	// finishes.
 	t.Run("GiveUpRereads", func(t *testing.T) {
 		ctx := ctxT(t)
@@ -521,7 +521,7 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			close(cRead)
 			<-aRecorded
 		}}
-		completer, err := dedupe.New(readHookDriver[TTx]{hook})
+		resumer, err := dedupe.New(readHookDriver[TTx]{hook})
 		must(t, err)
 		op := &dedupe.Operation[TTx]{Name: "alive", Lease: lease, Steps: []dedupe.Step[TTx]{
 			{Name: "first", Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
@@ -549,12 +549,12 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			}
 			time.Sleep(time.Millisecond)
 		}
-		// Past the run's lease at the completer's clock; one attempt
+		// Past the run's lease at the resumer's clock; one attempt
 		// allowed, so the key read is one to give up.
-		done, failed, err := completer.CompleteStuck(at(ctx, t0, 2*lease), 1, op)
+		done, failed, err := resumer.ResumeStuck(at(ctx, t0, 2*lease), 1, op)
 		close(cDone)
 		if err != nil || done != 0 || failed != 0 {
-			t.Fatalf("completer: %d done, %d given up, %v; want neither", done, failed, err)
+			t.Fatalf("resumer: %d done, %d given up, %v; want neither", done, failed, err)
 		}
 		if err := <-aDone; err != nil {
 			t.Fatalf("the run: %v", err)
@@ -657,11 +657,11 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	})
 
 	// Runs stopped inside the charge, then retries from many goroutines
-	// and two completers, all at once, past the leases.
-	t.Run("RaceWithCompleter", func(t *testing.T) {
+	// and two resumers, all at once, past the leases.
+	t.Run("RaceWithResumer", func(t *testing.T) {
 		ctx := ctxT(t)
-		const workers, keys, completers = 12, 6, 2
-		db := f(t, workers+completers+4)
+		const workers, keys, resumers = 12, 6, 2
+		db := f(t, workers+resumers+4)
 		s, err := dedupe.New(db.Driver())
 		must(t, err)
 		svc := newOutsideService(t)
@@ -681,16 +681,16 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		later := at(ctx, t0, 2*lease)
 		var wg sync.WaitGroup
 		var finished, first atomic.Int64
-		errs := make(chan error, workers*keys+completers)
+		errs := make(chan error, workers*keys+resumers)
 		answers := sync.Map{}
-		for range completers {
+		for range resumers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for range 20 {
-					done, _, err := s.CompleteStuck(later, 3, op)
+					done, _, err := s.ResumeStuck(later, 3, op)
 					if err != nil && !errors.Is(err, sqlonce.ErrLeaseLost) {
-						errs <- fmt.Errorf("completer: %w", err)
+						errs <- fmt.Errorf("resumer: %w", err)
 						return
 					}
 					finished.Add(int64(done))
@@ -731,13 +731,13 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			t.Fatal(err)
 		}
 		if n := first.Load() + finished.Load(); n != keys {
-			t.Fatalf("%d resumed by retries, %d by completers, want %d in all", first.Load(), finished.Load(), keys)
+			t.Fatalf("%d resumed by retries, %d by resumers, want %d in all", first.Load(), finished.Load(), keys)
 		}
 		for k := range keys {
 			wantLedgerOnce(t, ctx, db, fmt.Sprintf("stuck-%d", k))
 		}
 		svc.effectsOnce(t, 2*keys)
-		t.Logf("%d keys: %d finished by retries, %d by completers; outside service got %d calls", keys, first.Load(), finished.Load(), svc.calls.Load())
+		t.Logf("%d keys: %d finished by retries, %d by resumers; outside service got %d calls", keys, first.Load(), finished.Load(), svc.calls.Load())
 	})
 
 	// A run whose lease lapsed commits a database step after a retry read
@@ -812,9 +812,9 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		svc.effectsOnce(t, 2)
 	})
 
-	// Three instances run CompleteEvery: one is elected and runs the
+	// Three instances run ResumeEvery: one is elected and runs the
 	// rounds, the others skip theirs.
-	t.Run("CompleteEveryElects", func(t *testing.T) {
+	t.Run("ResumeEveryElects", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
 		op := paymentOp(db, newOutsideService(t), &stepFaults{}, lease)
@@ -823,7 +823,7 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		var wg sync.WaitGroup
 		for range 3 {
 			d := sqlonce.Observe(db.Driver(), sqlonce.ObserverFunc(func(_ context.Context, e sqlonce.Event) {
-				if e.Operation != "CompleteEvery" {
+				if e.Operation != "ResumeEvery" {
 					return
 				}
 				switch e.Outcome {
@@ -836,7 +836,7 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			s, err := dedupe.New(d)
 			must(t, err)
 			wg.Add(1)
-			go func() { defer wg.Done(); _ = s.CompleteEvery(cctx, 100*time.Millisecond, 3, op) }()
+			go func() { defer wg.Done(); _ = s.ResumeEvery(cctx, 100*time.Millisecond, 3, op) }()
 		}
 		deadline := time.Now().Add(time.Minute)
 		for (ran.Load() < 3 || skipped.Load() < 3) && time.Now().Before(deadline) {
@@ -849,15 +849,15 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 
-	t.Run("CompleteEvery", func(t *testing.T) {
+	t.Run("ResumeEvery", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
 		var rounds, runErrs, replays, resumed atomic.Int64
 		obsDriver := sqlonce.Observe(db.Driver(), sqlonce.ObserverFunc(func(_ context.Context, e sqlonce.Event) {
 			switch {
-			case e.Operation == "CompleteEvery" && e.Outcome == sqlonce.EventFirstRun:
+			case e.Operation == "ResumeEvery" && e.Outcome == sqlonce.EventFirstRun:
 				rounds.Add(e.Rows)
-			case e.Operation == "CompleteStuck" && e.Outcome == sqlonce.EventTakeover:
+			case e.Operation == "ResumeStuck" && e.Outcome == sqlonce.EventTakeover:
 				resumed.Add(1)
 			case e.Operation == "RunSteps" && e.Outcome == sqlonce.EventError:
 				runErrs.Add(1)
@@ -877,7 +877,7 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		wantErr(t, "stopped run", err, context.Canceled)
 		cctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- s.CompleteEvery(cctx, 50*time.Millisecond, 3, op) }()
+		go func() { done <- s.ResumeEvery(cctx, 50*time.Millisecond, 3, op) }()
 		deadline := time.Now().Add(time.Minute)
 		for rounds.Load() == 0 && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
@@ -886,12 +886,12 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		<-done
 		res, err := s.RunSteps(ctx, req, []byte("every"), op)
 		if err != nil || !res.AlreadyDone() {
-			t.Fatalf("after the completer: %v, %v", res, err)
+			t.Fatalf("after the resumer: %v, %v", res, err)
 		}
 		wantLedgerOnce(t, ctx, db, "every")
 		svc.effectsOnce(t, 2)
 		if runErrs.Load() != 1 || replays.Load() != 1 || resumed.Load() != 1 {
-			t.Fatalf("events: RunSteps %d errors, %d replays; CompleteStuck %d resumed; want 1 each", runErrs.Load(), replays.Load(), resumed.Load())
+			t.Fatalf("events: RunSteps %d errors, %d replays; ResumeStuck %d resumed; want 1 each", runErrs.Load(), replays.Load(), resumed.Load())
 		}
 	})
 }

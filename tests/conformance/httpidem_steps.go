@@ -109,7 +109,7 @@ func newStepsHandler[TTx any](t *testing.T, db harness.DB[TTx], op *dedupe.Opera
 
 // runHTTPIdemSteps: a request run as steps (httpidem.Middleware.Steps),
 // stopped at every step boundary and inside every step, is finished by a
-// retry with its key or by the completer: each database step once (in
+// retry with its key or by the resumer: each database step once (in
 // the ledger), each outside step once at the outside service, the answer
 // replayed byte for byte; another body with the key is 422, a duplicate
 // while it runs 409.
@@ -118,7 +118,7 @@ func runHTTPIdemSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	steps := []string{"reserve", "charge", "order", "email"}
 	isDB := map[string]bool{"reserve": true, "order": true}
 
-	for _, by := range []string{"Retry", "Completer"} {
+	for _, by := range []string{"Retry", "Resumer"} {
 		t.Run("StopEverywhereThen"+by, func(t *testing.T) {
 			ctx := ctxT(t)
 			db := f(t, 0)
@@ -163,10 +163,10 @@ func runHTTPIdemSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 					if answer.replayed() {
 						t.Fatalf("%+v: the retry that finished the request is marked replayed", c)
 					}
-				case "Completer":
-					done, failed, err := m.CompleteStuck(at(ctx, t0, clock), 3, op)
+				case "Resumer":
+					done, failed, err := m.ResumeStuck(at(ctx, t0, clock), 3, op)
 					if err != nil || done != 1 || failed != 0 {
-						t.Fatalf("%+v: completer: %d done, %d failed, %v", c, done, failed, err)
+						t.Fatalf("%+v: resumer: %d done, %d failed, %v", c, done, failed, err)
 					}
 				}
 				replay, panicked := stepsCall(at(ctx, t0, clock), h, "alice", key, "book")
@@ -177,7 +177,7 @@ func runHTTPIdemSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				if by == "Retry" {
 					sameAnswer(t, fmt.Sprintf("%+v", c), answer, replay)
 				} else if !replay.replayed() {
-					t.Fatalf("%+v: the completer's answer is not marked replayed", c)
+					t.Fatalf("%+v: the resumer's answer is not marked replayed", c)
 				}
 				want := fmt.Sprintf("order /pay/42 by alice: book|charge_%s|email_%s|", dedupe.StepKey("k:alice", key, "charge")[:12], dedupe.StepKey("k:alice", key, "email")[:12])
 				if !strings.HasPrefix(string(replay.body), want) || replay.header.Get("Location") == "" {
@@ -322,7 +322,7 @@ func runHTTPIdemSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 }
 
 // runHTTPIdemStepsApart: the keys of requests run as steps are apart from
-// dedupe's operations of several steps, and so are their completers: each
+// dedupe's operations of several steps, and so are their resumers: each
 // finishes its own stuck keys, both running at once (one election would
 // leave the other's keys stuck).
 func runHTTPIdemStepsApart[TTx any](t *testing.T, f harness.Factory[TTx]) {
@@ -354,13 +354,13 @@ func runHTTPIdemStepsApart[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	cctx, stop := context.WithCancel(later)
 	var wg sync.WaitGroup
 	for _, run := range []func() error{
-		func() error { return store.CompleteEvery(cctx, 10*time.Millisecond, 3, dedupeOp) },
-		func() error { return m.CompleteEvery(cctx, 10*time.Millisecond, 3, httpOp) },
+		func() error { return store.ResumeEvery(cctx, 10*time.Millisecond, 3, dedupeOp) },
+		func() error { return m.ResumeEvery(cctx, 10*time.Millisecond, 3, httpOp) },
 	} {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = run() }()
 	}
-	// Both finished by their completers: the request replays, the
+	// Both finished by their resumers: the request replays, the
 	// dedupe run is done (a 409 or ErrInProgress until then). Asked as of
 	// a time within the first lease, so that the asking never takes a key
 	// over itself.
@@ -368,14 +368,14 @@ func runHTTPIdemStepsApart[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	waitFor(t, func() bool {
 		r, _ := stepsCall(within, h, "alice", "pay-1", "book")
 		if r.status != http.StatusConflict {
-			wantHTTPStatus(t, "request after the completer", r, http.StatusCreated)
+			wantHTTPStatus(t, "request after the resumer", r, http.StatusCreated)
 			if !r.replayed() {
-				t.Fatal("request after the completer was not replayed")
+				t.Fatal("request after the resumer was not replayed")
 			}
 		}
 		res, err := store.RunSteps(within, req, []byte("dd"), dedupeOp)
 		if err != nil && !errors.Is(err, sqlonce.ErrInProgress) || err == nil && !res.AlreadyDone() {
-			t.Fatalf("dedupe run after the completer: %v, %v", res, err)
+			t.Fatalf("dedupe run after the resumer: %v, %v", res, err)
 		}
 		return r.status == http.StatusCreated && err == nil
 	})

@@ -96,10 +96,10 @@ func checkReadOnly[TTx any](t *testing.T, c readOnlyCase[TTx], done string) (fnR
 	// primary left stuck is listed from the copy, and its resume refused.
 	_, err = store.RunSteps(ctx, dedupe.Request{Scope: "s", Key: "new-steps"}, nil, stuckOp[TTx]())
 	isReadOnly("RunSteps", err)
-	finished, failed, err := store.CompleteStuck(ctx, 3, stuckOp[TTx]())
-	isReadOnly("CompleteStuck", err)
+	finished, failed, err := store.ResumeStuck(ctx, 3, stuckOp[TTx]())
+	isReadOnly("ResumeStuck", err)
 	if finished != 0 || failed != 0 {
-		t.Errorf("CompleteStuck: %d finished, %d given up on a read-only server", finished, failed)
+		t.Errorf("ResumeStuck: %d finished, %d given up on a read-only server", finished, failed)
 	}
 
 	tokens, err := token.New(c.d)
@@ -115,7 +115,7 @@ func checkReadOnly[TTx any](t *testing.T, c readOnlyCase[TTx], done string) (fnR
 var errStuck = errors.New("the step fails")
 
 // stuckOp is an operation of several steps whose step fails: a run of it
-// leaves its key stuck, for CompleteStuck to find.
+// leaves its key stuck, for ResumeStuck to find.
 func stuckOp[TTx any]() *dedupe.Operation[TTx] {
 	return &dedupe.Operation[TTx]{Name: "stuck", Steps: []dedupe.Step[TTx]{{Name: "fail",
 		Outside: func(context.Context, dedupe.StepState) ([]byte, error) { return nil, errStuck }}}}

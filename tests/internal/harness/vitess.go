@@ -62,7 +62,7 @@ func Vitess(c *vitess.Cluster, skip func(t testing.TB)) Factory[*sql.Tx] {
 		// interpolateParams: through a session pinned to a shard vtgate
 		// cannot prepare a statement with LIMIT ? (it runs it at PREPARE
 		// with NULL arguments: 1064 near 'null'), such as the steps'
-		// completer's; sent as text, it works.
+		// resumer's; sent as text, it works.
 		dsn := c.DSN(vitess.Keyspace+":"+shard, vitess.Single, "parseTime=true", "interpolateParams=true")
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -10,10 +10,10 @@ import (
 )
 
 // An operation whose caller went away after a failed step is finished by
-// the completer (which a program runs with CompleteEvery), without the
+// the resumer (which a program runs with ResumeEvery), without the
 // caller: its first step is not run again, and the caller's later retry
 // with the same key replays the response.
-func ExampleStore_CompleteStuck() {
+func ExampleStore_ResumeStuck() {
 	ctx := context.Background()
 	db, drv, done := openDB(`CREATE TABLE refunds (id TEXT PRIMARY KEY)`)
 	defer done()
@@ -41,8 +41,8 @@ func ExampleStore_CompleteStuck() {
 	_, err = store.RunSteps(ctx, req, []byte("order-1"), refund)
 	fmt.Println("call:", err)
 	down = false
-	finished, failed, err := store.CompleteStuck(ctx, 5, refund)
-	fmt.Println("completer:", finished, "finished,", failed, "given up,", err)
+	finished, failed, err := store.ResumeStuck(ctx, 5, refund)
+	fmt.Println("resumer:", finished, "finished,", failed, "given up,", err)
 	res, err := store.RunSteps(ctx, req, []byte("order-1"), refund)
 	if err != nil {
 		panic(err)
@@ -56,7 +56,7 @@ func ExampleStore_CompleteStuck() {
 	fmt.Println("refunds:", refunds, "notifications:", notified)
 	// Output:
 	// call: mail service unavailable
-	// completer: 1 finished, 0 given up, <nil>
+	// resumer: 1 finished, 0 given up, <nil>
 	// retry: already done, refunded order-1
 	// refunds: 1 notifications: 1
 }

@@ -13,11 +13,13 @@ import (
 	"github.com/sqlonce/sqlonce/internal/testclock"
 )
 
-// completerKey is the row of sqlonce_keys whose lease elects the instance
-// that runs CompleteEvery's rounds (beside the purger's, never purged):
-// one per namespace of operations, so that the completers of dedupe's
-// operations and of httpidem's are elected apart.
-func (s *Store[TTx]) completerKey() driver.Key {
+// resumerKey is the row of sqlonce_keys whose lease elects the instance
+// that runs ResumeEvery's rounds (beside the purger's, never purged):
+// one per namespace of operations, so that the resumers of dedupe's
+// operations and of httpidem's are elected apart. Its scope keeps the
+// name it had when ResumeEvery was CompleteEvery, so that instances of
+// either version elect one among them.
+func (s *Store[TTx]) resumerKey() driver.Key {
 	k := driver.Key{Namespace: driver.NamespacePurger, Scope: "completer", Key: "sqlonce_keys"}
 	if s.stepsNS != driver.NamespaceSteps {
 		k.Key = fmt.Sprintf("sqlonce_keys/%d", s.stepsNS)
@@ -25,10 +27,10 @@ func (s *Store[TTx]) completerKey() driver.Key {
 	return k
 }
 
-// completeBatch bounds the keys one CompleteStuck looks at.
-const completeBatch = 100
+// resumeBatch bounds the keys one ResumeStuck looks at.
+const resumeBatch = 100
 
-// CompleteStuck finishes operations of several steps whose run stopped:
+// ResumeStuck finishes operations of several steps whose run stopped:
 // keys whose lease lapsed, their caller gone (a crash, a cancelled
 // context) or its step failed, and that no retry took over since. It
 // looks at up to 100 of them, longest stuck first, and resumes each as
@@ -45,8 +47,8 @@ const completeBatch = 100
 // operation and two operations of one name are
 // sqlonce.ErrInvalidArgument. Each call of it resumes a key
 // only by taking its lapsed lease, so that calls on several instances at
-// once never run one step twice; CompleteEvery elects one instance anyway.
-func (s *Store[TTx]) CompleteStuck(ctx context.Context, maxAttempts int, ops ...*Operation[TTx]) (finished, failed int, err error) {
+// once never run one step twice; ResumeEvery elects one instance anyway.
+func (s *Store[TTx]) ResumeStuck(ctx context.Context, maxAttempts int, ops ...*Operation[TTx]) (finished, failed int, err error) {
 	if maxAttempts < 1 {
 		return 0, 0, fmt.Errorf("%w: max attempts %d is under 1", sqlonce.ErrInvalidArgument, maxAttempts)
 	}
@@ -56,7 +58,7 @@ func (s *Store[TTx]) CompleteStuck(ctx context.Context, maxAttempts int, ops ...
 	}
 	var stuck []driver.Key
 	err = owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) (err error) {
-		stuck, err = s.engine.StepStuck(ctx, tx, s.stepsNS, completeBatch, testclock.Now(ctx))
+		stuck, err = s.engine.StepStuck(ctx, tx, s.stepsNS, resumeBatch, testclock.Now(ctx))
 		return err
 	})
 	if err != nil {
@@ -68,7 +70,7 @@ func (s *Store[TTx]) CompleteStuck(ctx context.Context, maxAttempts int, ops ...
 			errs = append(errs, ctx.Err())
 			break
 		}
-		done, gaveUp, err := s.completeOne(ctx, k, maxAttempts, byName)
+		done, gaveUp, err := s.resumeOne(ctx, k, maxAttempts, byName)
 		if done {
 			finished++
 		}
@@ -83,7 +85,7 @@ func (s *Store[TTx]) CompleteStuck(ctx context.Context, maxAttempts int, ops ...
 }
 
 // operations checks ops and indexes them by name: two operations of one
-// name would leave the completer to resume a key with either one's steps.
+// name would leave the resumer to resume a key with either one's steps.
 func operations[TTx any](ops []*Operation[TTx]) (map[string]*Operation[TTx], error) {
 	byName := make(map[string]*Operation[TTx], len(ops))
 	for _, op := range ops {
@@ -98,8 +100,8 @@ func operations[TTx any](ops []*Operation[TTx]) (map[string]*Operation[TTx], err
 	return byName, nil
 }
 
-func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts int, byName map[string]*Operation[TTx]) (done, gaveUp bool, err error) {
-	o := obs.Start(s.observer, "dedupe", "CompleteStuck", k.Scope, k.Key)
+func (s *Store[TTx]) resumeOne(ctx context.Context, k driver.Key, maxAttempts int, byName map[string]*Operation[TTx]) (done, gaveUp bool, err error) {
+	o := obs.Start(s.observer, "dedupe", "ResumeStuck", k.Scope, k.Key)
 	var res sqlonce.Result
 	defer func() { err = o.End(ctx, res, err) }()
 	var row driver.StepRow
@@ -156,7 +158,7 @@ func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts 
 	}
 	op := byName[rec.op]
 	if op == nil {
-		return false, false, fmt.Errorf("%w: key %q in scope %q runs operation %q, which the completer was not given", sqlonce.ErrInvalidArgument, k.Key, k.Scope, rec.op)
+		return false, false, fmt.Errorf("%w: key %q in scope %q runs operation %q, which the resumer was not given", sqlonce.ErrInvalidArgument, k.Key, k.Scope, rec.op)
 	}
 	token, ok, err := s.stepResume(ctx, k, row, rec, op.lease(), &o)
 	if err != nil || !ok {
@@ -168,14 +170,14 @@ func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts 
 	return err == nil, false, err
 }
 
-// CompleteEvery runs CompleteStuck every interval, until ctx is done, and
+// ResumeEvery runs ResumeStuck every interval, until ctx is done, and
 // then returns ctx's error; bad input (an interval under a millisecond,
 // maxAttempts under 1, a bad operation, two operations of one name)
 // returns an error matching sqlonce.ErrInvalidArgument at once. Start it
 // once per program, in a goroutine of its own, with every Operation the
 // program runs:
 //
-//	go store.CompleteEvery(ctx, time.Minute, 5, checkout)
+//	go store.ResumeEvery(ctx, time.Minute, 5, checkout)
 //
 // Every instance may run it: they elect one among them as PurgeEvery does
 // (a lease on a row of sqlonce_keys, held for two intervals and extended
@@ -184,15 +186,15 @@ func (s *Store[TTx]) completeOne(ctx context.Context, k driver.Key, maxAttempts 
 // it may stay between steps.
 //
 // Each round is reported to the driver's Observer as an Event with
-// Operation "CompleteEvery": EventFirstRun and the operations finished or
+// Operation "ResumeEvery": EventFirstRun and the operations finished or
 // given up in Rows when this instance ran the round, EventAlreadyDone
 // when another holds the lease, EventError with the error otherwise; and
-// each key it looks at as an Event with Operation "CompleteStuck":
+// each key it looks at as an Event with Operation "ResumeStuck":
 // EventTakeover for a key it resumed and finished, EventFirstRun for one
 // it gave up, the error for one it could not finish.
-func (s *Store[TTx]) CompleteEvery(ctx context.Context, interval time.Duration, maxAttempts int, ops ...*Operation[TTx]) error {
+func (s *Store[TTx]) ResumeEvery(ctx context.Context, interval time.Duration, maxAttempts int, ops ...*Operation[TTx]) error {
 	if interval < time.Millisecond {
-		return fmt.Errorf("%w: completer interval %v is shorter than 1ms", sqlonce.ErrInvalidArgument, interval)
+		return fmt.Errorf("%w: resumer interval %v is shorter than 1ms", sqlonce.ErrInvalidArgument, interval)
 	}
 	if maxAttempts < 1 {
 		return fmt.Errorf("%w: max attempts %d is under 1", sqlonce.ErrInvalidArgument, maxAttempts)
@@ -208,7 +210,7 @@ func (s *Store[TTx]) CompleteEvery(ctx context.Context, interval time.Duration, 
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		token = s.completeRound(ctx, lease, token, maxAttempts, ops)
+		token = s.resumeRound(ctx, lease, token, maxAttempts, ops)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
@@ -217,8 +219,8 @@ func (s *Store[TTx]) CompleteEvery(ctx context.Context, interval time.Duration, 
 	}
 }
 
-func (s *Store[TTx]) completeRound(ctx context.Context, lease time.Duration, token int64, maxAttempts int, ops []*Operation[TTx]) int64 {
-	op := obs.Start(s.observer, "dedupe", "CompleteEvery", "", "")
+func (s *Store[TTx]) resumeRound(ctx context.Context, lease time.Duration, token int64, maxAttempts int, ops []*Operation[TTx]) int64 {
+	op := obs.Start(s.observer, "dedupe", "ResumeEvery", "", "")
 	var (
 		res sqlonce.Result
 		n   int
@@ -228,7 +230,7 @@ func (s *Store[TTx]) completeRound(ctx context.Context, lease time.Duration, tok
 		op.Rows(int64(n))
 		op.End(ctx, res, err)
 	}()
-	held, err := s.electLease(ctx, s.completerKey(), lease, token, &op)
+	held, err := s.electLease(ctx, s.resumerKey(), lease, token, &op)
 	if err != nil {
 		return token
 	}
@@ -237,7 +239,7 @@ func (s *Store[TTx]) completeRound(ctx context.Context, lease time.Duration, tok
 		return 0
 	}
 	op.Decided()
-	finished, failed, err := s.CompleteStuck(ctx, maxAttempts, ops...)
+	finished, failed, err := s.ResumeStuck(ctx, maxAttempts, ops...)
 	n = finished + failed
 	if err == nil {
 		res.Outcome = sqlonce.FirstRun

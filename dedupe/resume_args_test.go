@@ -15,9 +15,9 @@ import (
 	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 )
 
-// CompleteStuck and CompleteEvery refuse bad input before any SQL runs,
+// ResumeStuck and ResumeEvery refuse bad input before any SQL runs,
 // two operations of one name among it.
-func TestCompleterArguments(t *testing.T) {
+func TestResumerArguments(t *testing.T) {
 	ctx := context.Background()
 	db, err := modernc.Open(filepath.Join(t.TempDir(), "t.db"))
 	if err != nil {
@@ -44,23 +44,23 @@ func TestCompleterArguments(t *testing.T) {
 		"no name":   {op("")},
 		"same name": {op("x"), op("y"), op("x")},
 	} {
-		if _, _, err := store.CompleteStuck(ctx, 3, ops...); !errors.Is(err, sqlonce.ErrInvalidArgument) {
-			t.Errorf("CompleteStuck, %s: %v, want ErrInvalidArgument", name, err)
+		if _, _, err := store.ResumeStuck(ctx, 3, ops...); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+			t.Errorf("ResumeStuck, %s: %v, want ErrInvalidArgument", name, err)
 		}
 		// Accepted, it would run until ctx is done.
 		every, cancel := context.WithTimeout(ctx, 5*time.Second)
-		if err := store.CompleteEvery(every, time.Second, 3, ops...); !errors.Is(err, sqlonce.ErrInvalidArgument) {
-			t.Errorf("CompleteEvery, %s: %v, want ErrInvalidArgument", name, err)
+		if err := store.ResumeEvery(every, time.Second, 3, ops...); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+			t.Errorf("ResumeEvery, %s: %v, want ErrInvalidArgument", name, err)
 		}
 		cancel()
 	}
-	if _, _, err := store.CompleteStuck(ctx, 0, op("x")); !errors.Is(err, sqlonce.ErrInvalidArgument) {
-		t.Errorf("CompleteStuck, 0 attempts: %v", err)
+	if _, _, err := store.ResumeStuck(ctx, 0, op("x")); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+		t.Errorf("ResumeStuck, 0 attempts: %v", err)
 	}
-	if err := store.CompleteEvery(ctx, time.Microsecond, 3, op("x")); !errors.Is(err, sqlonce.ErrInvalidArgument) {
-		t.Errorf("CompleteEvery, 1µs: %v", err)
+	if err := store.ResumeEvery(ctx, time.Microsecond, 3, op("x")); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+		t.Errorf("ResumeEvery, 1µs: %v", err)
 	}
-	if _, _, err := store.CompleteStuck(ctx, 3, op("x"), op("y")); err != nil {
-		t.Errorf("CompleteStuck of two operations: %v", err)
+	if _, _, err := store.ResumeStuck(ctx, 3, op("x"), op("y")); err != nil {
+		t.Errorf("ResumeStuck of two operations: %v", err)
 	}
 }
