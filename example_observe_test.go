@@ -45,8 +45,8 @@ func ExampleSlogObserver() {
 		}
 	}
 	// Output:
-	// level=DEBUG msg=sqlonce strategy=dedupe operation=Run scope=payments outcome=first_run response_size=2
-	// level=INFO msg=sqlonce strategy=dedupe operation=Run scope=payments outcome=replayed response_size=2
+	// level=DEBUG msg=sqlonce strategy=dedupe operation=Run scope=payments status=first_run response_size=2
+	// level=INFO msg=sqlonce strategy=dedupe operation=Run scope=payments status=replayed response_size=2
 }
 
 // An Observer is any type with an Observe method, or a function made one
@@ -55,9 +55,9 @@ func ExampleObserverFunc() {
 	ctx := context.Background()
 	_, drv, done := openDB(tables)
 	defer done()
-	counts := map[sqlonce.EventOutcome]int{} // one goroutine here; guard it otherwise
+	counts := map[sqlonce.EventStatus]int{} // one goroutine here; guard it otherwise
 	obs := sqlonce.ObserverFunc(func(ctx context.Context, e sqlonce.Event) {
-		counts[e.Outcome]++
+		counts[e.Status]++
 	})
 	store, err := dedupe.New(sqlonce.Observe(drv, obs))
 	if err != nil {

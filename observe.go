@@ -53,10 +53,11 @@ type Event struct {
 	// constraint (unique), or "from->to" (statemachine); empty where the
 	// operation has none.
 	Scope string
-	// Outcome is what the operation found or did.
-	Outcome EventOutcome
-	// Err is the error the operation returned, nil on success. Outcomes
-	// InProgress, KeyReuse and LeaseLost come with theirs. It matches what
+	// Status is what the operation found or did (its Result's Outcome,
+	// told apart further, or the kind of its failure).
+	Status EventStatus
+	// Err is the error the operation returned, nil on success. Statuses
+	// EventInProgress, EventKeyReuse and EventLeaseLost come with theirs. It matches what
 	// the call's error matches (errors.Is, errors.As), but its message
 	// shows the idempotency key as <key>: wherever sqlonce's errors quote
 	// it, and anywhere else (a database's message) when it is at least 6
@@ -90,13 +91,13 @@ type Event struct {
 	HTTPStatus int
 }
 
-// EventOutcome classifies an Event.
-type EventOutcome uint8
+// EventStatus classifies an Event: what the operation found or did.
+type EventStatus uint8
 
 const (
 	// EventError means the operation failed for a reason not classified
 	// below; Event.Err says which.
-	EventError EventOutcome = iota
+	EventError EventStatus = iota
 	// EventFirstRun means this call did the work (Result FirstRun).
 	EventFirstRun
 	// EventAlreadyDone means an earlier call did the work and recorded no
@@ -119,12 +120,12 @@ const (
 	// tell it; on SQLite, whose claim is one upsert, such a call reports
 	// EventFirstRun.
 	EventTakeover
-	// EventDone means an operation that answers no Result succeeded: a
+	// EventOK means an operation that answers no Result succeeded: a
 	// lease's Complete, Release or Extend, a Purge, a token's Issue.
-	EventDone
+	EventOK
 )
 
-var outcomeNames = [...]string{
+var statusNames = [...]string{
 	EventError:       "error",
 	EventFirstRun:    "first_run",
 	EventAlreadyDone: "already_done",
@@ -133,14 +134,14 @@ var outcomeNames = [...]string{
 	EventKeyReuse:    "key_reuse",
 	EventLeaseLost:   "lease_lost",
 	EventTakeover:    "expired_takeover",
-	EventDone:        "done",
+	EventOK:          "ok",
 }
 
-// String returns the outcome in snake case ("first_run", "replayed",
-// "key_reuse"...), fit for a metric attribute or a log field.
-func (o EventOutcome) String() string {
-	if int(o) < len(outcomeNames) {
-		return outcomeNames[o]
+// String returns the status in snake case ("first_run", "replayed",
+// "key_reuse", "ok"...), fit for a metric attribute or a log field.
+func (s EventStatus) String() string {
+	if int(s) < len(statusNames) {
+		return statusNames[s]
 	}
 	return "unknown"
 }

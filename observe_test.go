@@ -28,16 +28,16 @@ func TestErrorType(t *testing.T) {
 	}
 }
 
-func TestEventOutcomeString(t *testing.T) {
+func TestEventStatusString(t *testing.T) {
 	seen := map[string]bool{}
-	for o := EventError; o <= EventDone; o++ {
+	for o := EventError; o <= EventOK; o++ {
 		s := o.String()
 		if s == "" || s == "unknown" || seen[s] {
 			t.Errorf("outcome %d: %q", o, s)
 		}
 		seen[s] = true
 	}
-	if s := EventOutcome(200).String(); s != "unknown" {
+	if s := EventStatus(200).String(); s != "unknown" {
 		t.Errorf("outcome 200: %q", s)
 	}
 }

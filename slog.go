@@ -18,7 +18,7 @@ import (
 //     ErrResponseTooLarge) and a canceled context;
 //   - Error: every other error.
 //
-// Its attributes are strategy, operation, scope, outcome, duration, and
+// Its attributes are strategy, operation, scope, status, duration, and
 // where they apply wait, work, attempts, retry_cause, response_size, rows,
 // http_status, error_type and error. The key is never logged: error
 // messages show it as "<key>" (see Event.Err). A record below the
@@ -43,7 +43,7 @@ func (s slogObserver) Observe(ctx context.Context, e Event) {
 		slog.String("strategy", e.Strategy),
 		slog.String("operation", e.Operation),
 		slog.String("scope", e.Scope),
-		slog.String("outcome", e.Outcome.String()),
+		slog.String("status", e.Status.String()),
 		slog.Duration("duration", e.Duration),
 	)
 	if e.Wait > 0 {
@@ -74,8 +74,8 @@ func (s slogObserver) Observe(ctx context.Context, e Event) {
 }
 
 func slogLevel(e Event) slog.Level {
-	switch e.Outcome {
-	case EventFirstRun, EventDone:
+	switch e.Status {
+	case EventFirstRun, EventOK:
 		if e.Attempts > 1 {
 			return slog.LevelInfo
 		}

@@ -188,7 +188,7 @@ func ExampleStore_PurgeEvery() {
 	}
 	var purged, skipped, rows int64
 	for range 3 { // each instance's first round, at once
-		switch e := <-rounds; e.Outcome {
+		switch e := <-rounds; e.Status {
 		case sqlonce.EventFirstRun:
 			purged++
 			rows += e.Rows

@@ -19,9 +19,9 @@
 // # Metrics
 //
 //   - sqlonce.operations (counter): operations by sqlonce.strategy,
-//     sqlonce.operation, sqlonce.outcome (first_run, already_done,
+//     sqlonce.operation, sqlonce.status (first_run, already_done,
 //     replayed, in_progress, key_reuse, lease_lost, expired_takeover,
-//     done, error) and, for failures, error.type (sqlonce.ErrorType).
+//     ok, error) and, for failures, error.type (sqlonce.ErrorType).
 //     The replay rate is replayed / all; the 409 rate of httpidem is
 //     in_progress / all (key reuse is answered 422: key_reuse / all).
 //   - sqlonce.operation.duration (histogram, s): whole operations,
@@ -40,7 +40,7 @@
 // of kind internal, with db.system.name (WithDBSystem), db.operation.name,
 // error.type and, for httpidem, http.response.status_code, following
 // OpenTelemetry's semantic conventions, plus sqlonce.scope,
-// sqlonce.outcome, sqlonce.attempts, sqlonce.wait.duration,
+// sqlonce.status, sqlonce.attempts, sqlonce.wait.duration,
 // sqlonce.work.duration and sqlonce.response.size. A span is made when
 // the operation ends, with its real start and end times, as a child of
 // the span in the operation's ctx; spans started inside the caller's

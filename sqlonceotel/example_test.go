@@ -59,7 +59,7 @@ func Example() {
 		}
 		for _, outcome := range []string{"first_run", "replayed"} {
 			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
-				if v, _ := dp.Attributes.Value(sqlonceotel.AttrOutcome); v.AsString() == outcome {
+				if v, _ := dp.Attributes.Value(sqlonceotel.AttrStatus); v.AsString() == outcome {
 					fmt.Println(outcome, dp.Value)
 				}
 			}

@@ -18,15 +18,15 @@ const ScopeName = "github.com/sqlonce/sqlonce/sqlonceotel"
 
 // The metric instruments, by name.
 const (
-	// MetricOperations counts operations, by strategy, operation, outcome
+	// MetricOperations counts operations, by strategy, operation, status
 	// and error.type.
 	MetricOperations = "sqlonce.operations"
 	// MetricDuration is the histogram of operation durations, in seconds,
-	// retries included, by strategy, operation and outcome.
+	// retries included, by strategy, operation and status.
 	MetricDuration = "sqlonce.operation.duration"
 	// MetricWait is the histogram of the time operations took to decide
 	// their key (claim round trips and waits for another transaction
-	// holding it), in seconds, by strategy, operation and outcome.
+	// holding it), in seconds, by strategy, operation and status.
 	MetricWait = "sqlonce.wait.duration"
 	// MetricRetries counts the transactions sqlonce ran again, by
 	// strategy, operation and error.type of the cause.
@@ -39,7 +39,7 @@ const (
 const (
 	AttrStrategy     = attribute.Key("sqlonce.strategy")
 	AttrOperation    = attribute.Key("sqlonce.operation")
-	AttrOutcome      = attribute.Key("sqlonce.outcome")
+	AttrStatus       = attribute.Key("sqlonce.status")
 	AttrScope        = attribute.Key("sqlonce.scope")
 	AttrAttempts     = attribute.Key("sqlonce.attempts")
 	AttrResponseSize = attribute.Key("sqlonce.response.size")
@@ -125,7 +125,7 @@ func New(opts ...Option) (*Observer, error) {
 	}
 	var err error
 	if o.ops, err = m.Int64Counter(MetricOperations, metric.WithUnit("{operation}"),
-		metric.WithDescription("sqlonce operations, by strategy, operation and outcome")); err != nil {
+		metric.WithDescription("sqlonce operations, by strategy, operation and status")); err != nil {
 		return nil, fmt.Errorf("sqlonceotel: %w", err)
 	}
 	buckets := metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -152,16 +152,16 @@ func (o *Observer) Observe(ctx context.Context, e sqlonce.Event) {
 	if o.dbSystem != "" {
 		base = append(base, attrDBSystem.String(o.dbSystem))
 	}
-	withOutcome := append(base, AttrOutcome.String(e.Outcome.String()))
+	withStatus := append(base, AttrStatus.String(e.Status.String()))
 	errType := sqlonce.ErrorType(e.Err)
-	counted := withOutcome
+	counted := withStatus
 	if errType != "" {
-		counted = append(withOutcome[:len(withOutcome):len(withOutcome)], attrErrorType.String(errType))
+		counted = append(withStatus[:len(withStatus):len(withStatus)], attrErrorType.String(errType))
 	}
 	o.ops.Add(ctx, 1, metric.WithAttributes(counted...))
-	o.dur.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(withOutcome...))
+	o.dur.Record(ctx, e.Duration.Seconds(), metric.WithAttributes(withStatus...))
 	if e.Wait > 0 {
-		o.wait.Record(ctx, e.Wait.Seconds(), metric.WithAttributes(withOutcome...))
+		o.wait.Record(ctx, e.Wait.Seconds(), metric.WithAttributes(withStatus...))
 	}
 	if e.Attempts > 1 {
 		cause := append(base[:len(base):len(base)], attrErrorType.String(sqlonce.ErrorType(e.RetryCause)))
@@ -203,7 +203,7 @@ func (o *Observer) span(ctx context.Context, e sqlonce.Event, attrs []attribute.
 	)
 	// A refusal (in progress, key reuse) is the answer to a repeat, not a
 	// failure of the operation; an error and a lost lease are.
-	if e.Err != nil && (e.Outcome == sqlonce.EventError || e.Outcome == sqlonce.EventLeaseLost) {
+	if e.Err != nil && (e.Status == sqlonce.EventError || e.Status == sqlonce.EventLeaseLost) {
 		span.SetStatus(codes.Error, e.Err.Error())
 	}
 	span.End(trace.WithTimestamp(e.Start.Add(e.Duration)))

@@ -206,7 +206,7 @@ func run[TTx any](t *testing.T, system string, d sqlonce.Driver[TTx], count func
 					if v, _ := dp.Attributes.Value("db.system.name"); v.AsString() != system {
 						t.Errorf("db.system.name %q", v.AsString())
 					}
-					outcome, _ := dp.Attributes.Value(sqlonceotel.AttrOutcome)
+					outcome, _ := dp.Attributes.Value(sqlonceotel.AttrStatus)
 					ops[outcome.AsString()] += dp.Value
 				}
 			case sqlonceotel.MetricDuration:
@@ -251,7 +251,7 @@ func run[TTx any](t *testing.T, system string, d sqlonce.Driver[TTx], count func
 		if d := s.EndTime().Sub(s.StartTime()); d <= 0 || d > time.Minute {
 			t.Fatalf("span %s lasts %v", s.Name(), d)
 		}
-		outcome := attrs[sqlonceotel.AttrOutcome].AsString()
+		outcome := attrs[sqlonceotel.AttrStatus].AsString()
 		byOutcome[outcome]++
 		attempts += attrs[sqlonceotel.AttrAttempts].AsInt64() - 1
 		if outcome == "key_reuse" && attrs["error.type"].AsString() != "key_reuse" {
@@ -302,7 +302,7 @@ func runHTTP[TTx any](t *testing.T, system string, d sqlonce.Driver[TTx], work f
 	for _, s := range spans.Ended() {
 		attrs := attribute.NewSet(s.Attributes()...)
 		status, _ := attrs.Value("http.response.status_code")
-		outcome, _ := attrs.Value(sqlonceotel.AttrOutcome)
+		outcome, _ := attrs.Value(sqlonceotel.AttrStatus)
 		got = append(got, fmt.Sprint(s.Name(), " ", outcome.AsString(), " ", status.AsInt64()))
 	}
 	if want := "[httpidem.Serve first_run 201 httpidem.Serve replayed 201 httpidem.Serve key_reuse 422]"; fmt.Sprint(got) != want {

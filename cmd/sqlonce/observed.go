@@ -18,12 +18,12 @@ import (
 // counted itself.
 type tally struct {
 	mu      sync.Mutex
-	ops     map[string]map[sqlonce.EventOutcome]int64
+	ops     map[string]map[sqlonce.EventStatus]int64
 	retries map[string]int64
 }
 
 func newTally() *tally {
-	return &tally{ops: map[string]map[sqlonce.EventOutcome]int64{}, retries: map[string]int64{}}
+	return &tally{ops: map[string]map[sqlonce.EventStatus]int64{}, retries: map[string]int64{}}
 }
 
 func (t *tally) Observe(_ context.Context, e sqlonce.Event) {
@@ -31,10 +31,10 @@ func (t *tally) Observe(_ context.Context, e sqlonce.Event) {
 	defer t.mu.Unlock()
 	m := t.ops[e.Strategy]
 	if m == nil {
-		m = map[sqlonce.EventOutcome]int64{}
+		m = map[sqlonce.EventStatus]int64{}
 		t.ops[e.Strategy] = m
 	}
-	m[e.Outcome]++
+	m[e.Status]++
 	if e.Attempts > 1 {
 		t.retries[e.Strategy] += int64(e.Attempts - 1)
 	}
@@ -49,7 +49,7 @@ type staged struct {
 }
 
 // outcomeHelp says what each outcome column counts, in the demo's words.
-var outcomeHelp = map[sqlonce.EventOutcome]string{
+var outcomeHelp = map[sqlonce.EventStatus]string{
 	sqlonce.EventFirstRun:    "the call did the work",
 	sqlonce.EventAlreadyDone: "an earlier call had done the work; nothing recorded to hand back",
 	sqlonce.EventReplayed:    "an earlier call had done the work; its recorded answer was handed back",
@@ -57,7 +57,7 @@ var outcomeHelp = map[sqlonce.EventOutcome]string{
 	sqlonce.EventKeyReuse:    "the key came back with another request, refused",
 	sqlonce.EventLeaseLost:   "a lease holder found its lease taken over",
 	sqlonce.EventTakeover:    "the call took over the lapsed lease of the worker the demo killed",
-	sqlonce.EventDone:        "a call that answers no Result succeeded: a lease completed, a token issued",
+	sqlonce.EventOK:        "a call that answers no Result succeeded: a lease completed, a token issued",
 }
 
 // print writes one row per strategy, a column per outcome seen, then what
@@ -66,7 +66,7 @@ func (t *tally) print(out io.Writer, staged []staged) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var strategies []string
-	seen := map[sqlonce.EventOutcome]bool{}
+	seen := map[sqlonce.EventStatus]bool{}
 	for s, m := range t.ops {
 		strategies = append(strategies, s)
 		for o := range m {
@@ -74,8 +74,8 @@ func (t *tally) print(out io.Writer, staged []staged) error {
 		}
 	}
 	sort.Strings(strategies)
-	var outcomes []sqlonce.EventOutcome
-	for o := sqlonce.EventError; o <= sqlonce.EventDone; o++ {
+	var outcomes []sqlonce.EventStatus
+	for o := sqlonce.EventError; o <= sqlonce.EventOK; o++ {
 		if seen[o] {
 			outcomes = append(outcomes, o)
 		}

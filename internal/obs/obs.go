@@ -139,9 +139,9 @@ func (op *Op) end(ctx context.Context, res sqlonce.Result, err error) {
 	if e.Attempts == 0 {
 		e.Attempts = 1
 	}
-	e.Outcome = Outcome(res, err)
-	if e.Outcome == sqlonce.EventFirstRun && op.takeover {
-		e.Outcome = sqlonce.EventTakeover
+	e.Status = Status(res, err)
+	if e.Status == sqlonce.EventFirstRun && op.takeover {
+		e.Status = sqlonce.EventTakeover
 	}
 	op.o.Observe(ctx, *e)
 }
@@ -205,8 +205,8 @@ func Batch(results []sqlonce.Result) (res sqlonce.Result, fresh int64) {
 	return res, fresh
 }
 
-// Outcome classifies a strategy's answer.
-func Outcome(res sqlonce.Result, err error) sqlonce.EventOutcome {
+// Status classifies a strategy's answer.
+func Status(res sqlonce.Result, err error) sqlonce.EventStatus {
 	switch {
 	case err == nil:
 		switch res.Outcome {
@@ -218,7 +218,7 @@ func Outcome(res sqlonce.Result, err error) sqlonce.EventOutcome {
 			}
 			return sqlonce.EventAlreadyDone
 		}
-		return sqlonce.EventDone
+		return sqlonce.EventOK
 	case errors.Is(err, sqlonce.ErrInProgress):
 		return sqlonce.EventInProgress
 	case errors.Is(err, sqlonce.ErrKeyReuse):

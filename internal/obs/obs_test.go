@@ -56,7 +56,7 @@ func TestAttempts(t *testing.T) {
 	op.Tried(first)
 	op.Tried(nil)
 	op.End(context.Background(), sqlonce.Result{Outcome: sqlonce.AlreadyDone, Response: []byte("abc")}, nil)
-	if got.Attempts != 2 || !errors.Is(got.RetryCause, sqlonce.ErrStaleRead) || got.Outcome != sqlonce.EventReplayed || got.ResponseSize != 3 {
+	if got.Attempts != 2 || !errors.Is(got.RetryCause, sqlonce.ErrStaleRead) || got.Status != sqlonce.EventReplayed || got.ResponseSize != 3 {
 		t.Fatalf("event %+v", got)
 	}
 	if msg := got.RetryCause.Error(); msg != `key "<key>": `+sqlonce.ErrStaleRead.Error() {
@@ -103,13 +103,13 @@ func TestPanicIsAnError(t *testing.T) {
 		defer func() { op.End(context.Background(), sqlonce.Result{}, nil) }()
 		panic("fn")
 	}()
-	if got.Outcome != sqlonce.EventError || !errors.Is(got.Err, ErrPanicked) {
-		t.Fatalf("a panicking operation reported %v (%v)", got.Outcome, got.Err)
+	if got.Status != sqlonce.EventError || !errors.Is(got.Err, ErrPanicked) {
+		t.Fatalf("a panicking operation reported %v (%v)", got.Status, got.Err)
 	}
 	op := Start(o, "dedupe", "Complete", "s", "k")
 	op.Done(context.Background(), nil)
-	if got.Outcome != sqlonce.EventDone || got.Err != nil {
-		t.Fatalf("Done reported %v (%v)", got.Outcome, got.Err)
+	if got.Status != sqlonce.EventOK || got.Err != nil {
+		t.Fatalf("Done reported %v (%v)", got.Status, got.Err)
 	}
 }
 

@@ -150,14 +150,14 @@ func runDedupeKeys[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		must(t, err)
 		_, err = s.Inspect(ctx, "support", "missing")
 		wantErr(t, "inspect a missing key", err, sqlonce.ErrNotFound)
-		if e := rec.last(); e.Operation != "Inspect" || e.Outcome != sqlonce.EventDone || e.Err != nil {
+		if e := rec.last(); e.Operation != "Inspect" || e.Status != sqlonce.EventOK || e.Err != nil {
 			t.Fatalf("inspect of a missing key reported %+v, want done without an error", e)
 		}
 		req := dedupe.Request{Scope: "support", Key: "held"}
 		l, res, err := s.Claim(at(ctx, t0, 0), req, time.Minute)
 		wantLease(t, "claim", req, l, res, err)
 		wantErr(t, "forget a held lease", s.Forget(at(ctx, t0, 0), req.Scope, req.Key), sqlonce.ErrInProgress)
-		if e := rec.last(); e.Operation != "Forget" || e.Outcome != sqlonce.EventInProgress {
+		if e := rec.last(); e.Operation != "Forget" || e.Status != sqlonce.EventInProgress {
 			t.Fatalf("forget of a held lease reported %+v, want in_progress", e)
 		}
 	})

@@ -51,7 +51,7 @@ func (r *purgerRounds) Observe(_ context.Context, e sqlonce.Event) {
 	if e.Operation != "PurgeEvery" {
 		return
 	}
-	switch e.Outcome {
+	switch e.Status {
 	case sqlonce.EventFirstRun:
 		r.purged.Add(1)
 		r.rows.Add(e.Rows)

@@ -826,7 +826,7 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				if e.Operation != "ResumeEvery" {
 					return
 				}
-				switch e.Outcome {
+				switch e.Status {
 				case sqlonce.EventFirstRun:
 					ran.Add(1)
 				case sqlonce.EventAlreadyDone:
@@ -855,13 +855,13 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		var rounds, runErrs, replays, resumed atomic.Int64
 		obsDriver := sqlonce.Observe(db.Driver(), sqlonce.ObserverFunc(func(_ context.Context, e sqlonce.Event) {
 			switch {
-			case e.Operation == "ResumeEvery" && e.Outcome == sqlonce.EventFirstRun:
+			case e.Operation == "ResumeEvery" && e.Status == sqlonce.EventFirstRun:
 				rounds.Add(e.Rows)
-			case e.Operation == "ResumeStuck" && e.Outcome == sqlonce.EventTakeover:
+			case e.Operation == "ResumeStuck" && e.Status == sqlonce.EventTakeover:
 				resumed.Add(1)
-			case e.Operation == "RunSteps" && e.Outcome == sqlonce.EventError:
+			case e.Operation == "RunSteps" && e.Status == sqlonce.EventError:
 				runErrs.Add(1)
-			case e.Operation == "RunSteps" && e.Outcome == sqlonce.EventReplayed:
+			case e.Operation == "RunSteps" && e.Status == sqlonce.EventReplayed:
 				replays.Add(1)
 			}
 		}))

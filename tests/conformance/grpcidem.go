@@ -181,7 +181,7 @@ func runGRPCIdem[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		_, _, err = g.call(ctx, "alice", "k1", "b")
 		wantCode(t, "key reused with another message", err, codes.FailedPrecondition)
 		got := rec.count("grpcidem", "Serve")
-		want := map[sqlonce.EventOutcome]int{sqlonce.EventFirstRun: 1, sqlonce.EventReplayed: 1, sqlonce.EventKeyReuse: 1}
+		want := map[sqlonce.EventStatus]int{sqlonce.EventFirstRun: 1, sqlonce.EventReplayed: 1, sqlonce.EventKeyReuse: 1}
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("grpcidem Serve events %v, want %v", got, want)
 		}

@@ -41,13 +41,13 @@ func (r *recorder) Observe(_ context.Context, e sqlonce.Event) {
 }
 
 // count counts the events of strategy and operation by outcome.
-func (r *recorder) count(strategy, operation string) map[sqlonce.EventOutcome]int {
+func (r *recorder) count(strategy, operation string) map[sqlonce.EventStatus]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := map[sqlonce.EventOutcome]int{}
+	n := map[sqlonce.EventStatus]int{}
 	for _, e := range r.events {
 		if e.Strategy == strategy && e.Operation == operation {
-			n[e.Outcome]++
+			n[e.Status]++
 		}
 	}
 	return n
@@ -122,7 +122,7 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			if e.Scope != "observe" || e.Attempts < 1 || e.Duration <= 0 || e.Duration < e.Wait+e.Work-time.Millisecond {
 				t.Errorf("event %+v", e)
 			}
-			if e.Outcome == sqlonce.EventFirstRun && e.Work <= 0 {
+			if e.Status == sqlonce.EventFirstRun && e.Work <= 0 {
 				t.Errorf("first run without work time: %+v", e)
 			}
 			if e.ResponseSize != len("receipt") {
@@ -141,7 +141,7 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			if r["msg"] != "sqlonce" || r["strategy"] != "dedupe" || r["operation"] != "Run" || r["scope"] != "observe" {
 				t.Fatalf("record %v", r)
 			}
-			outcome := r["outcome"].(string)
+			outcome := r["status"].(string)
 			byOutcome[outcome]++
 			want := map[string]string{"first_run": "DEBUG", "replayed": "INFO"}[outcome]
 			if _, retried := r["attempts"]; retried {
@@ -164,11 +164,11 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		logger := slog.New(slog.NewJSONHandler(&logs, nil)) // Info and above
 		s, err := dedupe.New(sqlonce.Observe(db.Driver(), sqlonce.Observers(rec, sqlonce.SlogObserver(logger))))
 		must(t, err)
-		want := func(what string, op string, outcome sqlonce.EventOutcome) sqlonce.Event {
+		want := func(what string, op string, outcome sqlonce.EventStatus) sqlonce.Event {
 			t.Helper()
 			e := rec.last()
-			if e.Strategy != "dedupe" || e.Operation != op || e.Outcome != outcome {
-				t.Fatalf("%s: event %s.%s %v (%v), want %s %v", what, e.Strategy, e.Operation, e.Outcome, e.Err, op, outcome)
+			if e.Strategy != "dedupe" || e.Operation != op || e.Status != outcome {
+				t.Fatalf("%s: event %s.%s %v (%v), want %s %v", what, e.Strategy, e.Operation, e.Status, e.Err, op, outcome)
 			}
 			return e
 		}
@@ -204,7 +204,7 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 		want("Claim held", "Claim", sqlonce.EventInProgress)
 		must(t, s.Complete(ctx, l, []byte("done")))
-		want("Complete", "Complete", sqlonce.EventDone)
+		want("Complete", "Complete", sqlonce.EventOK)
 		_, res, err := s.Claim(ctx, lreq, time.Minute)
 		must(t, err)
 		if e := want("Claim done", "Claim", sqlonce.EventReplayed); e.ResponseSize != 4 || string(res.Response) != "done" {
@@ -216,7 +216,7 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		want("stale Complete", "Complete", sqlonce.EventLeaseLost)
 		n, err := s.Purge(ctx, 0)
 		must(t, err)
-		if e := want("Purge", "Purge", sqlonce.EventDone); e.Rows != n {
+		if e := want("Purge", "Purge", sqlonce.EventOK); e.Rows != n {
 			t.Fatalf("purge event rows %d, Purge %d", e.Rows, n)
 		}
 
@@ -224,7 +224,7 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		// lease, not the first runs.
 		var levels []string
 		for _, r := range slogRecords(t, &logs) {
-			levels = append(levels, fmt.Sprint(r["operation"], ":", r["outcome"], ":", r["level"]))
+			levels = append(levels, fmt.Sprint(r["operation"], ":", r["status"], ":", r["level"]))
 		}
 		wantLevels := "[Do:already_done:INFO DoResponse:key_reuse:INFO Claim:in_progress:INFO Claim:replayed:INFO Complete:lease_lost:WARN]"
 		if fmt.Sprint(levels) != wantLevels {
@@ -238,13 +238,13 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		rec := &recorder{}
 		drv := sqlonce.Observe(db.Driver(), rec)
 		var seen []string
-		want := func(what, strategy, op, scope string, outcome sqlonce.EventOutcome) {
+		want := func(what, strategy, op, scope string, outcome sqlonce.EventStatus) {
 			t.Helper()
 			e := rec.last()
-			if e.Strategy != strategy || e.Operation != op || e.Scope != scope || e.Outcome != outcome {
-				t.Fatalf("%s: event %s.%s scope %q %v (%v), want %s.%s scope %q %v", what, e.Strategy, e.Operation, e.Scope, e.Outcome, e.Err, strategy, op, scope, outcome)
+			if e.Strategy != strategy || e.Operation != op || e.Scope != scope || e.Status != outcome {
+				t.Fatalf("%s: event %s.%s scope %q %v (%v), want %s.%s scope %q %v", what, e.Strategy, e.Operation, e.Scope, e.Status, e.Err, strategy, op, scope, outcome)
 			}
-			seen = append(seen, fmt.Sprint(e.Strategy, ".", e.Operation, ":", e.Outcome))
+			seen = append(seen, fmt.Sprint(e.Strategy, ".", e.Operation, ":", e.Status))
 		}
 		inTx := func(fn func(tx TTx) error) {
 			t.Helper()
@@ -255,7 +255,7 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		ins, err := unique.New(drv)
 		must(t, err)
 		var orderID int64
-		for i, outcome := range []sqlonce.EventOutcome{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
+		for i, outcome := range []sqlonce.EventStatus{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
 			inTx(func(tx TTx) error {
 				_, err := ins.Insert(ctx, tx, codeKey, func(ctx context.Context) error {
 					id, err := db.Tx(tx).OrderInsert(ctx, "OBS-1", "c", 0)
@@ -268,7 +268,7 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			})
 			want("unique", "unique", "Insert", codeKey, outcome)
 		}
-		for _, outcome := range []sqlonce.EventOutcome{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
+		for _, outcome := range []sqlonce.EventStatus{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
 			inTx(func(tx TTx) error {
 				_, err := ins.InsertOne(ctx, tx, codeKey, func(ctx context.Context) error {
 					_, err := db.Tx(tx).OrderInsert(ctx, "OBS-2", "c2", 0)
@@ -284,8 +284,8 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		must(t, err)
 		tok, err := ts.Issue(ctx, "checkout")
 		must(t, err)
-		want("token issue", "token", "Issue", "checkout", sqlonce.EventDone)
-		for _, outcome := range []sqlonce.EventOutcome{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
+		want("token issue", "token", "Issue", "checkout", sqlonce.EventOK)
+		for _, outcome := range []sqlonce.EventStatus{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
 			inTx(func(tx TTx) error { _, err := ts.Consume(ctx, tx, "checkout", tok); return err })
 			want("token consume", "token", "Consume", "checkout", outcome)
 		}
@@ -302,7 +302,7 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		in, err := inbox.New(drv, "mailer")
 		must(t, err)
 		before := len(rec.count("dedupe", "Do"))
-		for _, outcome := range []sqlonce.EventOutcome{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
+		for _, outcome := range []sqlonce.EventStatus{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
 			_, err := in.Handle(ctx, "msg-secret-1", func(ctx context.Context, tx TTx) error {
 				return db.Tx(tx).LedgerInsert(ctx, "msg", 1)
 			})
@@ -311,7 +311,7 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 		for _, c := range []struct {
 			ids     []string
-			outcome sqlonce.EventOutcome
+			outcome sqlonce.EventStatus
 			fresh   int64
 		}{
 			{[]string{"b1", "b2"}, sqlonce.EventFirstRun, 2},
@@ -334,12 +334,12 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		must(t, err)
 		for _, c := range []struct {
 			ids     []string
-			outcome sqlonce.EventOutcome
+			outcome sqlonce.EventStatus
 			fresh   int64
 		}{
 			{[]string{"x", "y", "x"}, sqlonce.EventFirstRun, 2},
 			{[]string{"x", "y"}, sqlonce.EventAlreadyDone, 0},
-			{nil, sqlonce.EventDone, 0},
+			{nil, sqlonce.EventOK, 0},
 		} {
 			inTx(func(tx TTx) error {
 				_, err := ds.DoBatch(ctx, tx, "batch", c.ids, func(context.Context, []string) error { return nil })
@@ -353,7 +353,7 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 
 		// optimistic and statemachine: the Observer comes with ctx.
 		octx := sqlonce.ContextWithObserver(ctx, rec)
-		for _, outcome := range []sqlonce.EventOutcome{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
+		for _, outcome := range []sqlonce.EventStatus{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
 			inTx(func(tx TTx) error {
 				rows, err := db.Tx(tx).OrderAddAmount(ctx, orderID, 1, 5)
 				if err != nil {
@@ -366,7 +366,7 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			})
 			want("optimistic", "optimistic", "Update", "", outcome)
 		}
-		for _, outcome := range []sqlonce.EventOutcome{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
+		for _, outcome := range []sqlonce.EventStatus{sqlonce.EventFirstRun, sqlonce.EventAlreadyDone} {
 			inTx(func(tx TTx) error {
 				_, err := orderStates.Transition(octx, statusCreated, statusPaid,
 					func(ctx context.Context) (int64, error) {
@@ -380,7 +380,7 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			})
 			want("statemachine", "statemachine", "Transition", "created->paid", outcome)
 		}
-		for rows, outcome := range []sqlonce.EventOutcome{sqlonce.EventAlreadyDone, sqlonce.EventFirstRun} {
+		for rows, outcome := range []sqlonce.EventStatus{sqlonce.EventAlreadyDone, sqlonce.EventFirstRun} {
 			if _, err := unique.Inserted(octx, int64(rows)); err != nil {
 				t.Fatal(err)
 			}
@@ -473,17 +473,17 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			if byStatus[http.StatusConflict] != got[sqlonce.EventInProgress] {
 				t.Fatalf("%d answers 409, %d in_progress events", byStatus[http.StatusConflict], got[sqlonce.EventInProgress])
 			}
-			want := map[sqlonce.EventOutcome]int{sqlonce.EventFirstRun: 201, sqlonce.EventReplayed: 201, sqlonce.EventInProgress: 409, sqlonce.EventKeyReuse: 422}
+			want := map[sqlonce.EventStatus]int{sqlonce.EventFirstRun: 201, sqlonce.EventReplayed: 201, sqlonce.EventInProgress: 409, sqlonce.EventKeyReuse: 422}
 			rec.mu.Lock()
 			defer rec.mu.Unlock()
 			for _, e := range rec.events {
 				if e.Operation != "Serve" {
 					t.Fatalf("the Middleware's Store reported %s.%s", e.Strategy, e.Operation)
 				}
-				if e.HTTPStatus != want[e.Outcome] || e.Scope == "" {
-					t.Fatalf("event %v answered %d, scope %q", e.Outcome, e.HTTPStatus, e.Scope)
+				if e.HTTPStatus != want[e.Status] || e.Scope == "" {
+					t.Fatalf("event %v answered %d, scope %q", e.Status, e.HTTPStatus, e.Scope)
 				}
-				if e.Outcome == sqlonce.EventFirstRun && e.Work <= 0 {
+				if e.Status == sqlonce.EventFirstRun && e.Work <= 0 {
 					t.Fatalf("first run without work time: %+v", e)
 				}
 			}
@@ -492,7 +492,7 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			// run records what a replay returns, in either mode.
 			sizes := map[int]int{} // size: events
 			for _, e := range rec.events {
-				if e.Outcome == sqlonce.EventFirstRun || e.Outcome == sqlonce.EventReplayed {
+				if e.Status == sqlonce.EventFirstRun || e.Status == sqlonce.EventReplayed {
 					sizes[e.ResponseSize]++
 				}
 			}
@@ -516,10 +516,10 @@ func runObserve[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 		t0 := time.Now().UTC().Truncate(time.Second).Add(time.Hour)
 		at := func(d time.Duration) context.Context { return testclock.With(ctx, t0.Add(d)) }
-		want := func(what, op string, outcome sqlonce.EventOutcome) {
+		want := func(what, op string, outcome sqlonce.EventStatus) {
 			t.Helper()
-			if e := rec.last(); e.Operation != op || e.Outcome != outcome {
-				t.Fatalf("%s: %s %v (%v), want %s %v", what, e.Operation, e.Outcome, e.Err, op, outcome)
+			if e := rec.last(); e.Operation != op || e.Status != outcome {
+				t.Fatalf("%s: %s %v (%v), want %s %v", what, e.Operation, e.Status, e.Err, op, outcome)
 			}
 		}
 

@@ -226,8 +226,8 @@ func exercise[TTx any](t *testing.T, ctx context.Context, drv sqlonce.Driver[TTx
 	}
 	done := make(chan error, 1)
 	go func() { done <- ps.PurgeEvery(pctx, time.Hour) }()
-	if e := <-rounds; e.Outcome != sqlonce.EventFirstRun {
-		t.Fatalf("PurgeEvery's round: %v %v", e.Outcome, e.Err)
+	if e := <-rounds; e.Status != sqlonce.EventFirstRun {
+		t.Fatalf("PurgeEvery's round: %v %v", e.Status, e.Err)
 	}
 	stop()
 	<-done

@@ -221,7 +221,7 @@ func TestPurgeEvery(t *testing.T) {
 			}
 			tl.mu.Lock()
 			defer tl.mu.Unlock()
-			switch e.Outcome {
+			switch e.Status {
 			case sqlonce.EventFirstRun:
 				tl.purged++
 				tl.rows += e.Rows
@@ -229,7 +229,7 @@ func TestPurgeEvery(t *testing.T) {
 				tl.skipped++
 			default:
 				if !errors.Is(e.Err, context.Canceled) {
-					tl.errs = append(tl.errs, fmt.Errorf("outcome %v: %w", e.Outcome, e.Err))
+					tl.errs = append(tl.errs, fmt.Errorf("outcome %v: %w", e.Status, e.Err))
 				}
 			}
 		})
