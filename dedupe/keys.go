@@ -107,8 +107,9 @@ func (s *Store[TTx]) Inspect(ctx context.Context, scope, key string) (info KeyIn
 	return info, nil
 }
 
-// ForgetOption adjusts one Store.Forget.
-type ForgetOption func(*forgetOptions)
+// ForgetOption adjusts one Store.Forget; Forget applies the options
+// before any SQL runs and returns the first one's error.
+type ForgetOption func(*forgetOptions) error
 
 type forgetOptions struct{ leased bool }
 
@@ -116,7 +117,12 @@ type forgetOptions struct{ leased bool }
 // holder's Complete, Release and Extend then fail with
 // sqlonce.ErrLeaseLost, and the next claim runs the work again while the
 // holder may still be doing it: only for a holder known to be gone.
-func ForgetLeased() ForgetOption { return func(o *forgetOptions) { o.leased = true } }
+func ForgetLeased() ForgetOption {
+	return func(o *forgetOptions) error {
+		o.leased = true
+		return nil
+	}
+}
 
 // Forget deletes a key of the Store (never one of another scope, nor one
 // httpidem or inbox keeps) on the driver's database handle
@@ -137,7 +143,9 @@ func (s *Store[TTx]) Forget(ctx context.Context, scope, key string, opts ...Forg
 		if opt == nil {
 			return fmt.Errorf("%w: forget option %d is nil", sqlonce.ErrInvalidArgument, i)
 		}
-		opt(&o)
+		if err := opt(&o); err != nil {
+			return err
+		}
 	}
 	var deleted, exists bool
 	err = owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, &op, func(ctx context.Context, tx TTx) error {
