@@ -133,7 +133,7 @@ var statusNames = [...]string{
 	EventInProgress:  "in_progress",
 	EventKeyReuse:    "key_reuse",
 	EventLeaseLost:   "lease_lost",
-	EventTakeover:    "expired_takeover",
+	EventTakeover:    "takeover",
 	EventOK:          "ok",
 }
 

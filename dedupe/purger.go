@@ -16,7 +16,7 @@ import (
 // purgerKey is the row of sqlonce_keys whose lease elects the purging
 // instance: one for the whole table, whichever Store runs PurgeEvery,
 // since a purge deletes the expired keys of every Store.
-var purgerKey = driver.Key{Namespace: driver.NamespacePurger, Scope: "purger", Key: "sqlonce_keys"}
+var purgerKey = driver.Key{Namespace: driver.NamespaceElection, Scope: "purger", Key: "sqlonce_keys"}
 
 // PurgeOption adjusts Store.PurgeEvery.
 type PurgeOption func(*purgeOptions) error

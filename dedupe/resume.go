@@ -20,7 +20,7 @@ import (
 // name it had when ResumeEvery was CompleteEvery, so that instances of
 // either version elect one among them.
 func (s *Store[TTx]) resumerKey() driver.Key {
-	k := driver.Key{Namespace: driver.NamespacePurger, Scope: "completer", Key: "sqlonce_keys"}
+	k := driver.Key{Namespace: driver.NamespaceElection, Scope: "completer", Key: "sqlonce_keys"}
 	if s.stepsNS != driver.NamespaceSteps {
 		k.Key = fmt.Sprintf("sqlonce_keys/%d", s.stepsNS)
 	}

@@ -20,7 +20,7 @@
 //
 //   - sqlonce.operations (counter): operations by sqlonce.strategy,
 //     sqlonce.operation, sqlonce.status (first_run, already_done,
-//     replayed, in_progress, key_reuse, lease_lost, expired_takeover,
+//     replayed, in_progress, key_reuse, lease_lost, takeover,
 //     ok, error) and, for failures, error.type (sqlonce.ErrorType).
 //     The replay rate is replayed / all; the 409 rate of httpidem is
 //     in_progress / all (key reuse is answered 422: key_reuse / all).

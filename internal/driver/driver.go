@@ -95,10 +95,10 @@ const (
 	NamespaceInbox Namespace = 1
 	// NamespaceHTTP holds httpidem request keys.
 	NamespaceHTTP Namespace = 2
-	// NamespacePurger holds the leases that elect one instance among
+	// NamespaceElection holds the leases that elect one instance among
 	// many: dedupe's Store.PurgeEvery (one row, never purged) and
 	// Store.ResumeEvery.
-	NamespacePurger Namespace = 3
+	NamespaceElection Namespace = 3
 	// NamespaceSteps holds the keys of dedupe's operations of several
 	// steps (Store.RunSteps). While such a key is leased, its response
 	// column holds the operation's recovery point, not a response.
