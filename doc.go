@@ -31,6 +31,23 @@
 // sentinels of this package, and [IsRetryable] tells which ones ask for the
 // transaction to run again.
 //
+// # Transactions
+//
+// One rule holds in every package. A function or method that takes the
+// caller's transaction (a TTx argument) runs inside it and never commits
+// or rolls it back (at most to a savepoint of its own); a nil one is
+// [ErrInvalidArgument] before any SQL runs. One that takes no TTx runs in
+// transactions of its own on the driver's database handle, or as single
+// statements committed on their own ([ErrNoDB] without a handle), and
+// commits a transaction it hands to a function when that function returns
+// nil. Where both exist, X runs in its own and XTx in the caller's
+// (dedupe's Claim and ClaimTx, token's Issue and IssueTx, inbox's Handle
+// and HandleTx); dedupe's Do takes tx, its Run begins its own. Outside
+// the rule: optimistic.Update, statemachine's Transition and
+// unique.Inserted run no SQL, judging the caller's statements; and
+// httpidem.WithTxFunc has the caller's function begin and end the
+// middleware's transactions.
+//
 // # Drivers
 //
 // The strategies that run SQL of their own (dedupe, unique, token, inbox,
@@ -44,9 +61,7 @@
 // driver. A database/sql driver refuses a handle or a transaction of
 // another database with [ErrInvalidArgument]: at New when the handle's
 // database/sql driver is a known library's, or, for one it does not know
-// (a wrapper), from one probe of the server at the first call. sqlonce never commits
-// or rolls back the caller's transaction, and refuses a nil one
-// ([ErrInvalidArgument]) before any SQL runs.
+// (a wrapper), from one probe of the server at the first call.
 //
 // Each driver package links its own database library and teaches
 // [IsRetryable] and [IsCommitUnknown] that library's errors when a
@@ -70,7 +85,7 @@
 // # Observing
 //
 // An [Observer] receives one [Event] per operation: the strategy, the
-// operation, the scope (never the key), the outcome (first run, replayed,
+// operation, the scope (never the key), its status (first run, replayed,
 // in progress, key reuse, lease lost...), the attempts and what made
 // sqlonce retry, the time spent deciding the key and in the caller's
 // function, and the response size. Attach it once, to the driver, with

@@ -146,7 +146,9 @@ func (i *Inbox[TTx]) handleTx(ctx context.Context, tx TTx, msgID string, fn func
 }
 
 // Purge deletes remembered message ids past their TTL, batch at a time
-// (dedupe.DefaultPurgeBatch for 0): run it from a periodic job. It purges
+// (dedupe.DefaultPurgeBatch for 0), each batch in a transaction of its own
+// on the driver's database handle (sqlonce.ErrNoDB without one), and
+// reports how many it removed: run it from a periodic job. It purges
 // expired keys of every dedupe store on the same table alike.
 func (i *Inbox[TTx]) Purge(ctx context.Context, batch int) (n int64, err error) {
 	op := obs.Start(i.observer, "inbox", "Purge", i.consumer, "")
