@@ -18,6 +18,13 @@ import (
 // answers one claim fewer than it was given keys.
 type shortBatch struct{ driver.Engine[*sql.Tx] }
 
+// Capabilities are the engine's, with this ClaimBatch in place of its.
+func (e shortBatch) Capabilities() driver.Capabilities[*sql.Tx] {
+	c := e.Engine.Capabilities()
+	c.BatchClaimer = e
+	return c
+}
+
 func (e shortBatch) ClaimBatch(ctx context.Context, tx *sql.Tx, p driver.BatchParams) ([]driver.BatchClaim, error) {
 	return make([]driver.BatchClaim, len(p.Keys)-1), nil
 }
