@@ -57,7 +57,7 @@ var outcomeHelp = map[sqlonce.EventStatus]string{
 	sqlonce.EventKeyReuse:    "the key came back with another request, refused",
 	sqlonce.EventLeaseLost:   "a lease holder found its lease taken over",
 	sqlonce.EventTakeover:    "the call took over the lapsed lease of the worker the demo killed",
-	sqlonce.EventOK:        "a call that answers no Result succeeded: a lease completed, a token issued",
+	sqlonce.EventOK:          "a call that answers no Result succeeded: a lease completed, a token issued",
 }
 
 // print writes one row per strategy, a column per outcome seen, then what
