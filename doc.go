@@ -45,7 +45,7 @@
 // and HandleTx); dedupe's Do takes tx, its Run begins its own. Outside
 // the rule: optimistic.Update, statemachine's Transition and
 // unique.Inserted run no SQL, judging the caller's statements; and
-// httpidem.WithTxFunc has the caller's function begin and end the
+// httpidem.NewWithTxFunc has the caller's function begin and end the
 // middleware's transactions.
 //
 // # Drivers

@@ -881,7 +881,13 @@ func httpTxInProgress[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 		firstc <- r
 	}()
-	<-holding
+	// A first request that fails before its handler runs must fail the
+	// test, not leave it waiting for a handler that never holds the key.
+	select {
+	case <-holding:
+	case r := <-firstc:
+		t.Fatalf("the first request ended (%d %q) before its handler ran", r.status, r.body)
+	}
 	start := time.Now()
 	dup := s.mustSend(t, q)
 	wantHTTPStatus(t, "duplicate in flight", dup, http.StatusConflict)
@@ -1000,7 +1006,13 @@ func httpLease[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 		firstc <- r
 	}()
-	<-holding
+	// A first request that fails before its handler runs must fail the
+	// test, not leave it waiting for a handler that never holds the key.
+	select {
+	case <-holding:
+	case r := <-firstc:
+		t.Fatalf("the first request ended (%d %q) before its handler ran", r.status, r.body)
+	}
 	wantHTTPStatus(t, "duplicate while leased", s.mustSend(t, q), http.StatusConflict)
 	close(release)
 	first := <-firstc
