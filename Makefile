@@ -43,7 +43,7 @@ generate:
 check-generate:
 	$(SQLC) diff
 
-ci: hygiene lint check-generate test
+ci: hygiene lint check-generate apicheck consumer test
 
 # The side-by-side benchmark against the bare transaction, SELECT then
 # INSERT and Redis markers (docs/benchmarks.md). BENCHFLAGS passes flags:
