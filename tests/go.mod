@@ -102,6 +102,7 @@ require (
 	github.com/sethvargo/go-retry v0.5.0 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect
 	github.com/sirupsen/logrus v1.10.2 // indirect
+	github.com/sqlonce/sqlonce/sqlonceotel v0.0.0
 	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/tklauser/go-sysconf v0.4.0 // indirect
 	github.com/tklauser/numcpus v0.12.0 // indirect
@@ -142,3 +143,5 @@ replace github.com/sqlonce/sqlonce/grpcidem => ../grpcidem
 
 // Refused by the module proxy (403); tidy then picks the next version.
 exclude github.com/Azure/go-ansiterm v0.0.0-20261006220739-8c912ac31dd4
+
+replace github.com/sqlonce/sqlonce/sqlonceotel => ../sqlonceotel

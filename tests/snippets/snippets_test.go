@@ -61,12 +61,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+
+	// The generated program imports it (docs/operations.md's snippet);
+	// imported here so that the tests module requires it.
+	_ "github.com/sqlonce/sqlonce/sqlonceotel"
 )
 
 // imports are the packages a snippet may use, with one exported name of
@@ -90,6 +95,8 @@ var imports = map[string]string{
 	"github.com/sqlonce/sqlonce/migrations":           "migrations.Up",
 	"github.com/sqlonce/sqlonce/mysqldriver":          "mysqldriver.New",
 	"github.com/sqlonce/sqlonce/optimistic":           "optimistic.Update[int64]",
+	"github.com/sqlonce/sqlonce/sqlonceotel":          "sqlonceotel.New",
+	"github.com/sqlonce/sqlonce/sqlitedriver/mattn":   "mattn.Open",
 	"github.com/sqlonce/sqlonce/pgsqldriver":          "pgsqldriver.New",
 	"github.com/sqlonce/sqlonce/pgxdriver":            "pgxdriver.New",
 	"github.com/sqlonce/sqlonce/sqlitedriver":         "sqlitedriver.New",
@@ -98,6 +105,10 @@ var imports = map[string]string{
 	"github.com/sqlonce/sqlonce/token":                "token.New[pgx.Tx]",
 	"github.com/sqlonce/sqlonce/unique":               "unique.Inserted",
 }
+
+// blankImports are imported for their side effects (a database/sql
+// driver); a snippet may import them with `import _ "path"`.
+var blankImports = []string{"github.com/mattn/go-sqlite3"}
 
 var targets = map[string]bool{"pgx": true, "pgsql": true, "mysql": true, "sqlite": true}
 
@@ -240,6 +251,9 @@ func generate(t *testing.T, snips []snippet) []byte {
 	for _, p := range paths {
 		fmt.Fprintf(&b, "\t%q\n", p)
 	}
+	for _, p := range blankImports {
+		fmt.Fprintf(&b, "\t_ %q\n", p)
+	}
 	b.WriteString(")\n\nvar (\n")
 	for _, p := range paths {
 		fmt.Fprintf(&b, "\t_ = %s\n", imports[p])
@@ -300,7 +314,7 @@ func checkImports(t *testing.T, s snippet) {
 			t.Errorf("%s: only one-line imports (import \"path\") are allowed: %s", s.name(), l)
 			continue
 		}
-		if _, ok := imports[p]; !ok {
+		if _, ok := imports[p]; !ok && !slices.Contains(blankImports, p) {
 			t.Errorf("%s: imports %s, which tests/snippets does not know: add it to imports", s.name(), p)
 		}
 	}
@@ -360,7 +374,9 @@ func TestSnippets(t *testing.T) {
 				if s.http {
 					args = append(args, "-http")
 				}
-				out, err := exec.Command(bin, args...).CombinedOutput()
+				cmd := exec.Command(bin, args...)
+				cmd.Dir = t.TempDir() // where a snippet's own files go ("app.db")
+				out, err := cmd.CombinedOutput()
 				if err != nil {
 					t.Fatalf("%s on %s: %v\n%s", s.name(), tg, err, out)
 				}
