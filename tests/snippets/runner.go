@@ -24,20 +24,29 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/sqlonce/sqlonce/migrations"
+	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/pgsqldriver"
+	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
 )
 
 type env struct {
-	pool   *pgxpool.Pool
-	db     *sql.DB
-	pgxTx  pgx.Tx
-	sqlTx  *sql.Tx
-	logger *slog.Logger
-	mux    *http.ServeMux
-	w      http.ResponseWriter
-	r      *http.Request
-	userID func(*http.Request) string
-	charge func(ctx context.Context, idempotencyKey string) ([]byte, error)
+	pool  *pgxpool.Pool
+	db    *sql.DB
+	pgxTx pgx.Tx
+	// The target's driver, for snippets marked drv.
+	pgxDrv    *pgxdriver.Driver
+	pgsqlDrv  *pgsqldriver.Driver
+	mysqlDrv  *mysqldriver.Driver
+	sqliteDrv *sqlitedriver.Driver
+	sqlTx     *sql.Tx
+	logger    *slog.Logger
+	mux       *http.ServeMux
+	w         http.ResponseWriter
+	r         *http.Request
+	userID    func(*http.Request) string
+	charge    func(ctx context.Context, idempotencyKey string) ([]byte, error)
 }
 
 // provider is a fake payment provider that, as real ones do, answers a
@@ -147,6 +156,18 @@ func run(target, dsn, name string, withTx, withHTTP bool) error {
 	for _, q := range append(fixtures[fixture], seed...) {
 		if _, err := e.db.ExecContext(ctx, q); err != nil {
 			return fmt.Errorf("fixture %q: %w", q, err)
+		}
+	}
+	switch target {
+	case "pgx":
+		e.pgxDrv = pgxdriver.New(e.pool)
+	case "pgsql":
+		e.pgsqlDrv = pgsqldriver.New(e.db)
+	case "mysql":
+		e.mysqlDrv = mysqldriver.New(e.db)
+	case "sqlite":
+		if e.sqliteDrv, err = sqlitedriver.New(e.db); err != nil {
+			return err
 		}
 	}
 	if withTx {

@@ -19,7 +19,9 @@
 //	mysql   MariaDB/MySQL (go-sql-driver/mysql):            db *sql.DB
 //	sqlite  SQLite (modernc.org/sqlite, sqlitedriver/modernc.Open): db *sql.DB
 //
-// and two options: "tx" gives the snippet an open transaction tx (pgx.Tx
+// and three options: "drv" gives the snippet drv, the target's driver
+// (pgxdriver, pgsqldriver, mysqldriver, sqlitedriver) built on its handle,
+// for snippets that continue one that built it; "tx" gives the snippet an open transaction tx (pgx.Tx
 // on pgx, *sql.Tx elsewhere), committed after the snippet when it returns
 // nil; "http" sends a request like r (below) through mux twice after the
 // snippet and wants a 2xx answer both times. "skip" followed by a reason marks a
@@ -118,6 +120,7 @@ type snippet struct {
 	code    []string
 	targets []string
 	tx      bool
+	drv     bool
 	http    bool
 	skip    string
 	err     string // a marker error
@@ -212,6 +215,8 @@ func (s *snippet) mark(l string) {
 			s.targets = append(s.targets, w)
 		case w == "tx":
 			s.tx = true
+		case w == "drv":
+			s.drv = true
 		case w == "http":
 			s.http = true
 		default:
@@ -272,6 +277,9 @@ func generate(t *testing.T, snips []snippet) []byte {
 			fmt.Fprintf(&b, "\t%s", vars)
 			if tg == "pgx" {
 				b.WriteString("\tpool := e.pool\n\t_ = pool\n")
+			}
+			if s.drv {
+				fmt.Fprintf(&b, "\tdrv := e.%sDrv\n\t_ = drv\n", tg)
 			}
 			if s.tx {
 				if tg == "pgx" {
