@@ -160,15 +160,16 @@ func run(target, dsn, name string, withTx, withHTTP bool) error {
 	}
 	switch target {
 	case "pgx":
-		e.pgxDrv = pgxdriver.New(e.pool)
+		e.pgxDrv, err = pgxdriver.New(e.pool)
 	case "pgsql":
-		e.pgsqlDrv = pgsqldriver.New(e.db)
+		e.pgsqlDrv, err = pgsqldriver.New(e.db)
 	case "mysql":
-		e.mysqlDrv = mysqldriver.New(e.db)
+		e.mysqlDrv, err = mysqldriver.New(e.db)
 	case "sqlite":
-		if e.sqliteDrv, err = sqlitedriver.New(e.db); err != nil {
-			return err
-		}
+		e.sqliteDrv, err = sqlitedriver.New(e.db)
+	}
+	if err != nil {
+		return err
 	}
 	if withTx {
 		if target == "pgx" {
