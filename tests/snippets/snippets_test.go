@@ -359,7 +359,13 @@ func TestSnippets(t *testing.T) {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), "snippets")
-	build := exec.Command("go", "build", "-o", bin, "./"+filepath.Base(gen))
+	// tests/run's flags, so that the packages the tests module compiled are
+	// reused from the build cache (see tests/run).
+	args := []string{"build", "-trimpath", "-o", bin}
+	if raceEnabled {
+		args = append(args, "-race", "-gcflags=modernc.org/...=-race=false")
+	}
+	build := exec.Command("go", append(args, "./"+filepath.Base(gen))...)
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("a snippet does not compile (the lines are the Markdown's):\n%s", out)
 	}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package snippets
+
+const raceEnabled = false
