@@ -35,7 +35,8 @@ var (
 	ErrInProgress = errors.New("sqlonce: operation in progress")
 
 	// ErrNotFound is returned when the row an operation targets does not
-	// exist (optimistic, statemachine).
+	// exist (optimistic, statemachine), and by dedupe's Inspect and Forget
+	// for a key that is not recorded.
 	ErrNotFound = errors.New("sqlonce: row not found")
 
 	// ErrInvalidTransition is returned by statemachine for a transition the

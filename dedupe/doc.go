@@ -157,9 +157,11 @@
 // runs too long to keep a transaction open: at most one holder at a time, a
 // crashed holder's lease lapses at its deadline and the next claimer runs
 // the work again, and fencing tokens make a late holder's Complete fail
-// with ErrLeaseLost. The outside work is then at least once: pass the key
-// or [Lease].Token on to the outside system so that a repeated call is
-// harmless there.
+// with ErrLeaseLost. The outside work is then at least once: give the
+// outside system an idempotency key made from the Lease's Scope and Key
+// (e.g. [StepKey]), the same for every claimer, so that a repeated call is
+// harmless there. [Lease].Token grows with every claim: it fences stale
+// writers and is never an idempotency key.
 //
 // # Observing
 //

@@ -24,8 +24,9 @@ import (
 // it), or Release lets the next claimer run the work. While the lease
 // holds, duplicates get sqlonce.ErrInProgress. A holder that crashes
 // leaves the lease to lapse at its deadline, and the next claimer runs the
-// work again: give the outside system the key or Token as its idempotency
-// key. Choose a lease longer than the work and Extend it for work that
+// work again: give the outside system an idempotency key made from Scope
+// and Key (e.g. StepKey(l.Scope, l.Key, "charge"); the Key alone is shared
+// by other scopes, and Token changes with every claim). Choose a lease longer than the work and Extend it for work that
 // runs long. The package documentation compares the modes.
 //
 // # Fencing

@@ -100,7 +100,10 @@ func (st StepState) Result(step string) ([]byte, bool) {
 }
 
 // StepKey is the key a step named step of the operation under scope and
-// key gets in StepState.Key: a hex SHA-256 of the three.
+// key gets in StepState.Key: a hex SHA-256 of the three. It also makes the
+// idempotency key a lease holder gives an outside system
+// (StepKey(l.Scope, l.Key, "charge")): the same for every claimer of the
+// key, and apart from other scopes' keys.
 func StepKey(scope, key, step string) string {
 	h := sha256.New()
 	for _, s := range []string{scope, key, step} {
