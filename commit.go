@@ -11,7 +11,9 @@ import (
 // a driver the program links says that the connection broke while a
 // statement may have been on its way (a reset or closed connection,
 // io.ErrUnexpectedEOF, database/sql's driver.ErrBadConn,
-// go-sql-driver/mysql's ErrInvalidConn). Use it on the error of a
+// go-sql-driver/mysql's ErrInvalidConn), unless the driver knows that
+// nothing was sent (a connection that could not be opened: a refused
+// dial, pgx's ConnectError, a session refused at startup, 57P03). Use it on the error of a
 // transaction of yours that holds a dedupe claim, as sqlonce does on its
 // own: when it is true, the transaction may have committed, and the answer
 // is to send the request again with the same key, which replays or runs.
@@ -22,5 +24,5 @@ import (
 // before COMMIT was sent. Only err from COMMIT means anything here: a lost
 // connection during an earlier statement fails the transaction for sure.
 func IsCommitUnknown(err error) bool {
-	return errors.Is(err, ErrCommitUnknown) || driver.Classify(err).Has(driver.ConnLost)
+	return errors.Is(err, ErrCommitUnknown) || driver.Classify(err).Has(driver.ConnLost) && !driver.Unsent(err)
 }

@@ -45,10 +45,15 @@ func sqlState(err error) string {
 }
 
 // classify reads one error of a tree by its SQLSTATE. The network errors
-// both libraries return (io.ErrUnexpectedEOF, *net.OpError,
-// driver.ErrBadConn) and sql.ErrTxDone are the standard library's,
-// classified by package driver.
+// both libraries return (io.ErrUnexpectedEOF, *net.OpError, a refused
+// dial, driver.ErrBadConn) and sql.ErrTxDone are the standard library's,
+// classified by package driver. pgx's *pgconn.ConnectError, a connection
+// that could not be opened, is NotSent (see isConnectError), and so is
+// 57P03.
 func classify(err error) driver.Class {
+	if isConnectError(err) {
+		return driver.NotSent
+	}
 	switch sqlState(err) {
 	case codeSerializationFailure, codeDeadlockDetected:
 		return driver.Retryable
@@ -58,7 +63,11 @@ func classify(err error) driver.Class {
 		return driver.Unique
 	case codeReadOnlyTransaction:
 		return driver.ReadOnly
-	case codeAdminShutdown, codeCrashShutdown, codeCannotConnectNow:
+	case codeCannotConnectNow:
+		// Only ever the answer to a connection's startup: the server
+		// refuses the session while it starts, shuts down or recovers.
+		return driver.ConnLost | driver.NotSent
+	case codeAdminShutdown, codeCrashShutdown:
 		// The server ends the session as it shuts down (a failover's old
 		// primary, a restart) or refuses it while starting: the
 		// connection is gone like a broken one, and a COMMIT it answered
@@ -66,6 +75,16 @@ func classify(err error) driver.Class {
 		return driver.ConnLost
 	}
 	return 0
+}
+
+// isConnectError reports whether err is pgx's *pgconn.ConnectError, which
+// its database/sql adapter returns when a connection could not be opened:
+// nothing was sent on it. Matched by the type's name, so that lib/pq's
+// programs do not link pgx.
+func isConnectError(err error) bool {
+	t := reflect.TypeOf(err)
+	return t != nil && t.Kind() == reflect.Pointer && t.Elem().Name() == "ConnectError" &&
+		t.Elem().PkgPath() == "github.com/jackc/pgx/v5/pgconn"
 }
 
 // canceled makes err, the error of a statement that ctx cancelled, match

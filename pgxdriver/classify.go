@@ -17,10 +17,17 @@ func init() { driver.Register(driver.ClassifierFunc(classify)) }
 // classify reads one error of a tree: a *pgconn.PgError by its SQLSTATE,
 // pgx.ErrTxClosed. 25006 (read_only_sql_transaction: a hot standby, a
 // read-only transaction) is ReadOnly; 57P01, 57P02 and 57P03 (the server
-// shutting down, crashed, not yet accepting sessions) are ConnLost. The network errors pgconn returns after sending
+// shutting down, crashed, not yet accepting sessions) are ConnLost. The
+// network errors pgconn returns after sending
 // (io.ErrUnexpectedEOF, a *net.OpError, both unwrapped by pgconn) are the
 // standard library's, classified by package driver; pgconn's own "conn
 // closed" is one too (see isConnClosed).
+//
+// NotSent: a *pgconn.ConnectError (the connection could not be opened:
+// nothing of a statement was sent), 57P03 (refused at startup), and an
+// error pgconn says it returned before sending anything (SafeToRetry), but
+// for "conn closed": pgconn gives that also for a batch's results read
+// after the connection broke under a batch it had sent.
 func classify(err error) driver.Class {
 	if err == pgx.ErrTxClosed {
 		return driver.TxDone
@@ -29,6 +36,12 @@ func classify(err error) driver.Class {
 	if !ok {
 		if isConnClosed(err) {
 			return driver.ConnLost
+		}
+		if _, ok := err.(*pgconn.ConnectError); ok {
+			return driver.NotSent
+		}
+		if s, ok := err.(interface{ SafeToRetry() bool }); ok && s.SafeToRetry() {
+			return driver.NotSent
 		}
 		return 0
 	}
@@ -41,7 +54,11 @@ func classify(err error) driver.Class {
 		return driver.Unique
 	case pgerrcode.ReadOnlySQLTransaction:
 		return driver.ReadOnly
-	case pgerrcode.AdminShutdown, pgerrcode.CrashShutdown, pgerrcode.CannotConnectNow:
+	case pgerrcode.CannotConnectNow:
+		// Only ever the answer to a connection's startup: the server
+		// refuses the session while it starts, shuts down or recovers.
+		return driver.ConnLost | driver.NotSent
+	case pgerrcode.AdminShutdown, pgerrcode.CrashShutdown:
 		// The server ends the session as it shuts down (a failover's
 		// old primary, a restart) or refuses it while starting or in
 		// recovery: the connection is gone like a broken one, and a

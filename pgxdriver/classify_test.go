@@ -52,7 +52,10 @@ func TestClassify(t *testing.T) {
 		// primary), crashed or not yet taking sessions.
 		{"admin shutdown", pgErr(pgerrcode.AdminShutdown, ""), lost},
 		{"crash shutdown", pgErr(pgerrcode.CrashShutdown, ""), lost},
-		{"cannot connect now", pgErr(pgerrcode.CannotConnectNow, ""), lost},
+		{"cannot connect now", pgErr(pgerrcode.CannotConnectNow, ""), lost | driver.NotSent},
+		// A connection that could not be opened sent nothing.
+		{"connection refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, lost | driver.NotSent},
+		{"connect error", &pgconn.ConnectError{}, driver.NotSent},
 		{"tx closed", pgx.ErrTxClosed, done},
 		{"database/sql tx done", sql.ErrTxDone, done},
 		{"commit turned rollback", pgx.ErrTxCommitRollback, 0},

@@ -15,14 +15,15 @@ import (
 // outcome is known: the server answered (a *pgconn.PgError other than
 // one ending the session, or the ROLLBACK an aborted transaction answers
 // COMMIT with), the Tx was already
-// closed, or ctx had ended before COMMIT was to be sent (live false: pgx
+// closed, nothing was sent (driver.Unsent: the connection could not be
+// opened), or ctx had ended before COMMIT was to be sent (live false: pgx
 // checks the context before it sends). Every other error leaves it unknown, not only a
 // network error: when the connection breaks while a batch's results are
 // read, pgx reports the results after the first as "conn closed", the
 // error it also gives before sending anything.
 func commitError(err error, live bool) error {
-	if err == nil {
-		return nil
+	if err == nil || driver.Unsent(err) {
+		return err
 	}
 	answered := driver.Walk(err, func(e error) bool {
 		_, ok := e.(*pgconn.PgError)

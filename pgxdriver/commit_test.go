@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"syscall"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -34,6 +36,10 @@ func TestCommitError(t *testing.T) {
 		{"admin shutdown", &pgconn.PgError{Severity: "FATAL", Code: "57P01"}, true, true},
 		{"admin shutdown, wrapped", fmt.Errorf("commit: %w", &pgconn.PgError{Severity: "FATAL", Code: "57P01"}), true, true},
 		{"crash shutdown", &pgconn.PgError{Severity: "FATAL", Code: "57P02"}, true, true},
+		// Nothing sent: the connection could not be opened.
+		{"dial refused", fmt.Errorf("acquire: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), true, false},
+		{"cannot connect now", &pgconn.PgError{Severity: "FATAL", Code: "57P03"}, true, false},
+		{"dial refused joined to a reset", errors.Join(&net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}, &net.OpError{Op: "read", Err: syscall.ECONNRESET}), true, true},
 	} {
 		got := commitError(c.err, c.live)
 		if unknown := errors.Is(got, driver.ErrCommitUnknown); unknown != c.unknown {

@@ -45,6 +45,13 @@ const (
 	// read_only (1290, 1836) or a read-only transaction (1792). Nothing
 	// was written; sqlonce is pointed at the wrong server.
 	ReadOnly
+	// NotSent: nothing of the statement, and of the errors this one
+	// wraps, reached a server: the connection could not be opened (a
+	// dial refused or timed out, a session refused at startup, pgx's
+	// *pgconn.ConnectError), or the database library says it failed
+	// before sending anything. A lost connection inside it (see Unsent)
+	// cannot have committed anything.
+	NotSent
 )
 
 // Has reports whether c holds any of the facts in f.
@@ -99,13 +106,61 @@ func Classify(err error) Class {
 	}
 	var c Class
 	Walk(err, func(e error) bool {
-		c |= classifyStd(e)
-		for _, cl := range cs {
-			c |= cl.Classify(e)
-		}
+		c |= classifyOne(e, cs)
 		return false
 	})
 	return c
+}
+
+// classifyOne is what the standard library and the classifiers cs say
+// about err alone.
+func classifyOne(err error, cs []Classifier) Class {
+	c := classifyStd(err)
+	for _, cl := range cs {
+		c |= cl.Classify(err)
+	}
+	return c
+}
+
+// Unsent reports whether err, a lost connection, is known to have sent
+// nothing to a server: every lost connection (ConnLost) of its tree is
+// inside an error classified NotSent, and there is one. A statement, or a
+// COMMIT, whose error is Unsent did not run: it is a lost connection
+// (sqlonce.ErrorType "conn_lost"), never ErrCommitUnknown.
+func Unsent(err error) bool {
+	var cs []Classifier
+	if p := classifiers.Load(); p != nil {
+		cs = *p
+	}
+	return unsent(err, cs, 0)
+}
+
+func unsent(err error, cs []Classifier, depth int) bool {
+	for ; err != nil && depth < maxDepth; depth++ {
+		if classifyOne(err, cs).Has(NotSent) {
+			return true
+		}
+		switch u := err.(type) {
+		case interface{ Unwrap() error }:
+			err = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			// Every branch that lost a connection must have sent nothing.
+			found := false
+			for _, e := range u.Unwrap() {
+				if !Classify(e).Has(ConnLost | NotSent) {
+					continue
+				}
+				if !unsent(e, cs, depth+1) {
+					return false
+				}
+				found = true
+			}
+			return found
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // Walk calls visit on err and on every error it wraps, depth first, until
@@ -152,6 +207,10 @@ func classifyStd(err error) Class {
 	case *OtherLockError:
 		return Retryable
 	case *net.OpError:
+		if e.Op == "dial" {
+			// The connection was never opened: nothing was sent on it.
+			return ConnLost | NotSent
+		}
 		return ConnLost
 	case syscall.Errno:
 		// Not every net.Error: a syscall.Errno is one whatever its number

@@ -16,10 +16,12 @@ var ErrCommitUnknown = errors.New("sqlonce: connection lost at commit; the outco
 // (ConnLost), or ctx, live when COMMIT was sent (live), ended during it,
 // which makes the database library cut the connection and answer with the
 // context's error. The original error stays in the chain. A context that
-// had ended before COMMIT was sent is known to have rolled back.
+// had ended before COMMIT was sent is known to have rolled back, and so is
+// an error that sent nothing (Unsent: the connection could not be
+// opened).
 func CommitError(err error, live bool) error {
-	if err == nil {
-		return nil
+	if err == nil || Unsent(err) {
+		return err
 	}
 	if IsConnLost(err) || (live && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded))) {
 		return fmt.Errorf("%w: %w", ErrCommitUnknown, err)
