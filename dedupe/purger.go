@@ -50,8 +50,11 @@ func PurgeBatch(n int) PurgeOption {
 // The instances elect one that purges and the others skip: the election
 // is a lease on a row of sqlonce_keys, fenced by its token, so two
 // instances never purge at once, and it needs no advisory lock or session
-// state (it works through PgBouncer, on Galera and on SQLite). A holder
-// that stops or stalls for longer than an interval is taken over. The
+// state (it works through PgBouncer, on Galera and on SQLite). The lease
+// lasts two intervals; a holder that stops, or stalls (inside a batch too)
+// for longer, is taken over, and the stalled round's batch then rolls back
+// and the round reports EventLeaseLost. On SQLite, whose one writer a
+// batch holds, a holder stalled inside a batch stalls every instance. The
 // purge covers sqlonce_keys (inbox's and httpidem's keys included);
 // token.Store.Purge is separate.
 //
@@ -131,17 +134,26 @@ func (s *Store[TTx]) purgeRound(ctx context.Context, lease time.Duration, batch 
 	total, err = owntx.Purge(ctx, batch, func(limit int) (int64, error) {
 		var n int64
 		err := owntx.Run(ctx, s.engine, func(ctx context.Context, tx TTx) error {
-			// The lease row stays locked until this transaction ends: a
-			// takeover waits for the batch, then finds the lease held.
+			var err error
+			if n, err = s.purgeTx(ctx, tx, limit); err != nil {
+				return err
+			}
+			// The lease is extended last, which locks its row until
+			// COMMIT: a batch commits only while this instance holds the
+			// lease, and a batch whose lease was taken over while it ran
+			// (a holder stalled for longer than the lease) rolls back
+			// with ErrLeaseLost. Extended first, the row would stay
+			// locked for the whole batch, and a stalled holder could
+			// never be taken over: the takeover would wait for it.
 			ok, err := s.engine.Extend(ctx, tx, purgerKey, token, lease, testclock.Now(ctx))
 			switch {
 			case err != nil:
 				return fmt.Errorf("sqlonce/dedupe: purger lease: %w", err)
 			case !ok:
+				n = 0
 				return fmt.Errorf("%w: the purger's lease (token %d) was taken over", sqlonce.ErrLeaseLost, token)
 			}
-			n, err = s.purgeTx(ctx, tx, limit)
-			return err
+			return nil
 		})
 		return n, err
 	})

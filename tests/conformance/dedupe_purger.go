@@ -78,6 +78,7 @@ func (r *purgerRounds) Observe(_ context.Context, e sqlonce.Event) {
 // expire, and another instance takes the lease over once it has lapsed.
 func runDedupePurger[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("EightInstances", func(t *testing.T) { purgerEightInstances(t, f) })
+	t.Run("StalledHolder", func(t *testing.T) { purgerStalledHolder(t, f) })
 	t.Run("BadInput", func(t *testing.T) {
 		ctx := ctxT(t)
 		s, err := dedupe.New(f(t, 2).Driver())
@@ -270,4 +271,146 @@ func purgerEightInstances[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	}
 	t.Logf("%d purge statements, %d rounds purged, %d skipped", count.calls.Load(), purged, skipped)
+}
+
+// stallingEngine stalls its first Purge, inside the purge batch's
+// transaction, once armed: until release is closed.
+type stallingEngine[TTx any] struct {
+	driver.Engine[TTx]
+	armed   *atomic.Bool
+	stalled chan struct{} // closed when the stall begins
+	release chan struct{}
+}
+
+func (e stallingEngine[TTx]) Purge(ctx context.Context, tx TTx, limit int, now time.Time) (int64, error) {
+	if e.armed.CompareAndSwap(true, false) {
+		close(e.stalled)
+		select {
+		case <-e.release:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return e.Engine.Purge(ctx, tx, limit, now)
+}
+
+type stallingDriver[TTx any] struct{ e stallingEngine[TTx] }
+
+func (d stallingDriver[TTx]) Engine() driver.Engine[TTx] { return d.e }
+
+// purgerStalledHolder: the instance holding PurgeEvery's lease stalls
+// inside a batch's transaction for longer than its lease. Another
+// instance takes the lease over meanwhile and purges, as PurgeEvery's doc
+// says; the stalled round, once it goes on, ends with ErrLeaseLost
+// (EventLeaseLost) and its batch rolls back: the keys it held stay for
+// the new holder.
+func purgerStalledHolder[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	const interval = 100 * time.Millisecond
+	ctx := ctxT(t)
+	db := f(t, 4)
+	skipOnSQLite(t, db, "SQLite admits one writing transaction at a time: a holder stalled in its batch's transaction holds the database's write lock, and no other instance can write, a takeover included, until it ends")
+	seed, err := dedupe.New(db.Driver())
+	must(t, err)
+	past := at(ctx, clockBase(), -time.Hour)
+	put := func(prefix string, n int) {
+		t.Helper()
+		must(t, harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
+			for i := range n {
+				req := dedupe.Request{Scope: "purge", Key: fmt.Sprintf("%s-%d", prefix, i), TTL: time.Minute}
+				if _, err := seed.Do(past, tx, req, func(context.Context) error { return nil }); err != nil {
+					return err
+				}
+			}
+			return nil
+		}))
+	}
+
+	var (
+		armed            atomic.Bool
+		stalled, release = make(chan struct{}), make(chan struct{})
+		rounds           [2]purgerRounds
+		stop             [2]context.CancelFunc
+		done             [2]chan struct{}
+	)
+	start := func(i int, wrap func(driver.Engine[TTx]) sqlonce.Driver[TTx]) {
+		h, err := harness.Reopen(t, db, 2, harness.Settings{})
+		must(t, err)
+		s, err := dedupe.New(sqlonce.Observe[TTx](wrap(h.Driver().Engine()), &rounds[i]))
+		must(t, err)
+		rctx, cancel := context.WithCancel(ctx)
+		stop[i], done[i] = cancel, make(chan struct{})
+		go func() {
+			defer close(done[i])
+			_ = s.PurgeEvery(rctx, interval, dedupe.PurgeBatch(16))
+		}()
+	}
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+		for i := range stop {
+			if stop[i] != nil {
+				stop[i]()
+				<-done[i]
+			}
+		}
+	}()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("waited for %s: %v", what, ctx.Err())
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+
+	// Instance 0 alone: it takes the lease and purges.
+	start(0, func(e driver.Engine[TTx]) sqlonce.Driver[TTx] {
+		return stallingDriver[TTx]{stallingEngine[TTx]{e, &armed, stalled, release}}
+	})
+	waitFor("instance 0 to purge", func() bool { return rounds[0].purged.Load() > 0 })
+	// Its next batch stalls, inside the batch's transaction.
+	put("stalled", 8)
+	armed.Store(true)
+	waitFor("instance 0 to stall", func() bool {
+		select {
+		case <-stalled:
+			return true
+		default:
+			return false
+		}
+	})
+	stalledAt := time.Now()
+
+	// Instance 1 takes the lease over once it has lapsed (two intervals)
+	// and purges the keys, while instance 0 is still stalled.
+	start(1, func(e driver.Engine[TTx]) sqlonce.Driver[TTx] {
+		return countingDriver[TTx]{countingEngine[TTx]{e, &purgeCounter{}}}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for rounds[1].purged.Load() == 0 || rounds[1].rows.Load() < 8 {
+		if time.Now().After(deadline) {
+			t.Fatalf("instance 0 stalled for %v (its lease lasts %v): instance 1 never took it over (rounds: %d purged, %d skipped, %d failed: %v)",
+				time.Since(stalledAt).Round(time.Millisecond), 2*interval, rounds[1].purged.Load(), rounds[1].skipped.Load(), rounds[1].failed.Load(), rounds[1].errs)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Logf("instance 1 took over %v after instance 0 stalled", time.Since(stalledAt).Round(time.Millisecond))
+
+	// Instance 0 goes on: its round ends with the lease lost.
+	close(release)
+	released = true
+	waitFor("instance 0's stalled round to end", func() bool {
+		return rounds[0].lost.Load()+rounds[0].failed.Load()+rounds[0].purged.Load() > 1
+	})
+	if rounds[0].lost.Load() != 1 {
+		t.Fatalf("instance 0's stalled round: %d lease lost, %d purged (%d before the stall), %d failed %v; want the lease lost",
+			rounds[0].lost.Load(), rounds[0].purged.Load(), 1, rounds[0].failed.Load(), rounds[0].errs)
+	}
+	if rounds[0].failed.Load() > 0 || rounds[1].failed.Load() > 0 {
+		t.Errorf("failed rounds: instance 0 %v, instance 1 %v", rounds[0].errs, rounds[1].errs)
+	}
 }
