@@ -12,11 +12,13 @@ import (
 // statement may have been on its way (a reset or closed connection,
 // io.ErrUnexpectedEOF, database/sql's driver.ErrBadConn,
 // go-sql-driver/mysql's ErrInvalidConn), unless the driver knows that
-// nothing was sent (a connection that could not be opened: a refused
-// dial, pgx's ConnectError, a session refused at startup, 57P03). Use it on the error of a
-// transaction of yours that holds a dedupe claim, as sqlonce does on its
-// own: when it is true, the transaction may have committed, and the answer
-// is to send the request again with the same key, which replays or runs.
+// nothing was sent: a connection that could not be opened (a refused
+// dial, pgx's ConnectError, PostgreSQL's 57P03 at startup) is a lost
+// connection (ErrorType "conn_lost") and nothing more. Use it on the error
+// of a transaction of yours that holds a dedupe claim, as sqlonce does on
+// its own: when it is true, the transaction may have committed, and the
+// answer is to send the request again with the same key, which replays or
+// runs.
 //
 // A context that ends while COMMIT is under way also leaves the outcome
 // unknown; the database libraries answer that with the context's error

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/tests/internal/dbserver"
 	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
 	"github.com/sqlonce/sqlonce/token"
@@ -82,19 +83,63 @@ func TestUnreachablePostgres(t *testing.T) {
 	}
 	for _, name := range []string{"pgx", "database/sql+pgx", "lib/pq"} {
 		for _, c := range byDriver[name] {
-			t.Run(name+"/"+c.name, func(t *testing.T) {
-				err := c.do(ctx)
-				t.Logf("%v", err)
-				switch {
-				case err == nil:
-					t.Fatal("succeeded with the server stopped")
-				case errors.Is(err, sqlonce.ErrCommitUnknown) || sqlonce.IsCommitUnknown(err):
-					t.Fatalf("%v: ErrCommitUnknown, though no connection could be opened and nothing was sent", err)
-				case sqlonce.ErrorType(err) != "conn_lost":
-					t.Fatalf("ErrorType(%v) = %q, want conn_lost", err, sqlonce.ErrorType(err))
-				}
-			})
+			t.Run(name+"/"+c.name, func(t *testing.T) { checkUnreachable(t, c.do(ctx)) })
 		}
+	}
+}
+
+// TestUnreachableMariaDB is TestUnreachablePostgres on MariaDB, whose
+// driver answered a lost connection there already.
+func TestUnreachableMariaDB(t *testing.T) {
+	srv, err := dbserver.NewMariaDB()
+	need(t, "throwaway MariaDB", err)
+	t.Cleanup(srv.Remove)
+	root, err := sql.Open("mysql", srv.DSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	mustExec(t, root, "CREATE DATABASE app")
+	db, err := sql.Open("mysql", fmt.Sprintf("root@tcp(127.0.0.1:%d)/app?parseTime=true", srv.Port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := migrations.Up(ctx, db, migrations.MySQL); err != nil {
+		t.Fatal(err)
+	}
+	s, err := dedupe.New(testdrv.MySQL(t, db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := token.New(testdrv.MySQL(t, db))
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := unreachableCalls(t, s, tk)(ctx)
+	if err := srv.Stop(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxIdleConns(0)
+	for _, c := range calls {
+		t.Run(c.name, func(t *testing.T) { checkUnreachable(t, c.do(ctx)) })
+	}
+}
+
+// checkUnreachable checks the error of a call made while no connection
+// could be opened.
+func checkUnreachable(t *testing.T, err error) {
+	t.Helper()
+	t.Logf("%v", err)
+	switch {
+	case err == nil:
+		t.Fatal("succeeded with the server stopped")
+	case errors.Is(err, sqlonce.ErrCommitUnknown) || sqlonce.IsCommitUnknown(err):
+		t.Fatalf("%v: ErrCommitUnknown, though no connection could be opened and nothing was sent", err)
+	case sqlonce.ErrorType(err) != "conn_lost":
+		t.Fatalf("ErrorType(%v) = %q, want conn_lost", err, sqlonce.ErrorType(err))
 	}
 }
 
