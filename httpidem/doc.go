@@ -42,10 +42,15 @@
 //   - The field is an Item Structured Field whose value is a String
 //     (section 2.1): Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324".
 //     The key is the string's value, parsed as RFC 9651 says (escapes,
-//     parameters ignored). A value that is not a String, an empty one or
-//     one longer than 255 bytes (sqlonce.MaxKeyLen, counted after
-//     unescaping), or more than one field, is answered 400 with code
-//     [CodeKeyInvalid].
+//     parameters ignored). The draft expired without becoming an RFC and
+//     most clients (Stripe's among them) send the key bare:
+//     Idempotency-Key: 8e03978e-40d5-43e8-bc93-6894a57f9324 is accepted
+//     too, as it is, when it is visible ASCII without double quotes,
+//     commas or white space, and it is the same key as its quoted form,
+//     so that k and "k" replay each other; [WithStrictKey] takes the
+//     String only. Any other value, an empty one or one longer than 255
+//     bytes (sqlonce.MaxKeyLen, counted after unescaping), or more than
+//     one field, is answered 400 with code [CodeKeyInvalid].
 //   - A request that must carry a key and has none is answered 400
 //     ([CodeKeyMissing], section 2.7). Which methods are handled ([WithMethods], POST
 //     and PATCH by default) and which requests must carry a key

@@ -33,6 +33,7 @@ type options struct {
 	onError     func(*http.Request, error)
 	keyHeader   string // Header unless WithKeyHeader
 	reuseStatus int    // 422 unless WithKeyReuseStatus
+	strictKey   bool   // WithStrictKey
 }
 
 // WithMethods sets the request methods the middleware handles (POST and
@@ -224,6 +225,17 @@ func WithKeyHeader(name string) Option {
 			return optionError("WithKeyHeader", "%q is not a valid header field name", name)
 		}
 		o.keyHeader = http.CanonicalHeaderKey(name)
+		return nil
+	}
+}
+
+// WithStrictKey accepts only the draft's form of the key field, a
+// Structured Field String in double quotes (Idempotency-Key: "k"); a bare
+// value (Idempotency-Key: k), accepted by default as the same key, is
+// then answered 400 with CodeKeyInvalid.
+func WithStrictKey() Option {
+	return func(o *options) error {
+		o.strictKey = true
 		return nil
 	}
 }

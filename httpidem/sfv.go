@@ -7,13 +7,16 @@ import (
 	"unicode/utf8"
 )
 
-// parseKey parses the Idempotency-Key field lines of a request. The field
-// is an Item Structured Field whose value must be a String (draft
-// Idempotency-Key header, section 2.1; RFC 9651, section 3.3.3): the key
-// is the string's value, unquoted and unescaped, so that "k" on the wire is
-// the key k. Parameters are allowed by the Item syntax and ignored. More
-// than one field line is refused: clients must not send more than one.
-func parseKey(lines []string) (key string, present bool, err error) {
+// parseKey parses the Idempotency-Key field lines of a request. The
+// draft's form is an Item Structured Field whose value is a String
+// (section 2.1; RFC 9651, section 3.3.3): the key is the string's value,
+// unquoted and unescaped, so that "k" on the wire is the key k; parameters
+// are allowed by the Item syntax and ignored. Unless strict, a bare value
+// is accepted too, as most clients send it (the draft expired without
+// becoming an RFC): visible ASCII without double quotes, commas or white
+// space, taken as it is, so that k and "k" are the same key. More than
+// one field line is refused: clients must not send more than one.
+func parseKey(lines []string, strict bool) (key string, present bool, err error) {
 	switch len(lines) {
 	case 0:
 		return "", false, nil
@@ -24,7 +27,10 @@ func parseKey(lines []string) (key string, present bool, err error) {
 	p := &sfParser{s: lines[0]}
 	p.skipSP()
 	if p.done() || p.peek() != '"' {
-		return "", true, errors.New(`the Idempotency-Key value must be a Structured Field String, in double quotes: Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`)
+		if strict {
+			return "", true, errors.New(`the Idempotency-Key value must be a Structured Field String, in double quotes: Idempotency-Key: "8e03978e-40d5-43e8-bc93-6894a57f9324"`)
+		}
+		return bareKey(lines[0])
 	}
 	key, err = p.parseString()
 	if err != nil {
@@ -36,6 +42,22 @@ func parseKey(lines []string) (key string, present bool, err error) {
 	p.skipSP()
 	if !p.done() {
 		return "", true, fmt.Errorf("unexpected %q after the Idempotency-Key string (one String Item expected, not a List)", p.s[p.i:])
+	}
+	return key, true, nil
+}
+
+// bareKey is a field value without double quotes, white space around it
+// dropped: visible ASCII other than a double quote or a comma.
+func bareKey(v string) (key string, present bool, err error) {
+	key = strings.Trim(v, " \t")
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; c <= ' ' || c > '~' || c == '"' || c == ',' {
+			what := fmt.Sprintf("%q", c)
+			if c > '~' {
+				what = fmt.Sprintf("byte 0x%02x", c)
+			}
+			return "", true, fmt.Errorf(`the Idempotency-Key value holds %s; send the key as visible ASCII without double quotes, commas or white space (Idempotency-Key: 8e03978e-40d5-43e8-bc93-6894a57f9324) or as a Structured Field String in double quotes (Idempotency-Key: "a key")`, what)
+		}
 	}
 	return key, true, nil
 }

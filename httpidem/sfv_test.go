@@ -4,54 +4,79 @@ import (
 	"testing"
 )
 
+// A quoted key is parsed as RFC 9651 says in both modes; a bare value is
+// the key as it is by default and refused when strict.
 func TestParseKey(t *testing.T) {
+	const refused = "\x00refused"
 	for _, tc := range []struct {
 		name    string
 		lines   []string
-		key     string
-		present bool
-		ok      bool
+		strict  string // the key when strict, or refused
+		lenient string // the key by default, or refused
 	}{
-		{"absent", nil, "", false, true},
-		{"uuid", []string{`"8e03978e-40d5-43e8-bc93-6894a57f9324"`}, "8e03978e-40d5-43e8-bc93-6894a57f9324", true, true},
-		{"random string", []string{`"clkyoesmbgybucifusbbtdsbohtyuuwz"`}, "clkyoesmbgybucifusbbtdsbohtyuuwz", true, true},
-		{"escapes", []string{`"a\"b\\c"`}, `a"b\c`, true, true},
-		{"spaces inside and around", []string{`  "a b"  `}, "a b", true, true},
-		{"empty string", []string{`""`}, "", true, true},
-		{"parameters ignored", []string{`"k";a=1;b;c=?0;d="x";e=tok/en:1;f=:aGk=:;g=-1.5;h=@1659578233;i=%"f%c3%bc"`}, "k", true, true},
-		{"parameter with space after ;", []string{`"k"; a=1`}, "k", true, true},
+		{"uuid", []string{`"8e03978e-40d5-43e8-bc93-6894a57f9324"`}, "8e03978e-40d5-43e8-bc93-6894a57f9324", "8e03978e-40d5-43e8-bc93-6894a57f9324"},
+		{"random string", []string{`"clkyoesmbgybucifusbbtdsbohtyuuwz"`}, "clkyoesmbgybucifusbbtdsbohtyuuwz", "clkyoesmbgybucifusbbtdsbohtyuuwz"},
+		{"escapes", []string{`"a\"b\\c"`}, `a"b\c`, `a"b\c`},
+		{"spaces inside and around", []string{`  "a b"  `}, "a b", "a b"},
+		{"empty string", []string{`""`}, "", ""},
+		{"parameters ignored", []string{`"k";a=1;b;c=?0;d="x";e=tok/en:1;f=:aGk=:;g=-1.5;h=@1659578233;i=%"f%c3%bc"`}, "k", "k"},
+		{"parameter with space after ;", []string{`"k"; a=1`}, "k", "k"},
 
-		{"bare token", []string{`abc`}, "", true, false},
-		{"bare uuid", []string{`8e03978e-40d5-43e8-bc93-6894a57f9324`}, "", true, false},
-		{"integer", []string{`42`}, "", true, false},
-		{"byte sequence", []string{`:aGk=:`}, "", true, false},
-		{"two fields", []string{`"a"`, `"b"`}, "", true, false},
-		{"list", []string{`"a", "b"`}, "", true, false},
-		{"unterminated", []string{`"abc`}, "", true, false},
-		{"bad escape", []string{`"a\nb"`}, "", true, false},
-		{"trailing backslash", []string{`"a\`}, "", true, false},
-		{"tab inside", []string{"\"a\tb\""}, "", true, false},
-		{"non-ascii inside", []string{`"ключ"`}, "", true, false},
-		{"junk after", []string{`"a"b`}, "", true, false},
-		{"inner list", []string{`("a")`}, "", true, false},
-		{"empty field", []string{``}, "", true, false},
-		{"uppercase parameter key", []string{`"k";A=1`}, "", true, false},
-		{"parameter without key", []string{`"k";=1`}, "", true, false},
-		{"parameter missing value", []string{`"k";a=`}, "", true, false},
-		{"decimal ends in dot", []string{`"k";a=1.`}, "", true, false},
-		{"decimal too precise", []string{`"k";a=1.2345`}, "", true, false},
-		{"integer too long", []string{`"k";a=1234567890123456`}, "", true, false},
-		{"date is integer only", []string{`"k";a=@1.5`}, "", true, false},
-		{"bad boolean", []string{`"k";a=?2`}, "", true, false},
-		{"bad byte sequence", []string{`"k";a=:a-b:`}, "", true, false},
-		{"display string uppercase hex", []string{`"k";a=%"%C3%BC"`}, "", true, false},
-		{"display string not utf-8", []string{`"k";a=%"%ff"`}, "", true, false},
+		// What clients send without quotes: the key as it is.
+		{"bare token", []string{`abc`}, refused, "abc"},
+		{"bare uuid v4", []string{`8e03978e-40d5-43e8-bc93-6894a57f9324`}, refused, "8e03978e-40d5-43e8-bc93-6894a57f9324"},
+		{"bare ulid", []string{`01ARZ3NDEKTSV4RRFFQ69G5FAV`}, refused, "01ARZ3NDEKTSV4RRFFQ69G5FAV"},
+		{"bare base64url", []string{`q1v8-Zs_3kQ9aWx0Tn2bLg`}, refused, "q1v8-Zs_3kQ9aWx0Tn2bLg"},
+		{"bare base64 padded", []string{`q1v8+Zs/3kQ9aWx0Tn2bLg==`}, refused, "q1v8+Zs/3kQ9aWx0Tn2bLg=="},
+		{"bare with spaces around", []string{" \tabc \t"}, refused, "abc"},
+		{"bare backslash", []string{`a\b`}, refused, `a\b`},
+		{"bare integer", []string{`42`}, refused, "42"},
+		{"bare byte sequence", []string{`:aGk=:`}, refused, ":aGk=:"},
+		{"bare with semicolon", []string{`abc;v=1`}, refused, "abc;v=1"},
+		{"inner list", []string{`("a")`}, refused, refused},
+		{"bare space inside", []string{`a b`}, refused, refused},
+		{"bare tab inside", []string{"a\tb"}, refused, refused},
+		{"bare list", []string{`a,b`}, refused, refused},
+		{"bare quote inside", []string{`a"b"`}, refused, refused},
+		{"bare non-ascii", []string{`ключ`}, refused, refused},
+		{"bare control", []string{"a\x7fb"}, refused, refused},
+
+		{"two fields", []string{`"a"`, `"b"`}, refused, refused},
+		{"two bare fields", []string{`a`, `b`}, refused, refused},
+		{"list", []string{`"a", "b"`}, refused, refused},
+		{"unterminated", []string{`"abc`}, refused, refused},
+		{"bad escape", []string{`"a\nb"`}, refused, refused},
+		{"trailing backslash", []string{`"a\`}, refused, refused},
+		{"tab inside", []string{"\"a\tb\""}, refused, refused},
+		{"non-ascii inside", []string{`"ключ"`}, refused, refused},
+		{"junk after", []string{`"a"b`}, refused, refused},
+		{"empty field", []string{``}, refused, ""},
+		{"uppercase parameter key", []string{`"k";A=1`}, refused, refused},
+		{"parameter without key", []string{`"k";=1`}, refused, refused},
+		{"parameter missing value", []string{`"k";a=`}, refused, refused},
+		{"decimal ends in dot", []string{`"k";a=1.`}, refused, refused},
+		{"decimal too precise", []string{`"k";a=1.2345`}, refused, refused},
+		{"integer too long", []string{`"k";a=1234567890123456`}, refused, refused},
+		{"date is integer only", []string{`"k";a=@1.5`}, refused, refused},
+		{"bad boolean", []string{`"k";a=?2`}, refused, refused},
+		{"bad byte sequence", []string{`"k";a=:a-b:`}, refused, refused},
+		{"display string uppercase hex", []string{`"k";a=%"%C3%BC"`}, refused, refused},
+		{"display string not utf-8", []string{`"k";a=%"%ff"`}, refused, refused},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			key, present, err := parseKey(tc.lines)
-			if present != tc.present || (err == nil) != tc.ok || (tc.ok && key != tc.key) {
-				t.Fatalf("parseKey(%q) = (%q, %v, %v), want (%q, %v, ok=%v)", tc.lines, key, present, err, tc.key, tc.present, tc.ok)
+		for _, strict := range []bool{true, false} {
+			want := tc.lenient
+			if strict {
+				want = tc.strict
 			}
-		})
+			key, present, err := parseKey(tc.lines, strict)
+			if !present || (err == nil) != (want != refused) || (err == nil && key != want) {
+				t.Errorf("%s: parseKey(%q, strict=%v) = (%q, %v, %v), want %q", tc.name, tc.lines, strict, key, present, err, want)
+			}
+		}
+	}
+	for _, strict := range []bool{true, false} {
+		if key, present, err := parseKey(nil, strict); key != "" || present || err != nil {
+			t.Errorf("no field, strict=%v: (%q, %v, %v), want absent", strict, key, present, err)
+		}
 	}
 }

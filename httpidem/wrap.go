@@ -43,7 +43,7 @@ func (m *Middleware[TTx]) wrap(next http.Handler, steps *dedupe.Operation[TTx]) 
 			next.ServeHTTP(w, r)
 			return
 		}
-		key, present, err := parseKey(r.Header.Values(m.keyHeader))
+		key, present, err := parseKey(r.Header.Values(m.keyHeader), m.strictKey)
 		if err != nil {
 			m.problem(w, http.StatusBadRequest, CodeKeyInvalid, err.Error())
 			return

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -183,6 +184,47 @@ type req struct {
 // quoted is a key as a Structured Field String.
 func quoted(key string) []string { return []string{`"` + key + `"`} }
 
+// newUUIDv4 is a random UUID version 4, as Stripe's clients send.
+func newUUIDv4() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:])
+}
+
+// newULID is a ULID: 48 bits of milliseconds and 80 random bits in
+// Crockford's base 32, 26 characters.
+func newULID() string {
+	const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+	var b [16]byte
+	ms := uint64(time.Now().UnixMilli())
+	for i := range 6 {
+		b[i] = byte(ms >> (40 - 8*i))
+	}
+	_, _ = rand.Read(b[6:])
+	// 128 bits as 26 digits of 5 bits, the first holding the top 3 bits.
+	out := make([]byte, 26)
+	var hi, lo uint64
+	for i := range 8 {
+		hi = hi<<8 | uint64(b[i])
+		lo = lo<<8 | uint64(b[8+i])
+	}
+	for i := 25; i >= 0; i-- {
+		out[i] = crockford[lo&31]
+		lo = lo>>5 | hi<<59
+		hi >>= 5
+	}
+	return string(out)
+}
+
+// randomToken is n random bytes in unpadded base64url.
+func randomToken(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
 func (s *httpSrv[TTx]) send(ctx context.Context, client *http.Client, q req) (reply, error) {
 	if q.method == "" {
 		q.method = http.MethodPost
@@ -316,13 +358,15 @@ func runHTTPIdemMode[TTx any](t *testing.T, f harness.Factory[TTx], lease bool) 
 			t.Fatalf("missing key problem %+v, Link %q", p, r.header.Get("Link"))
 		}
 		for name, keys := range map[string][]string{
-			"bare token":  {"abc"},
-			"bare uuid":   {"8e03978e-40d5-43e8-bc93-6894a57f9324"},
-			"two fields":  {`"a"`, `"b"`},
-			"a list":      {`"a", "b"`},
-			"empty":       {`""`},
-			"too long":    quoted(strings.Repeat("k", sqlonce.MaxKeyLen+1)),
-			"unterminate": {`"abc`},
+			"two fields":      {`"a"`, `"b"`},
+			"a list":          {`"a", "b"`},
+			"a bare list":     {`a,b`},
+			"bare with space": {`a b`},
+			"bare not ascii":  {`ключ`},
+			"empty":           {`""`},
+			"too long":        quoted(strings.Repeat("k", sqlonce.MaxKeyLen+1)),
+			"bare too long":   {strings.Repeat("k", sqlonce.MaxKeyLen+1)},
+			"unterminate":     {`"abc`},
 		} {
 			r := s.mustSend(t, req{user: "alice", keys: keys, body: "x"})
 			wantHTTPStatus(t, name, r, http.StatusBadRequest)
@@ -338,6 +382,61 @@ func runHTTPIdemMode[TTx any](t *testing.T, f harness.Factory[TTx], lease bool) 
 		}
 		if n := s.runs.Load(); n != 2 {
 			t.Fatalf("handler ran %d times, want 2 (the 255-byte key and the GET)", n)
+		}
+		ddLedger(t, db, "order", 1)
+	})
+
+	t.Run("KeysAsClientsSendThem", func(t *testing.T) {
+		db := f(t, 0)
+		s := startHTTP(t, db, nil, with()...)
+		// What client libraries put in the field: most send the key bare
+		// (Stripe's a UUID v4), a few as the draft's quoted String. Each is
+		// replayed when sent again in either form: k and "k" are one key.
+		for _, wire := range []string{
+			newUUIDv4(),                            // Stripe-style
+			newULID(),                              // ULID
+			randomToken(32),                        // base64url, 43 characters
+			`"` + newUUIDv4() + `"`,                // the draft's sf-string
+			strings.Repeat("k", sqlonce.MaxKeyLen), // the longest bare key
+		} {
+			body := "order " + wire
+			first := s.mustSend(t, req{user: "alice", keys: []string{wire}, body: body})
+			wantHTTPStatus(t, wire, first, http.StatusCreated)
+			sameAnswer(t, wire+" again", first, s.mustSend(t, req{user: "alice", keys: []string{wire}, body: body}))
+			other := `"` + wire + `"`
+			if strings.HasPrefix(wire, `"`) {
+				other = strings.Trim(wire, `"`)
+			}
+			sameAnswer(t, wire+" as "+other, first, s.mustSend(t, req{user: "alice", keys: []string{other}, body: body}))
+			// Reuse is told apart from a replay in the bare form too.
+			r := s.mustSend(t, req{user: "alice", keys: []string{other}, body: "another order"})
+			wantHTTPStatus(t, other+" reused", r, http.StatusUnprocessableEntity)
+			if p := r.problem(t); p.Code != httpidem.CodeKeyReused {
+				t.Fatalf("%s reused: code %q", other, p.Code)
+			}
+		}
+		if n := s.runs.Load(); n != 5 {
+			t.Fatalf("handler ran %d times, want 5", n)
+		}
+		ddLedger(t, db, "order", 5)
+	})
+
+	t.Run("StrictKeyRefusesBare400", func(t *testing.T) {
+		db := f(t, 0)
+		s := startHTTP(t, db, nil, with(httpidem.WithStrictKey())...)
+		key := newUUIDv4()
+		for _, wire := range []string{key, newULID(), randomToken(32)} {
+			r := s.mustSend(t, req{user: "alice", keys: []string{wire}, body: "x"})
+			wantHTTPStatus(t, "bare "+wire, r, http.StatusBadRequest)
+			if p := r.problem(t); p.Code != httpidem.CodeKeyInvalid || !strings.Contains(p.Detail, "Structured Field String") {
+				t.Fatalf("bare %s: problem %+v", wire, p)
+			}
+		}
+		first := s.mustSend(t, req{user: "alice", keys: quoted(key), body: "x"})
+		wantHTTPStatus(t, "quoted", first, http.StatusCreated)
+		sameAnswer(t, "quoted again", first, s.mustSend(t, req{user: "alice", keys: quoted(key), body: "x"}))
+		if n := s.runs.Load(); n != 1 {
+			t.Fatalf("handler ran %d times, want 1", n)
 		}
 		ddLedger(t, db, "order", 1)
 	})

@@ -42,12 +42,22 @@ func runHTTPContract[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			if p.Code != httpidem.CodeKeyMissing || !strings.Contains(p.Detail, "X-Idempotency-Key") || p.Title != "X-Idempotency-Key is missing" {
 				t.Fatalf("missing key problem %+v, want it to name X-Idempotency-Key", p)
 			}
-			// The configured field is parsed as Idempotency-Key is.
-			r = s.mustSend(t, req{user: "alice", body: q.body, header: xkey("k1")})
-			wantHTTPStatus(t, "bare token", r, http.StatusBadRequest)
+			// The configured field is parsed as Idempotency-Key is: the
+			// bare k1 is the key "k1".
+			sameAnswer(t, "bare k1", first, s.mustSend(t, req{user: "alice", body: q.body, header: xkey("k1")}))
+			r = s.mustSend(t, req{user: "alice", body: q.body, header: xkey("k 1")})
+			wantHTTPStatus(t, "white space in a bare key", r, http.StatusBadRequest)
 			if p := r.problem(t); p.Code != httpidem.CodeKeyInvalid || !strings.Contains(p.Detail, "X-Idempotency-Key") {
 				t.Fatalf("invalid key problem %+v", p)
 			}
+			// Strict, it takes the quoted form only, as Idempotency-Key does.
+			strict := startHTTPOn(t, db, nil, mode.build, httpidem.WithKeyHeader("x-idempotency-key"), httpidem.WithStrictKey())
+			r = strict.mustSend(t, req{user: "alice", body: q.body, header: xkey("k1")})
+			wantHTTPStatus(t, "strict: bare k1", r, http.StatusBadRequest)
+			if p := r.problem(t); p.Code != httpidem.CodeKeyInvalid || !strings.Contains(p.Detail, "X-Idempotency-Key") {
+				t.Fatalf("strict: invalid key problem %+v", p)
+			}
+			sameAnswer(t, "strict: quoted k1", first, strict.mustSend(t, req{user: "alice", body: q.body, header: xkey(`"k1"`)}))
 			r = s.mustSend(t, req{user: "alice", body: q.body, header: xkey(`"k1"`, `"k2"`)})
 			wantHTTPStatus(t, "two fields", r, http.StatusBadRequest)
 			// Reuse is still 422 by default.
