@@ -28,7 +28,7 @@
 //	no authenticated caller: 401         Unauthenticated
 //	key scoped by caller                 key scoped by caller
 //	fingerprint: method, route, body     fingerprint: full method, request message (deterministic)
-//	key reused elsewhere: 422            FailedPrecondition
+//	key reused elsewhere: 422            FailedPrecondition (WithKeyReuseCode)
 //	first request still running: 409     Aborted
 //	replay, Idempotent-Replayed: true    recorded message, header "idempotent-replayed: true"
 //	outcome unknown after COMMIT: 500    Unavailable (retry with the same key)
@@ -57,7 +57,10 @@
 //
 // [WithMetadataKey] reads the key from another metadata key (say
 // "x-idempotency-key"), as httpidem's WithKeyHeader does from another
-// header field.
+// header field, and [WithKeyReuseCode] answers a reused key
+// InvalidArgument or AlreadyExists, as httpidem's WithKeyReuseStatus
+// answers 400 or 409. The metadata value is the key as it is: it has
+// no quoted form.
 //
 // Only successful responses are recorded: a handler error rolls the
 // transaction back, is returned as is, and leaves the key free, so that a

@@ -55,7 +55,7 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(ctx context.Context) str
 	if principal == nil {
 		return nil, fmt.Errorf("%w: grpcidem: nil principal func", sqlonce.ErrInvalidArgument)
 	}
-	c := options{ttl: dedupe.DefaultTTL, maxResponse: dedupe.MaxResponseSize, key: MetadataKey}
+	c := options{ttl: dedupe.DefaultTTL, maxResponse: dedupe.MaxResponseSize, key: MetadataKey, reuseCode: codes.FailedPrecondition}
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("%w: grpcidem: option %d is nil", sqlonce.ErrInvalidArgument, i)
@@ -102,7 +102,8 @@ func TxFrom[TTx any](ctx context.Context) (tx TTx, ok bool) {
 // transaction that also claims the key and records the response message:
 // a repeat with the same fingerprint gets the recorded message, with
 // ReplayedKey in its header metadata; another fingerprint is
-// FailedPrecondition (the key was used for another call); a repeat while
+// FailedPrecondition (the key was used for another call; WithKeyReuseCode
+// chooses another code); a repeat while
 // the first call runs is Aborted (retry later, unchanged; on SQLite the
 // repeat waits at BEGIN instead and gets the replay, see the package
 // documentation); when the connection to the database is lost at COMMIT
@@ -191,7 +192,7 @@ func (i *Interceptor[TTx]) Unary() grpc.UnaryServerInterceptor {
 		case idem.InProgress:
 			return nil, status.Error(codes.Aborted, "a call with this idempotency key is still being processed; retry it unchanged later")
 		case idem.Reused:
-			return nil, status.Error(codes.FailedPrecondition, "this idempotency key was used with a different call; use a new key for a new call")
+			return nil, status.Error(i.reuseCode, "this idempotency key was used with a different call; use a new key for a new call")
 		case idem.Unknown:
 			return nil, status.Error(codes.Unavailable, "the outcome of the call is unknown: the connection to the database was lost while it committed; retry it unchanged, with the same idempotency key")
 		case idem.TooLarge:

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/codes"
+
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 )
@@ -18,7 +20,8 @@ type options struct {
 	methods     map[string]bool
 	ttl         time.Duration
 	maxResponse int
-	key         string // MetadataKey unless WithMetadataKey
+	key         string     // MetadataKey unless WithMetadataKey
+	reuseCode   codes.Code // FailedPrecondition unless WithKeyReuseCode
 }
 
 // optionError is the error of a bad option, which it names.
@@ -87,5 +90,22 @@ func WithMaxResponseSize(n int) Option {
 		}
 		o.maxResponse = n
 		return nil
+	}
+}
+
+// WithKeyReuseCode sets the code a call gets when its key was used with
+// another call (another method or request message): FailedPrecondition
+// by default, or InvalidArgument or AlreadyExists, as httpidem's
+// WithKeyReuseStatus chooses the status. Codes a client may retry on
+// (Aborted, Unavailable) are refused: sending a reused key again cannot
+// succeed.
+func WithKeyReuseCode(code codes.Code) Option {
+	return func(o *options) error {
+		switch code {
+		case codes.FailedPrecondition, codes.InvalidArgument, codes.AlreadyExists:
+			o.reuseCode = code
+			return nil
+		}
+		return optionError("WithKeyReuseCode", "%v is not FailedPrecondition, InvalidArgument or AlreadyExists", code)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"google.golang.org/grpc/codes"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/grpcidem"
@@ -36,6 +37,33 @@ func TestMetadataKeyValidated(t *testing.T) {
 	for _, name := range []string{"x-idempotency-key", "X-Idempotency-Key", "request_id.v2"} {
 		if _, err := grpcidem.New(drv, principal, grpcidem.WithMetadataKey(name)); err != nil {
 			t.Errorf("%q: %v, want it accepted", name, err)
+		}
+	}
+}
+
+// WithKeyReuseCode takes FailedPrecondition, InvalidArgument or
+// AlreadyExists; codes a client retries on, and the rest, are refused by
+// New with an error naming the option.
+func TestKeyReuseCodeValidated(t *testing.T) {
+	pool, err := pgxpool.New(context.Background(), "postgres://sqlonce@127.0.0.1:1/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	drv, err := pgxdriver.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	principal := func(context.Context) string { return "p" }
+	for _, c := range []codes.Code{codes.OK, codes.Aborted, codes.Unavailable, codes.Internal, codes.ResourceExhausted, codes.Code(99)} {
+		_, err := grpcidem.New(drv, principal, grpcidem.WithKeyReuseCode(c))
+		if !errors.Is(err, sqlonce.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithKeyReuseCode") {
+			t.Errorf("%v: %v, want ErrInvalidArgument naming WithKeyReuseCode", c, err)
+		}
+	}
+	for _, c := range []codes.Code{codes.FailedPrecondition, codes.InvalidArgument, codes.AlreadyExists} {
+		if _, err := grpcidem.New(drv, principal, grpcidem.WithKeyReuseCode(c)); err != nil {
+			t.Errorf("%v: %v, want it accepted", c, err)
 		}
 	}
 }

@@ -18,7 +18,8 @@ import (
 
 // runHTTPContract: the parts of the HTTP contract an existing API
 // chooses, the field that carries the key and the status of a reused
-// key, in both modes, and the metadata key in grpcidem.
+// key, in both modes, and the metadata key and the code of a reused key
+// in grpcidem.
 func runHTTPContract[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	for _, mode := range []struct {
 		name  string
@@ -142,6 +143,31 @@ func runHTTPContract[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 		ddLedger(t, db, "order", 1)
 	})
+
+	for _, code := range []codes.Code{codes.FailedPrecondition, codes.InvalidArgument, codes.AlreadyExists} {
+		t.Run("GRPC/KeyReuseCode"+code.String(), func(t *testing.T) {
+			db := f(t, 0)
+			g := startGRPCOn(t, db, db.Driver(), nil, grpcidem.WithKeyReuseCode(code))
+			ctx := ctxT(t)
+			first, _, err := g.call(ctx, "alice", "k1", "a")
+			must(t, err)
+			_, _, err = g.call(ctx, "alice", "k1", "b")
+			wantCode(t, "key reused with another message", err, code)
+			if !strings.Contains(status.Convert(err).Message(), "used with a different call") {
+				t.Fatalf("reuse: %v", err)
+			}
+			again, replayed, err := g.call(ctx, "alice", "k1", "a")
+			must(t, err)
+			if again != first || !replayed {
+				t.Fatalf("repeat: %q replayed=%v, want %q replayed", again, replayed, first)
+			}
+			if n := g.runs.Load(); n != 1 {
+				t.Fatalf("handler ran %d times, want 1", n)
+			}
+			ddLedger(t, db, "a", 1)
+			ddLedger(t, db, "b", 0)
+		})
+	}
 
 	t.Run("GRPC/MetadataKey", func(t *testing.T) {
 		db := f(t, 0)
