@@ -43,6 +43,9 @@ func New(db *sql.DB) (*Driver, error) {
 	if err := checkLibrary(db); err != nil {
 		return nil, err
 	}
+	if err := checkSettings(db); err != nil {
+		return nil, err
+	}
 	return &Driver{e: engine{db: db, q: sqlitedb.New()}}, nil
 }
 
