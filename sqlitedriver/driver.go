@@ -34,6 +34,15 @@ var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 // by db.Driver()'s type; a wrapper's db is asked for one error (a
 // statement that does not parse, sent once, with a 5 s timeout) and
 // accepted if that error is a supported library's.
+//
+// New also refuses, with an error matching sqlonce.ErrInvalidArgument
+// that names modernc.Open and mattn.Open, a db whose transactions would
+// fail under contention rather than wait, as sql.Open(DriverName, path)
+// without their DSN gives: a connection with busy_timeout 0, or
+// transactions begun DEFERRED instead of IMMEDIATE. It looks at two of
+// the pool's connections and begins one transaction, briefly taking the
+// write lock (within the same 5 s); when that cannot be done (the
+// database busy that long) it accepts db.
 func New(db *sql.DB) (*Driver, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlitedriver: nil *sql.DB", sqlonce.ErrInvalidArgument)
