@@ -41,8 +41,8 @@ var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 // without their DSN gives: a connection with busy_timeout 0, or
 // transactions begun DEFERRED instead of IMMEDIATE. It looks at two of
 // the pool's connections and begins one transaction, briefly taking the
-// write lock (within the same 5 s); when that cannot be done (the
-// database busy that long) it accepts db.
+// write lock, within 5 s; when that cannot be done (the database busy
+// that long) it accepts db.
 func New(db *sql.DB) (*Driver, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlitedriver: nil *sql.DB", sqlonce.ErrInvalidArgument)
