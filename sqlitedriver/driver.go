@@ -37,7 +37,7 @@ var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 //
 // New also refuses, with an error matching sqlonce.ErrInvalidArgument
 // that names modernc.Open and mattn.Open, a db whose transactions would
-// fail under contention rather than wait, as sql.Open(DriverName, path)
+// fail under contention rather than wait, as sql.Open("sqlite", path)
 // without their DSN gives: a connection with busy_timeout 0, or
 // transactions begun DEFERRED instead of IMMEDIATE. It looks at two of
 // the pool's connections and begins one transaction, briefly taking the

@@ -51,3 +51,34 @@ func TestNewLibrary(t *testing.T) {
 		}
 	}
 }
+
+// New refuses a handle opened without modernc.DSN, whose connections have
+// no busy timeout, and one whose transactions begin DEFERRED, naming the
+// functions that open it right. (Both libraries, and the race that shows
+// why, are in the tests module's sqlitelib.)
+func TestNewRefusesUnconfigured(t *testing.T) {
+	for name, suffix := range map[string]string{
+		"plain":             "",
+		"deferred":          "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)",
+		"no busy timeout":   "?_txlock=immediate",
+		"explicit deferred": "?_txlock=deferred&_pragma=busy_timeout(10000)",
+	} {
+		db, err := sql.Open(modernc.DriverName, filepath.Join(t.TempDir(), "t.db")+suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := sqlitedriver.New(db)
+		if !errors.Is(err, sqlonce.ErrInvalidArgument) || d != nil || !strings.Contains(err.Error(), "modernc.Open") {
+			t.Errorf("%s: New = %v, %v; want ErrInvalidArgument naming modernc.Open", name, d, err)
+		}
+		db.Close()
+	}
+	db, err := sql.Open(modernc.DriverName, modernc.DSN(filepath.Join(t.TempDir(), "t.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := sqlitedriver.New(db); err != nil {
+		t.Fatalf("modernc.DSN: %v", err)
+	}
+}
