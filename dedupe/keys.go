@@ -72,26 +72,37 @@ type KeyInfo struct {
 func (s *Store[TTx]) Inspect(ctx context.Context, scope, key string) (info KeyInfo, err error) {
 	op := obs.Start(s.observer, "dedupe", "Inspect", scope, key)
 	defer func() { err = op.Done(ctx, err, sqlonce.ErrNotFound) }()
-	if err := checkKey(scope, key); err != nil {
-		return KeyInfo{}, err
+	info, _, err = s.inspect(ctx, s.key(scope, key), false, &op)
+	return info, err
+}
+
+// inspect reads k, and its row of a namespace of steps when steps.
+func (s *Store[TTx]) inspect(ctx context.Context, k driver.Key, steps bool, op *obs.Op) (KeyInfo, driver.StepRow, error) {
+	if err := checkKey(k.Scope, k.Key); err != nil {
+		return KeyInfo{}, driver.StepRow{}, err
 	}
 	var (
-		ki driver.KeyInfo
-		ok bool
+		ki  driver.KeyInfo
+		row driver.StepRow
+		ok  bool
 	)
-	err = owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, &op, func(ctx context.Context, tx TTx) error {
+	err := owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, op, func(ctx context.Context, tx TTx) error {
+		now := testclock.Now(ctx)
 		var err error
-		ki, ok, err = s.engine.Inspect(ctx, tx, s.key(scope, key), testclock.Now(ctx))
+		if ki, ok, err = s.engine.Inspect(ctx, tx, k, now); err != nil || !ok || !steps {
+			return err
+		}
+		row, ok, err = s.engine.StepGet(ctx, tx, k, now)
 		return err
 	})
 	if err != nil {
-		return KeyInfo{}, fmt.Errorf("sqlonce/dedupe: inspect key %q in scope %q: %w", key, scope, err)
+		return KeyInfo{}, row, fmt.Errorf("sqlonce/dedupe: inspect key %q in scope %q: %w", k.Key, k.Scope, err)
 	}
 	if !ok {
-		return KeyInfo{}, notFound(scope, key)
+		return KeyInfo{}, row, notFound(k.Scope, k.Key)
 	}
-	info = KeyInfo{
-		Scope: scope, Key: key, Created: ki.Created, Expires: ki.Expires, LeaseUntil: ki.LockedUntil, Token: ki.Token,
+	info := KeyInfo{
+		Scope: k.Scope, Key: k.Key, Created: ki.Created, Expires: ki.Expires, LeaseUntil: ki.LockedUntil, Token: ki.Token,
 		FingerprintSize: int(ki.FingerprintLen), HasResponse: ki.HasResponse, ResponseSize: int(ki.ResponseLen),
 	}
 	switch {
@@ -104,7 +115,7 @@ func (s *Store[TTx]) Inspect(ctx context.Context, scope, key string) (info KeyIn
 	default:
 		info.State = KeyDone
 	}
-	return info, nil
+	return info, row, nil
 }
 
 // ForgetOption adjusts one Store.Forget; Forget applies the options
@@ -135,7 +146,12 @@ func ForgetLeased() ForgetOption {
 func (s *Store[TTx]) Forget(ctx context.Context, scope, key string, opts ...ForgetOption) (err error) {
 	op := obs.Start(s.observer, "dedupe", "Forget", scope, key)
 	defer func() { err = op.Done(ctx, err, sqlonce.ErrNotFound) }()
-	if err := checkKey(scope, key); err != nil {
+	return s.forget(ctx, s.key(scope, key), opts, &op)
+}
+
+// forget deletes k, as Forget says.
+func (s *Store[TTx]) forget(ctx context.Context, k driver.Key, opts []ForgetOption, op *obs.Op) error {
+	if err := checkKey(k.Scope, k.Key); err != nil {
 		return err
 	}
 	var o forgetOptions
@@ -148,25 +164,25 @@ func (s *Store[TTx]) Forget(ctx context.Context, scope, key string, opts ...Forg
 		}
 	}
 	var deleted, exists bool
-	err = owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, &op, func(ctx context.Context, tx TTx) error {
+	err := owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, op, func(ctx context.Context, tx TTx) error {
 		now := testclock.Now(ctx)
 		var err error
-		if deleted, err = s.engine.Forget(ctx, tx, s.key(scope, key), o.leased, now); err != nil || deleted {
+		if deleted, err = s.engine.Forget(ctx, tx, k, o.leased, now); err != nil || deleted {
 			return err
 		}
 		// Nothing deleted: no such key, or a lease that holds.
-		_, exists, err = s.engine.Inspect(ctx, tx, s.key(scope, key), now)
+		_, exists, err = s.engine.Inspect(ctx, tx, k, now)
 		return err
 	})
 	switch {
 	case err != nil:
-		return fmt.Errorf("sqlonce/dedupe: forget key %q in scope %q: %w", key, scope, err)
+		return fmt.Errorf("sqlonce/dedupe: forget key %q in scope %q: %w", k.Key, k.Scope, err)
 	case deleted:
 		return nil
 	case exists:
-		return fmt.Errorf("%w: key %q in scope %q is leased; ForgetLeased forgets it anyway", sqlonce.ErrInProgress, key, scope)
+		return fmt.Errorf("%w: key %q in scope %q is leased; ForgetLeased forgets it anyway", sqlonce.ErrInProgress, k.Key, k.Scope)
 	}
-	return notFound(scope, key)
+	return notFound(k.Scope, k.Key)
 }
 
 func checkKey(scope, key string) error {

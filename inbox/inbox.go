@@ -155,3 +155,28 @@ func (i *Inbox[TTx]) Purge(ctx context.Context, batch int) (n int64, err error) 
 	defer func() { op.Rows(n); err = op.Done(ctx, err) }()
 	return i.store.Purge(ctx, batch)
 }
+
+// Inspect reads the remembered id msgID of the Inbox's consumer (never
+// another consumer's, nor a key of dedupe or httpidem), on the driver's
+// database handle (sqlonce.ErrNoDB without one): KeyDone once its message
+// was applied, KeyExpired past the TTL. It returns an error matching
+// sqlonce.ErrNotFound when the id is not remembered: never applied, purged
+// or forgotten, or applied by a transaction that has not committed yet.
+func (i *Inbox[TTx]) Inspect(ctx context.Context, msgID string) (info dedupe.KeyInfo, err error) {
+	op := obs.Start(i.observer, "inbox", "Inspect", i.consumer, msgID)
+	defer func() { err = op.Done(ctx, err, sqlonce.ErrNotFound) }()
+	return i.store.Inspect(ctx, i.consumer, msgID)
+}
+
+// Forget deletes the remembered id msgID of the Inbox's consumer, on the
+// driver's database handle (sqlonce.ErrNoDB without one), so that the next
+// delivery of the message applies it again: to replay a message whose
+// effect was lost or undone. It returns an error matching
+// sqlonce.ErrNotFound when the id is not remembered. A message being
+// applied is not remembered until its transaction commits: Forget cannot
+// reach it.
+func (i *Inbox[TTx]) Forget(ctx context.Context, msgID string) (err error) {
+	op := obs.Start(i.observer, "inbox", "Forget", i.consumer, msgID)
+	defer func() { err = op.Done(ctx, err, sqlonce.ErrNotFound) }()
+	return i.store.Forget(ctx, i.consumer, msgID)
+}

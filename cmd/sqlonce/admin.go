@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -19,9 +20,10 @@ import (
 	"github.com/sqlonce/sqlonce/token"
 )
 
-// withDB opens dsn and runs fn on the backend of its dialect.
-func withDB(ctx context.Context, dsn string, create bool, pg func(*backend[pgx.Tx]) error, std func(*backend[*sql.Tx]) error) error {
-	o, err := open(ctx, dsn, create)
+// withDB opens dsn, with sqlonce's tables in schema ("" for where the
+// connection finds them), and runs fn on the backend of its dialect.
+func withDB(ctx context.Context, dsn, schema string, create bool, pg func(*backend[pgx.Tx]) error, std func(*backend[*sql.Tx]) error) error {
+	o, err := open(ctx, dsn, schema, create)
 	if err != nil {
 		return err
 	}
@@ -38,7 +40,7 @@ func withDB(ctx context.Context, dsn string, create bool, pg func(*backend[pgx.T
 
 func migrateCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	dsn := dbFlag(fs)
+	dsn, schema := dbFlag(fs), schemaFlag(fs)
 	pos, err := flags(fs, args)
 	if err != nil {
 		return err
@@ -57,18 +59,21 @@ func migrateCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := needDB("migrate", *dsn); err != nil {
 		return err
 	}
-	return withDB(ctx, *dsn, action == "up",
+	return withDB(ctx, *dsn, *schema, action == "up",
 		func(b *backend[pgx.Tx]) error { return migrate(ctx, b, action, stdout) },
 		func(b *backend[*sql.Tx]) error { return migrate(ctx, b, action, stdout) })
 }
 
 func migrate[TTx any](ctx context.Context, b *backend[TTx], action string, out io.Writer) error {
-	p, err := migrations.NewProvider(b.dialect, b.db)
+	p, err := b.provider()
 	if err != nil {
 		return err
 	}
 	switch action {
 	case "up":
+		if b.schema != nil {
+			return migrateUpSchema(ctx, b, p, out)
+		}
 		res, err := p.Up(ctx)
 		for _, r := range res {
 			fmt.Fprintf(out, "applied %s (%v)\n", r.Source.Path, r.Duration.Round(time.Millisecond))
@@ -109,10 +114,50 @@ func migrate[TTx any](ctx context.Context, b *backend[TTx], action string, out i
 	return w.Flush()
 }
 
+// migrateUpSchema is migrate up into --schema: migrations.Up creates the
+// schema (database) when it is missing and applies what is pending, under
+// the lock that serialises concurrent runs.
+func migrateUpSchema[TTx any](ctx context.Context, b *backend[TTx], p *goose.Provider, out io.Writer) error {
+	// What is pending: all of it while the schema does not exist.
+	var pending []string
+	if st, err := p.Status(ctx); err == nil {
+		for _, s := range st {
+			if s.State != goose.StateApplied {
+				pending = append(pending, s.Source.Path)
+			}
+		}
+	} else {
+		for _, s := range p.ListSources() {
+			pending = append(pending, s.Path)
+		}
+	}
+	start := time.Now()
+	if err := migrations.Up(ctx, b.db, b.dialect, migrations.WithSchema(b.schema.Name())); err != nil {
+		return fmt.Errorf("migrate up: %v", rootCause(err))
+	}
+	st, err := p.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate up: %v", rootCause(err))
+	}
+	applied := 0
+	for _, s := range st {
+		if s.State == goose.StateApplied && slices.Contains(pending, s.Source.Path) {
+			fmt.Fprintf(out, "applied %s\n", s.Source.Path)
+			applied++
+		}
+	}
+	if applied == 0 {
+		fmt.Fprintf(out, "%s: sqlonce's tables are up to date\n", b.label)
+	} else {
+		fmt.Fprintf(out, "(%v in all)\n", time.Since(start).Round(time.Millisecond))
+	}
+	return nil
+}
+
 // needSchema fails with a clear message when sqlonce's migrations are not
 // all applied.
 func needSchema[TTx any](ctx context.Context, b *backend[TTx]) error {
-	p, err := migrations.NewProvider(b.dialect, b.db)
+	p, err := b.provider()
 	if err != nil {
 		return err
 	}
@@ -121,14 +166,18 @@ func needSchema[TTx any](ctx context.Context, b *backend[TTx]) error {
 		return fmt.Errorf("reading sqlonce's migration state: %v", rootCause(err))
 	}
 	if pending {
-		return fmt.Errorf("%s: sqlonce's migrations are not applied: run 'sqlonce migrate up --db DSN' first", b.label)
+		fix := "sqlonce migrate up --db DSN"
+		if b.schema != nil {
+			fix += " --schema " + b.schema.Name()
+		}
+		return fmt.Errorf("%s: sqlonce's migrations are not applied: run '%s' first", b.label, fix)
 	}
 	return nil
 }
 
 func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("purge", flag.ContinueOnError)
-	dsn := dbFlag(fs)
+	dsn, schema := dbFlag(fs), schemaFlag(fs)
 	batch := fs.Int("batch", dedupe.DefaultPurgeBatch, "`N` rows deleted per transaction (1..100000)")
 	pos, err := flags(fs, args)
 	if err != nil {
@@ -143,7 +192,7 @@ func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := needDB("purge", *dsn); err != nil {
 		return err
 	}
-	return withDB(ctx, *dsn, false,
+	return withDB(ctx, *dsn, *schema, false,
 		func(b *backend[pgx.Tx]) error { return purge(ctx, b, *batch, stdout, stderr) },
 		func(b *backend[*sql.Tx]) error { return purge(ctx, b, *batch, stdout, stderr) })
 }
@@ -191,7 +240,7 @@ func purge[TTx any](ctx context.Context, b *backend[TTx], batch int, out, progre
 
 func statsCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("stats", flag.ContinueOnError)
-	dsn := dbFlag(fs)
+	dsn, schema := dbFlag(fs), schemaFlag(fs)
 	pos, err := flags(fs, args)
 	if err != nil {
 		return err
@@ -202,7 +251,7 @@ func statsCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := needDB("stats", *dsn); err != nil {
 		return err
 	}
-	return withDB(ctx, *dsn, false,
+	return withDB(ctx, *dsn, *schema, false,
 		func(b *backend[pgx.Tx]) error { return stats(ctx, b, stdout) },
 		func(b *backend[*sql.Tx]) error { return stats(ctx, b, stdout) })
 }
@@ -238,38 +287,18 @@ var statsTokens = map[migrations.Dialect]string{
 	migrations.SQLite:   `SELECT count(*), count(consumed_at), coalesce(sum(expires_at <= CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000), 0) FROM sqlonce_tokens`,
 }
 
-// namespaceName names the package whose keys sqlonce_keys.namespace holds
-// (see migrations 00003).
-func namespaceName(ns int64) string {
-	switch ns {
-	case 0:
-		return "dedupe"
-	case 1:
-		return "inbox"
-	case 2:
-		return "httpidem"
-	case 3:
-		return "purger"
-	case 4:
-		return "dedupe steps"
-	case 5:
-		return "httpidem steps"
-	}
-	return fmt.Sprintf("namespace %d", ns)
-}
-
 func stats[TTx any](ctx context.Context, b *backend[TTx], out io.Writer) error {
 	if err := needSchema(ctx, b); err != nil {
 		return err
 	}
-	rows, err := b.db.QueryContext(ctx, statsQuery[b.dialect])
+	rows, err := b.db.QueryContext(ctx, b.qualify(statsQuery[b.dialect]))
 	if err != nil {
 		return fmt.Errorf("stats: %v", err)
 	}
 	defer rows.Close()
 	fmt.Fprintf(out, "%s\n", b.label)
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "package\tscope\tkeys\tleased\texpired\toldest (UTC)\t")
+	fmt.Fprintln(w, "kind\tscope\tkeys\tleased\texpired\toldest (UTC)\t")
 	var total, leased, expired int64
 	var oldest time.Time
 	scopes := 0
@@ -282,7 +311,8 @@ func stats[TTx any](ctx context.Context, b *backend[TTx], out io.Writer) error {
 			return fmt.Errorf("stats: %v", err)
 		}
 		at := time.UnixMicro(first.Int64).UTC()
-		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t\n", namespaceName(ns), scope, n, l, e, at.Format(time.DateTime))
+		kind, scope, _ := kindOf(ns, scope)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%d\t%d\t%s\t\n", kind, scope, n, l, e, at.Format(time.DateTime))
 		total, leased, expired = total+n, leased+l, expired+e
 		if scopes == 0 || at.Before(oldest) {
 			oldest = at
@@ -300,8 +330,11 @@ func stats[TTx any](ctx context.Context, b *backend[TTx], out io.Writer) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	if scopes > 0 {
+		fmt.Fprintln(out, "'sqlonce keys list --kind KIND --scope SCOPE' lists a scope's keys")
+	}
 	var tn, tc, te int64
-	if err := b.db.QueryRowContext(ctx, statsTokens[b.dialect]).Scan(&tn, &tc, &te); err != nil {
+	if err := b.db.QueryRowContext(ctx, b.qualify(statsTokens[b.dialect])).Scan(&tn, &tc, &te); err != nil {
 		return fmt.Errorf("stats: tokens: %v", err)
 	}
 	fmt.Fprintf(out, "tokens: %d issued and kept, %d consumed, %d expired\n", tn, tc, te)

@@ -31,7 +31,7 @@ import (
 
 func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	dsn := dbFlag(fs)
+	dsn, schema := dbFlag(fs), schemaFlag(fs)
 	orders := fs.Int("orders", 30, "`N` checkouts per scenario (1..1000)")
 	keep := fs.Bool("keep", false, "keep the demo's rows, and its SQLite file, afterwards")
 	pos, err := flags(fs, args)
@@ -56,7 +56,7 @@ func demoCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		*dsn = "sqlite://" + filepath.Join(dir, "demo.db")
 	}
 	opts := demoOpts{orders: *orders, cleanup: !*keep && !temp, stdout: stdout, progress: newProgress(stderr)}
-	return withDB(ctx, *dsn, true,
+	return withDB(ctx, *dsn, *schema, true,
 		func(b *backend[pgx.Tx]) error { return runDemo(ctx, b, opts) },
 		func(b *backend[*sql.Tx]) error { return runDemo(ctx, b, opts) })
 }
@@ -206,7 +206,11 @@ func runDemo[TTx any](ctx context.Context, b *backend[TTx], o demoOpts) error {
 	b.driver = sqlonce.Observe(b.driver, seen)
 	ctx = sqlonce.ContextWithObserver(ctx, seen)
 	start := time.Now()
-	if err := migrations.Up(ctx, b.db, b.dialect); err != nil {
+	var up []migrations.Option
+	if b.schema != nil {
+		up = append(up, migrations.WithSchema(b.schema.Name()))
+	}
+	if err := migrations.Up(ctx, b.db, b.dialect, up...); err != nil {
 		return fmt.Errorf("migrations: %v", rootCause(err))
 	}
 	for _, q := range demoSchema[b.dialect] {
@@ -918,6 +922,6 @@ func (d *demo[TTx]) cleanup(ctx context.Context) {
 		_, _ = d.b.db.ExecContext(ctx, d.b.rebind("DELETE FROM "+t+" WHERE run = ?"), d.run)
 	}
 	prefix := "demo-" + d.run + "/%"
-	_, _ = d.b.db.ExecContext(ctx, d.b.rebind("DELETE FROM sqlonce_keys WHERE scope LIKE ?"), prefix)
-	_, _ = d.b.db.ExecContext(ctx, d.b.rebind("DELETE FROM sqlonce_tokens WHERE scope LIKE ?"), prefix)
+	_, _ = d.b.db.ExecContext(ctx, d.b.rebind(d.b.qualify("DELETE FROM sqlonce_keys WHERE scope LIKE ?")), prefix)
+	_, _ = d.b.db.ExecContext(ctx, d.b.rebind(d.b.qualify("DELETE FROM sqlonce_tokens WHERE scope LIKE ?")), prefix)
 }

@@ -1,11 +1,11 @@
 // Command sqlonce shows the toolkit at work and looks after its tables.
 //
-//	sqlonce demo    [--db DSN] [--orders N] [--keep]   a checkout service hammered by repeats
-//	sqlonce migrate [up|down|status] --db DSN          sqlonce's own migrations
-//	sqlonce purge   --db DSN [--batch N]               delete expired keys and tokens
-//	sqlonce stats   --db DSN                           keys per scope, leased, expired, oldest
-//	sqlonce keys get|forget|list --db DSN --scope S    the keys of a dedupe store
-//	sqlonce version                                    the command's module version and Go's
+//	sqlonce demo    [--db DSN] [--schema NAME] [--orders N] [--keep]   a checkout service hammered by repeats
+//	sqlonce migrate [up|down|status] --db DSN [--schema NAME]          sqlonce's own migrations
+//	sqlonce purge   --db DSN [--schema NAME] [--batch N]               delete expired keys and tokens
+//	sqlonce stats   --db DSN [--schema NAME]                           keys per kind and scope, leased, expired, oldest
+//	sqlonce keys get|forget|list --db DSN --scope S [--kind KIND]      keys of every kind
+//	sqlonce version                                                    the command's module version and Go's
 //
 // 'sqlonce CMD -h' (or 'sqlonce help CMD') shows a command's flags and an
 // example.
@@ -23,6 +23,59 @@
 // or .db3, so that a mistyped server address is not taken for a file name.
 // Without --db and $SQLONCE_DB, demo runs on a SQLite file in a temporary
 // directory, removed afterwards.
+//
+// --schema names the PostgreSQL schema, or MySQL/MariaDB database, that
+// holds sqlonce's tables when the application keeps them there
+// (migrations.WithSchema with pgxdriver.WithSchema, pgsqldriver.WithSchema
+// or mysqldriver.WithDatabase); migrate up creates it. SQLite has none.
+//
+// # Keys of every kind
+//
+// keys reaches each kind of key through the package that keeps it; --kind
+// picks one (default: every kind), and every answer names the kind:
+//
+//	dedupe         dedupe.Store's Do, Run, Claim; --scope is the Request's Scope
+//	steps          dedupe.Store.RunSteps operations; --scope is the Request's Scope
+//	inbox          inbox message ids; --scope is the consumer name
+//	http           httpidem Idempotency-Keys; --scope is the principal
+//	http-steps     httpidem requests run as steps; --scope is the principal
+//	http-norepeat  httpidem keys derived by WithNoRepeatSubmit; --scope is the principal
+//	grpc           grpcidem keys; --scope is the principal
+//
+// httpidem and grpcidem keep keys per caller: to find a customer's
+// Idempotency-Key, give the principal your principal func returns for the
+// customer and the header's value as sent:
+//
+//	sqlonce keys get --db DSN --kind http --scope user-42 8e2f0c1a-5b7d-4c1e-9f3a-2d6b8e4f1a09
+//	sqlonce keys forget --db DSN --kind http --scope user-42 8e2f0c1a-5b7d-4c1e-9f3a-2d6b8e4f1a09
+//
+// 'sqlonce stats' lists the kinds and scopes that hold keys, in the words
+// --kind and --scope take. With --kind, keys get's not-found message names
+// the kinds that do hold the key, and keys list notes on stderr the
+// scope's keys of the other kinds.
+//
+// # JSON
+//
+// keys get --json writes one object per line, one per kind holding the
+// key; keys list --json an array of them. Their fields:
+//
+//	kind               the kind of key (above)
+//	scope              the scope as --scope names it
+//	key                the key
+//	state              done, leased, lapsed or expired
+//	created, expires   times, RFC 3339, by the database's clock
+//	lease_until        a lease's deadline; only while the key has one
+//	fencing_token      the token of the key's last claim
+//	fingerprint_bytes  the recorded fingerprint's length, 0 without one
+//	response           whether a response is recorded
+//	response_bytes     the recorded response's length
+//	operation          steps kinds, unfinished: the Operation.Name
+//	steps_done         steps kinds, unfinished: the steps done, in order
+//	attempts           steps kinds, unfinished: the runs that held the lease
+//	failed             steps kinds, given up: why
+//
+// keys forget --json writes {"kind", "scope", "key", "forgotten": true}.
+// No other command writes JSON.
 //
 // Exit status:
 //

@@ -19,8 +19,10 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
 
 	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/owntx"
 	"github.com/sqlonce/sqlonce/migrations"
 	"github.com/sqlonce/sqlonce/mysqldriver"
@@ -44,6 +46,9 @@ type backend[TTx any] struct {
 	// db serves migrations and the reads outside transactions.
 	db     *sql.DB
 	driver sqlonce.Driver[TTx]
+	// schema holds sqlonce's tables (--schema): nil for where the
+	// connection finds them.
+	schema *driver.Schema
 
 	begin    func(ctx context.Context) (TTx, error)
 	commit   func(ctx context.Context, tx TTx) error
@@ -72,6 +77,17 @@ func (b *backend[TTx]) tryTx(ctx context.Context, fn func(tx TTx) error) error {
 		return err
 	}
 	return b.commit(ctx, tx)
+}
+
+// qualify names sqlonce's tables in query by the backend's schema.
+func (b *backend[TTx]) qualify(query string) string { return b.schema.Qualify(query) }
+
+// provider is the goose provider of sqlonce's migrations on b.
+func (b *backend[TTx]) provider() (*goose.Provider, error) {
+	if b.schema != nil {
+		return migrations.NewSchemaProvider(b.dialect, b.db, b.schema.Name())
+	}
+	return migrations.NewProvider(b.dialect, b.db)
 }
 
 // rebind turns "?" placeholders into PostgreSQL's $1, $2, ...
@@ -146,23 +162,52 @@ func parseDSN(dsn string) (kind, rest string, err error) {
 	return "", "", fmt.Errorf("%q is not a DSN: %s", redact(dsn), dsnWant)
 }
 
-// open connects to dsn and checks that the server answers. create says
-// whether a missing SQLite file may be created.
-func open(ctx context.Context, dsn string, create bool) (opened, error) {
+// open connects to dsn and checks that the server answers. schema names
+// the PostgreSQL schema or MySQL database of sqlonce's tables ("" for
+// where the connection finds them). create says whether a missing SQLite
+// file may be created.
+func open(ctx context.Context, dsn, schema string, create bool) (opened, error) {
 	kind, rest, err := parseDSN(dsn)
 	if err != nil {
 		return nil, err
 	}
 	switch kind {
 	case kindPostgres:
-		return openPostgres(ctx, rest)
+		return openPostgres(ctx, rest, schema)
 	case kindMySQL:
-		return openMySQL(ctx, rest)
+		return openMySQL(ctx, rest, schema)
+	}
+	if schema != "" {
+		return nil, usagef("--schema %q: SQLite has no schemas; give the file of sqlonce's tables as --db", schema)
 	}
 	return openSQLite(rest, create)
 }
 
-func openPostgres(ctx context.Context, dsn string) (opened, error) {
+// checkSchema validates a --schema name for dialect.
+func checkSchema(dialect, name string) (*driver.Schema, error) {
+	if name == "" {
+		return nil, nil
+	}
+	s, err := driver.NewSchema(dialect, name)
+	if err != nil {
+		return nil, usagef("--schema: %v", err)
+	}
+	return s, nil
+}
+
+// schemaLabel names --schema in a backend's label.
+func schemaLabel(schema string) string {
+	if schema == "" {
+		return ""
+	}
+	return ", sqlonce's tables in " + schema
+}
+
+func openPostgres(ctx context.Context, dsn, schema string) (opened, error) {
+	sch, err := checkSchema(driver.Postgres, schema)
+	if err != nil {
+		return nil, err
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("bad PostgreSQL DSN: %v", errors.Unwrap(err))
@@ -179,7 +224,11 @@ func openPostgres(ctx context.Context, dsn string) (opened, error) {
 		pool.Close()
 		return nil, fmt.Errorf("cannot reach PostgreSQL at %s:%d: %v", cfg.ConnConfig.Host, cfg.ConnConfig.Port, connCause(err))
 	}
-	drv, err := pgxdriver.New(pool)
+	var opts []pgxdriver.Option
+	if sch != nil {
+		opts = append(opts, pgxdriver.WithSchema(schema))
+	}
+	drv, err := pgxdriver.New(pool, opts...)
 	if err != nil {
 		pool.Close()
 		return nil, err
@@ -187,9 +236,10 @@ func openPostgres(ctx context.Context, dsn string) (opened, error) {
 	db := stdlib.OpenDBFromPool(pool)
 	return &backend[pgx.Tx]{
 		dialect: migrations.Postgres,
-		label:   fmt.Sprintf("PostgreSQL at %s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database),
+		label:   fmt.Sprintf("PostgreSQL at %s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database) + schemaLabel(schema),
 		db:      db,
 		driver:  drv,
+		schema:  sch,
 		begin: func(ctx context.Context) (pgx.Tx, error) {
 			return pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 		},
@@ -206,7 +256,11 @@ func openPostgres(ctx context.Context, dsn string) (opened, error) {
 	}, nil
 }
 
-func openMySQL(ctx context.Context, dsn string) (opened, error) {
+func openMySQL(ctx context.Context, dsn, schema string) (opened, error) {
+	sch, err := checkSchema(driver.MySQL, schema)
+	if err != nil {
+		return nil, err
+	}
 	cfg, err := mysql.ParseDSN(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("bad MySQL DSN (want user:pass@tcp(host:3306)/db): %v", err)
@@ -232,13 +286,19 @@ func openMySQL(ctx context.Context, dsn string) (opened, error) {
 		db.Close()
 		return nil, errors.New("the MySQL DSN names no database: user@tcp(host:3306)/db")
 	}
-	drv, err := mysqldriver.New(db)
+	var opts []mysqldriver.Option
+	if sch != nil {
+		opts = append(opts, mysqldriver.WithDatabase(schema))
+	}
+	drv, err := mysqldriver.New(db, opts...)
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	return sqlBackend(migrations.MySQL, fmt.Sprintf("MySQL/MariaDB at %s/%s", cfg.Addr, cfg.DBName), db, drv,
-		&sql.TxOptions{Isolation: sql.LevelReadCommitted}), nil
+	b := sqlBackend(migrations.MySQL, fmt.Sprintf("MySQL/MariaDB at %s/%s", cfg.Addr, cfg.DBName)+schemaLabel(schema), db, drv,
+		&sql.TxOptions{Isolation: sql.LevelReadCommitted})
+	b.schema = sch
+	return b, nil
 }
 
 func openSQLite(path string, create bool) (opened, error) {

@@ -17,11 +17,13 @@ type help struct {
 	exit []string
 	// db tells whether the command takes --db, and so shows the DSN forms.
 	db bool
+	// json documents the fields --json writes.
+	json string
 }
 
 var helps = map[string]help{
 	"demo": {
-		synopsis: "sqlonce demo [--db DSN] [--orders N] [--keep]",
+		synopsis: "sqlonce demo [--db DSN] [--schema NAME] [--orders N] [--keep]",
 		about: `Runs a checkout service whose requests all arrive more than once (double
 clicks, client retries, broker redeliveries, two workers, two tabs) and
 stages crashes and timeouts on the way, then proves from the database that
@@ -32,14 +34,16 @@ unless --keep.`,
 		db:      true,
 	},
 	"migrate": {
-		synopsis: "sqlonce migrate [up|down|status] --db DSN",
+		synopsis: "sqlonce migrate [up|down|status] --db DSN [--schema NAME]",
 		about: `Applies sqlonce's own migrations (up, the default), rolls back the last
-one (down), or lists them (status). up creates a missing SQLite file.`,
-		example: "sqlonce migrate up --db 'root@tcp(127.0.0.1:3306)/shop'",
+one (down), or lists them (status). up creates a missing SQLite file, and
+with --schema a missing PostgreSQL schema or MySQL/MariaDB database, as
+migrations.Up with WithSchema does.`,
+		example: "sqlonce migrate up --db 'root@tcp(127.0.0.1:3306)/shop'\n  sqlonce migrate up --db postgres://app@db:5432/shop --schema billing",
 		db:      true,
 	},
 	"purge": {
-		synopsis: "sqlonce purge --db DSN [--batch N]",
+		synopsis: "sqlonce purge --db DSN [--schema NAME] [--batch N]",
 		about: `Deletes expired keys, then expired tokens, one batch per short
 transaction, reporting each batch on stderr. Expired rows already count as
 absent; purging frees their space.`,
@@ -47,41 +51,51 @@ absent; purging frees their space.`,
 		db:      true,
 	},
 	"stats": {
-		synopsis: "sqlonce stats --db DSN",
-		about: `Counts the keys of every package and scope: all, leased (a holder is at
-work), expired (purge deletes them), and the oldest; then the tokens.`,
+		synopsis: "sqlonce stats --db DSN [--schema NAME]",
+		about: `Counts the keys of every kind and scope: all, leased (a holder is at
+work), expired (purge deletes them), and the oldest; then the tokens. The
+kind and scope columns are what 'sqlonce keys' takes as --kind and --scope
+(election rows are the leases that elect one purger or resumer).`,
 		example: "sqlonce stats --db ./app.db",
 		db:      true,
 	},
 	"keys get": {
-		short:    "one key: state, times, fencing token, sizes",
-		synopsis: "sqlonce keys get --db DSN --scope S KEY [--json]",
-		about: `Shows one key of a dedupe store: its state, when it was created and
-expires, a lease's deadline, its fencing token (a number that grows with
-every claim of the key; a lease holder hands it to other systems so they
-refuse a former holder's late writes), and the sizes of its fingerprint
-and recorded response.`,
-		example: "sqlonce keys get --db postgres://app@db:5432/shop --scope customer-7 refund-3",
-		exit:    []string{"3  not found: the key does not exist"},
+		short:    "one key: kind, state, times, fencing token, sizes",
+		synopsis: "sqlonce keys get --db DSN --scope S [--kind KIND] KEY [--json]",
+		about: `Shows one key of every kind that holds it (or of --kind): its kind, its
+state, when it was created and expires, a lease's deadline, its fencing
+token (a number that grows with every claim of the key; a lease holder
+hands it to other systems so they refuse a former holder's late writes),
+the sizes of its fingerprint and recorded response, and for an operation
+of several steps, where it stopped. A key of another kind than --kind
+asked is named in the not-found message.`,
+		example: "sqlonce keys get --db postgres://app@db:5432/shop --scope customer-7 refund-3\n  sqlonce keys get --db postgres://app@db:5432/shop --kind http --scope user-42 8e2f0c1a-5b7d-4c1e-9f3a-2d6b8e4f1a09",
+		exit:    []string{"3  not found: the key does not exist (of --kind)"},
+		json:    keyFields,
 		db:      true,
 	},
 	"keys forget": {
 		short:    "delete a key so that its next request runs again",
-		synopsis: "sqlonce keys forget --db DSN --scope S KEY [--leased] [--json]",
-		about: `Deletes one key of a dedupe store, so that its next request runs the work
-again. A key a lease still holds is refused unless --leased.`,
-		example: "sqlonce keys forget --db 'root@tcp(127.0.0.1:3306)/shop' --scope customer-7 refund-3",
-		exit:    []string{"3  not found: the key does not exist", "4  refused: a lease holds the key and --leased is not given"},
+		synopsis: "sqlonce keys forget --db DSN --scope S [--kind KIND] KEY [--leased] [--json]",
+		about: `Deletes one key, so that its next request (message delivery, operation)
+runs the work again. Without --kind, the key must be of one kind only
+(else a usage error: name it with --kind). A key a lease still holds is
+refused unless --leased.`,
+		example: "sqlonce keys forget --db 'root@tcp(127.0.0.1:3306)/shop' --scope customer-7 refund-3\n  sqlonce keys forget --db 'root@tcp(127.0.0.1:3306)/shop' --kind inbox --scope ledger-writer evt-991",
+		exit:    []string{"3  not found: the key does not exist (of --kind)", "4  refused: a lease holds the key and --leased is not given"},
+		json:    forgetFields,
 		db:      true,
 	},
 	"keys list": {
-		short:    "the keys of a scope, with their state",
-		synopsis: "sqlonce keys list --db DSN --scope S [--state STATE] [--limit N] [--json]",
-		about: `Lists the keys of one scope of a dedupe store, in key order, with their
-state: done (repeats get the recorded answer), leased (a holder is at
-work), lapsed (the lease ran out; the next request takes the key over) or
-expired (counts as absent until purged).`,
-		example: "sqlonce keys list --db ./app.db --scope customer-7 --state leased",
+		short:    "the keys of a scope, with their kind and state",
+		synopsis: "sqlonce keys list --db DSN --scope S [--kind KIND] [--state STATE] [--limit N] [--json]",
+		about: `Lists the keys of one scope, of every kind (or of --kind), by kind then in
+key order, with their state: done (repeats get the recorded answer),
+leased (a holder is at work), lapsed (the lease ran out; the next request
+takes the key over) or expired (counts as absent until purged). With
+--kind, a note on stderr counts the scope's keys of the other kinds.`,
+		example: "sqlonce keys list --db ./app.db --scope customer-7 --state leased\n  sqlonce keys list --db ./app.db --kind inbox --scope ledger-writer",
+		json:    "JSON: an array of the objects 'sqlonce keys get -h' describes.\n",
 		db:      true,
 	},
 	"version": {
@@ -93,11 +107,37 @@ Go version and platform it was built with.`,
 	},
 }
 
+// findHelp tells support how to find a customer's key.
+const findHelp = `A customer's key: httpidem and grpcidem keep keys per caller, so --scope is
+the principal your principal func returns for the customer (a user or API
+client id), and the key is the Idempotency-Key header's value as sent:
+  sqlonce keys get --kind http --scope user-42 8e2f0c1a-5b7d-4c1e-9f3a-2d6b8e4f1a09
+'sqlonce stats' lists every kind and scope that holds keys.
+`
+
+// kindsHelp lists the kinds in a keys subcommand's help.
+var kindsHelp = func() string {
+	var sb strings.Builder
+	sb.WriteString("Kinds (--kind), and what --scope names:\n")
+	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
+	for _, k := range keyKinds {
+		fmt.Fprintf(w, "  %s\t%s\n", k.name, k.help)
+	}
+	w.Flush()
+	return sb.String()
+}()
+
 // keysHelp is 'sqlonce keys -h'.
 func keysHelp() string {
 	var sb strings.Builder
-	sb.WriteString("Usage: sqlonce keys get|forget|list --db DSN --scope S ...\n\n")
-	sb.WriteString("Reads, lists and forgets the keys of dedupe stores (not httpidem's nor inbox's).\n\n")
+	sb.WriteString("Usage: sqlonce keys get|forget|list --db DSN --scope S [--kind KIND] ...\n\n")
+	sb.WriteString("Reads, lists and forgets keys of every kind (--kind; default: every kind):\n\n")
+	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
+	for _, k := range keyKinds {
+		fmt.Fprintf(w, "  %s\t%s\n", k.name, k.help)
+	}
+	w.Flush()
+	sb.WriteString("\n" + findHelp + "\n")
 	for _, sub := range []string{"keys get", "keys forget", "keys list"} {
 		h := helps[sub]
 		fmt.Fprintf(&sb, "  %s\n      %s\n", h.synopsis, h.short)
@@ -135,6 +175,12 @@ func commandHelp(fs *flag.FlagSet) string {
 		sb.WriteString("\n")
 	}
 	fmt.Fprintf(&sb, "Example:\n  %s\n\n", h.example)
+	if strings.HasPrefix(h.synopsis, "sqlonce keys") {
+		sb.WriteString(kindsHelp + "\n")
+	}
+	if h.json != "" {
+		sb.WriteString(h.json + "\n")
+	}
 	if h.db {
 		sb.WriteString(dsnHelp + "\n")
 	}

@@ -19,9 +19,10 @@ import (
 	"github.com/sqlonce/sqlonce/migrations"
 )
 
-// keysCmd reads, lists and forgets the keys of dedupe stores (namespace
-// dedupe), through dedupe.Store's Inspect and Forget.
-func keysCmd(ctx context.Context, args []string, stdout io.Writer) error {
+// keysCmd reads, lists and forgets keys of every kind (keyKinds), through
+// the API of the package that keeps each: dedupe.Store's Inspect and
+// Forget (and InspectSteps, ForgetSteps), inbox.Inbox's, httpidem's.
+func keysCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		return cmdUsagef("keys", "keys takes get, forget or list")
 	}
@@ -30,9 +31,10 @@ func keysCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		return helpRequest{keysHelp()}
 	}
 	fs := flag.NewFlagSet("keys "+sub, flag.ContinueOnError)
-	dsn := dbFlag(fs)
-	scope := fs.String("scope", "", "the keys' scope `S` (required)")
-	asJSON := fs.Bool("json", false, "write JSON for scripts")
+	dsn, schema := dbFlag(fs), schemaFlag(fs)
+	scope := fs.String("scope", "", "the keys' scope `S` (required): a dedupe scope, an inbox consumer, an httpidem or grpcidem principal")
+	kind := fs.String("kind", "", "only keys of `KIND`: "+kindNames()+" (default: every kind)")
+	asJSON := fs.Bool("json", false, "write JSON for scripts (fields below)")
 	var (
 		leased *bool
 		state  *string
@@ -55,6 +57,14 @@ func keysCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if *scope == "" {
 		return cmdUsagef("keys "+sub, "keys %s needs --scope", sub)
 	}
+	kinds := keyKinds
+	if *kind != "" {
+		k, ok := findKind(*kind)
+		if !ok {
+			return cmdUsagef("keys "+sub, "--kind %q: want one of %s", *kind, kindNames())
+		}
+		kinds = []keyKind{k}
+	}
 	if sub == "list" {
 		if len(pos) > 0 {
 			return cmdUsagef("keys list", "keys list takes no arguments, got %q", pos)
@@ -74,41 +84,15 @@ func keysCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	run := func(b keysBackend) error {
 		switch sub {
 		case "get":
-			info, err := b.store.Inspect(ctx, *scope, pos[0])
-			if err != nil {
-				return keyError(err, *scope, pos[0])
-			}
-			return writeKey(stdout, info, *asJSON)
+			return getKey(ctx, b, kinds, *kind != "", *scope, pos[0], *asJSON, stdout)
 		case "forget":
-			var opts []dedupe.ForgetOption
-			if *leased {
-				opts = append(opts, dedupe.ForgetLeased())
-			}
-			if err := b.store.Forget(ctx, *scope, pos[0], opts...); err != nil {
-				return keyError(err, *scope, pos[0])
-			}
-			if *asJSON {
-				return json.NewEncoder(stdout).Encode(map[string]any{"scope": *scope, "key": pos[0], "forgotten": true})
-			}
-			fmt.Fprintf(stdout, "forgot key %q in scope %q: its next request runs the work again\n", pos[0], *scope)
-			return nil
+			return forgetKey(ctx, b, kinds, *kind != "", *scope, pos[0], *leased, *asJSON, stdout)
 		}
-		return listKeys(ctx, b, *scope, *state, *limit, *asJSON, stdout)
+		return listKeys(ctx, b, kinds, *kind != "", *scope, *state, *limit, *asJSON, stdout, stderr)
 	}
-	return withDB(ctx, *dsn, false,
+	return withDB(ctx, *dsn, *schema, false,
 		func(b *backend[pgx.Tx]) error { return withKeys(ctx, b, run) },
 		func(b *backend[*sql.Tx]) error { return withKeys(ctx, b, run) })
-}
-
-// keyError says what went wrong with a key in the command's words.
-func keyError(err error, scope, key string) error {
-	switch {
-	case errors.Is(err, sqlonce.ErrNotFound):
-		return exitError{exitNotFound, fmt.Sprintf("key %q in scope %q: not found (never recorded, forgotten, purged, or not committed yet)", key, scope)}
-	case errors.Is(err, sqlonce.ErrInProgress):
-		return exitError{exitRefused, fmt.Sprintf("key %q in scope %q: a lease still holds it; add --leased to forget it anyway (its holder loses it)", key, scope)}
-	}
-	return err
 }
 
 // keysBackend is what the keys commands need of a backend, whatever its
@@ -116,25 +100,157 @@ func keyError(err error, scope, key string) error {
 type keysBackend struct {
 	dialect migrations.Dialect
 	db      *sql.DB
-	store   interface {
-		Inspect(ctx context.Context, scope, key string) (dedupe.KeyInfo, error)
-		Forget(ctx context.Context, scope, key string, opts ...dedupe.ForgetOption) error
-	}
+	qualify func(string) string
+	ops     map[string]keyOps // by kind name
 }
 
 func withKeys[TTx any](ctx context.Context, b *backend[TTx], fn func(keysBackend) error) error {
 	if err := needSchema(ctx, b); err != nil {
 		return err
 	}
-	s, err := dedupe.New(b.driver)
+	kb := keysBackend{dialect: b.dialect, db: b.db, qualify: b.qualify, ops: map[string]keyOps{}}
+	for _, k := range keyKinds {
+		ops, err := opsOf(b.driver, k)
+		if err != nil {
+			return err
+		}
+		kb.ops[k.name] = ops
+	}
+	return fn(kb)
+}
+
+// found is a key and its kind.
+type found struct {
+	kind string
+	info dedupe.StepsInfo
+}
+
+// lookup reads scope and key in each of kinds, returning those that hold it.
+func lookup(ctx context.Context, b keysBackend, kinds []keyKind, scope, key string) ([]found, error) {
+	var fs []found
+	for _, k := range kinds {
+		info, err := b.ops[k.name].inspect(ctx, scope, key)
+		switch {
+		case isNotFound(err):
+			continue
+		case err != nil:
+			return nil, err
+		}
+		fs = append(fs, found{k.name, info})
+	}
+	return fs, nil
+}
+
+// others returns the kinds not in kinds.
+func others(kinds []keyKind) []keyKind {
+	var o []keyKind
+	for _, k := range keyKinds {
+		if !containsKind(kinds, k.name) {
+			o = append(o, k)
+		}
+	}
+	return o
+}
+
+func containsKind(kinds []keyKind, name string) bool {
+	for _, k := range kinds {
+		if k.name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// notFoundError is keys get/forget's exit 3, naming the kinds that do
+// hold the key when --kind asked for another.
+func notFoundError(ctx context.Context, b keysBackend, kinds []keyKind, asked bool, scope, key string) error {
+	what := "no key"
+	if asked {
+		what = "no " + kinds[0].name + " key"
+	}
+	msg := fmt.Sprintf("key %q in scope %q: %s (never recorded, forgotten, purged, or not committed yet)", key, scope, what)
+	if asked {
+		elsewhere, err := lookup(ctx, b, others(kinds), scope, key)
+		if err != nil {
+			return err
+		}
+		if len(elsewhere) > 0 {
+			var names []string
+			for _, f := range elsewhere {
+				names = append(names, f.kind)
+			}
+			msg = fmt.Sprintf("key %q in scope %q: %s, but there is one of kind %s: --kind %s reaches it", key, scope, what,
+				strings.Join(names, " and "), names[0])
+		}
+	}
+	return exitError{exitNotFound, msg}
+}
+
+func getKey(ctx context.Context, b keysBackend, kinds []keyKind, asked bool, scope, key string, asJSON bool, out io.Writer) error {
+	fs, err := lookup(ctx, b, kinds, scope, key)
 	if err != nil {
 		return err
 	}
-	return fn(keysBackend{dialect: b.dialect, db: b.db, store: s})
+	if len(fs) == 0 {
+		return notFoundError(ctx, b, kinds, asked, scope, key)
+	}
+	for i, f := range fs {
+		if asJSON {
+			if err := json.NewEncoder(out).Encode(toJSON(f)); err != nil {
+				return err
+			}
+			continue
+		}
+		if i > 0 {
+			fmt.Fprintln(out)
+		}
+		if err := writeKey(out, f); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// keyJSON is a key as --json writes it.
+func forgetKey(ctx context.Context, b keysBackend, kinds []keyKind, asked bool, scope, key string, leased, asJSON bool, out io.Writer) error {
+	kind := kinds[0].name
+	if !asked {
+		fs, err := lookup(ctx, b, kinds, scope, key)
+		if err != nil {
+			return err
+		}
+		switch len(fs) {
+		case 0:
+			return notFoundError(ctx, b, kinds, false, scope, key)
+		case 1:
+			kind = fs[0].kind
+		default:
+			var names []string
+			for _, f := range fs {
+				names = append(names, f.kind)
+			}
+			return cmdUsagef("keys forget", "key %q in scope %q is a key of kinds %s: name the one to forget with --kind", key, scope, strings.Join(names, ", "))
+		}
+	}
+	err := b.ops[kind].forget(ctx, scope, key, leased)
+	switch {
+	case isNotFound(err):
+		k, _ := findKind(kind)
+		return notFoundError(ctx, b, []keyKind{k}, true, scope, key)
+	case errors.Is(err, sqlonce.ErrInProgress):
+		return exitError{exitRefused, fmt.Sprintf("%s key %q in scope %q: a lease still holds it; add --leased to forget it anyway (its holder loses it)", kind, key, scope)}
+	case err != nil:
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(out).Encode(forgetJSON{Kind: kind, Scope: scope, Key: key, Forgotten: true})
+	}
+	fmt.Fprintf(out, "forgot %s key %q in scope %q: its next request runs the work again\n", kind, key, scope)
+	return nil
+}
+
+// keyJSON is a key as --json writes it; keyFields documents its fields.
 type keyJSON struct {
+	Kind             string     `json:"kind"`
 	Scope            string     `json:"scope"`
 	Key              string     `json:"key"`
 	State            string     `json:"state"`
@@ -145,12 +261,53 @@ type keyJSON struct {
 	FingerprintBytes int        `json:"fingerprint_bytes"`
 	Response         bool       `json:"response"`
 	ResponseBytes    int        `json:"response_bytes"`
+	Operation        string     `json:"operation,omitempty"`
+	StepsDone        []string   `json:"steps_done,omitempty"`
+	Attempts         int        `json:"attempts,omitempty"`
+	Failed           string     `json:"failed,omitempty"`
 }
 
-func toJSON(k dedupe.KeyInfo) keyJSON {
+// forgetJSON is keys forget --json's answer.
+type forgetJSON struct {
+	Kind      string `json:"kind"`
+	Scope     string `json:"scope"`
+	Key       string `json:"key"`
+	Forgotten bool   `json:"forgotten"`
+}
+
+// keyFields and forgetFields document --json's fields, in -h and the
+// package doc; a test holds them to what is printed.
+var keyFields = `JSON fields (--json; keys list writes an array of them, keys get one object per line, one per kind holding the key):
+  kind               the kind of key: ` + kindNames() + `
+  scope              the scope as --scope names it (an httpidem or grpcidem principal)
+  key                the key
+  state              done, leased, lapsed or expired
+  created            when the key was claimed (RFC 3339, the database's clock)
+  expires            when it expires
+  lease_until        a lease's deadline (only while the key has one)
+  fencing_token      the token of the key's last claim
+  fingerprint_bytes  the recorded fingerprint's length, 0 without one
+  response           whether a response is recorded
+  response_bytes     the recorded response's length
+  operation          steps kinds, unfinished: the Operation.Name
+  steps_done         steps kinds, unfinished: the steps done, in order
+  attempts           steps kinds, unfinished: the runs that held the lease
+  failed             steps kinds, given up: why (repeats get ErrOperationFailed)
+`
+
+const forgetFields = `JSON fields (--json):
+  kind               the kind of the key forgotten
+  scope              the scope as --scope names it
+  key                the key
+  forgotten          true
+`
+
+func toJSON(f found) keyJSON {
+	k := f.info
 	j := keyJSON{
-		Scope: k.Scope, Key: k.Key, State: k.State.String(), Created: k.Created, Expires: k.Expires, FencingToken: k.Token,
+		Kind: f.kind, Scope: k.Scope, Key: k.Key, State: k.State.String(), Created: k.Created, Expires: k.Expires, FencingToken: k.Token,
 		FingerprintBytes: k.FingerprintSize, Response: k.HasResponse, ResponseBytes: k.ResponseSize,
+		Operation: k.Operation, StepsDone: k.Done, Attempts: k.Attempts, Failed: k.Failed,
 	}
 	if !k.LeaseUntil.IsZero() {
 		j.LeaseUntil = &k.LeaseUntil
@@ -160,11 +317,10 @@ func toJSON(k dedupe.KeyInfo) keyJSON {
 
 const timeLayout = "2006-01-02 15:04:05.000000 UTC"
 
-func writeKey(out io.Writer, k dedupe.KeyInfo, asJSON bool) error {
-	if asJSON {
-		return json.NewEncoder(out).Encode(toJSON(k))
-	}
+func writeKey(out io.Writer, f found) error {
+	k := f.info
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(w, "kind\t%s\n", f.kind)
 	fmt.Fprintf(w, "scope\t%s\n", k.Scope)
 	fmt.Fprintf(w, "key\t%s\n", k.Key)
 	fmt.Fprintf(w, "state\t%s\t%s\n", k.State, stateHelp[k.State])
@@ -183,6 +339,17 @@ func writeKey(out io.Writer, k dedupe.KeyInfo, asJSON bool) error {
 		fmt.Fprintf(w, "response\t%d bytes\n", k.ResponseSize)
 	} else {
 		fmt.Fprintf(w, "response\tnone\n")
+	}
+	if k.Operation != "" {
+		fmt.Fprintf(w, "operation\t%s\t(%d attempts)\n", k.Operation, k.Attempts)
+		done := strings.Join(k.Done, ", ")
+		if done == "" {
+			done = "none yet"
+		}
+		fmt.Fprintf(w, "steps done\t%s\t(a retry or the resumer goes on after them)\n", done)
+	}
+	if k.Failed != "" {
+		fmt.Fprintf(w, "given up\t%s\t(repeats fail; 'sqlonce keys forget' lets the next one start again)\n", k.Failed)
 	}
 	return w.Flush()
 }
@@ -203,74 +370,120 @@ var stateConds = map[string]string{
 	"expired": "expires_at <= NOW",
 }
 
-// listQuery names the keys of a scope in the dedupe namespace, in key
-// order; COND is a stateConds entry.
+// listQuery names the keys of a namespace and scope, in key order; COND
+// is a stateConds entry.
 var listQuery = map[migrations.Dialect]struct{ query, now string }{
-	migrations.Postgres: {`SELECT idempotency_key FROM sqlonce_keys WHERE namespace = 0 AND scope = $1 AND (COND) ORDER BY idempotency_key LIMIT $2`, "now()"},
-	migrations.MySQL:    {`SELECT CAST(idempotency_key AS CHAR) FROM sqlonce_keys WHERE namespace = 0 AND scope = ? AND (COND) ORDER BY idempotency_key LIMIT ?`, "UTC_TIMESTAMP(6)"},
-	migrations.SQLite:   {`SELECT idempotency_key FROM sqlonce_keys WHERE namespace = 0 AND scope = ? AND (COND) ORDER BY idempotency_key LIMIT ?`, "(CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)"},
+	migrations.Postgres: {`SELECT idempotency_key FROM sqlonce_keys WHERE namespace = $1 AND scope = $2 AND (COND) ORDER BY idempotency_key LIMIT $3`, "now()"},
+	migrations.MySQL:    {`SELECT CAST(idempotency_key AS CHAR) FROM sqlonce_keys WHERE namespace = ? AND scope = ? AND (COND) ORDER BY idempotency_key LIMIT ?`, "UTC_TIMESTAMP(6)"},
+	migrations.SQLite:   {`SELECT idempotency_key FROM sqlonce_keys WHERE namespace = ? AND scope = ? AND (COND) ORDER BY idempotency_key LIMIT ?`, "(CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)"},
 }
 
-func listKeys(ctx context.Context, b keysBackend, scope, state string, limit int, asJSON bool, out io.Writer) error {
+// countQuery counts the keys of a namespace and scope.
+var countQuery = map[migrations.Dialect]string{
+	migrations.Postgres: `SELECT count(*) FROM sqlonce_keys WHERE namespace = $1 AND scope = $2`,
+	migrations.MySQL:    `SELECT count(*) FROM sqlonce_keys WHERE namespace = ? AND scope = ?`,
+	migrations.SQLite:   `SELECT count(*) FROM sqlonce_keys WHERE namespace = ? AND scope = ?`,
+}
+
+func listKeys(ctx context.Context, b keysBackend, kinds []keyKind, asked bool, scope, state string, limit int, asJSON bool, out, notes io.Writer) error {
 	q := listQuery[b.dialect]
-	query := strings.Replace(q.query, "COND", strings.ReplaceAll(stateConds[state], "NOW", q.now), 1)
-	rows, err := b.db.QueryContext(ctx, query, scope, limit)
-	if err != nil {
-		return fmt.Errorf("keys list: %v", err)
-	}
-	var names []string
-	for rows.Next() {
-		var k string
-		if err := rows.Scan(&k); err != nil {
-			rows.Close()
+	query := b.qualify(strings.Replace(q.query, "COND", strings.ReplaceAll(stateConds[state], "NOW", q.now), 1))
+	var keys []found
+	more := false
+	for _, k := range kinds {
+		if len(keys) == limit {
+			more = true
+			break
+		}
+		rows, err := b.db.QueryContext(ctx, query, int(k.ns), k.stored(scope), limit-len(keys)+1)
+		if err != nil {
 			return fmt.Errorf("keys list: %v", err)
 		}
-		names = append(names, k)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("keys list: %v", err)
-	}
-	infos := make([]dedupe.KeyInfo, 0, len(names))
-	for _, k := range names {
-		info, err := b.store.Inspect(ctx, scope, k)
-		switch {
-		case errors.Is(err, sqlonce.ErrNotFound):
-			continue // forgotten or purged since
-		case err != nil:
-			return err
-		case state != "" && info.State.String() != state:
-			continue // changed since
+		var names []string
+		for rows.Next() {
+			var name string
+			if err := rows.Scan(&name); err != nil {
+				rows.Close()
+				return fmt.Errorf("keys list: %v", err)
+			}
+			names = append(names, name)
 		}
-		infos = append(infos, info)
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("keys list: %v", err)
+		}
+		if len(names) > limit-len(keys) {
+			names, more = names[:limit-len(keys)], true
+		}
+		for _, name := range names {
+			info, err := b.ops[k.name].inspect(ctx, scope, name)
+			switch {
+			case isNotFound(err):
+				continue // forgotten or purged since
+			case err != nil:
+				return err
+			case state != "" && info.State.String() != state:
+				continue // changed since
+			}
+			keys = append(keys, found{k.name, info})
+		}
 	}
 	if asJSON {
-		js := make([]keyJSON, len(infos))
-		for i, k := range infos {
+		js := make([]keyJSON, len(keys))
+		for i, k := range keys {
 			js[i] = toJSON(k)
 		}
-		return json.NewEncoder(out).Encode(js)
-	}
-	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(w, "key\tstate\tcreated (UTC)\texpires (UTC)\tlease until (UTC)\tresponse\t")
-	for _, k := range infos {
-		lease, resp := "-", "-"
-		if !k.LeaseUntil.IsZero() {
-			lease = k.LeaseUntil.UTC().Format(time.DateTime)
+		if err := json.NewEncoder(out).Encode(js); err != nil {
+			return err
 		}
-		if k.HasResponse {
-			resp = fmt.Sprintf("%d bytes", k.ResponseSize)
+	} else {
+		w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(w, "kind\tkey\tstate\tcreated (UTC)\texpires (UTC)\tlease until (UTC)\tresponse\t")
+		for _, f := range keys {
+			k := f.info
+			lease, resp := "-", "-"
+			if !k.LeaseUntil.IsZero() {
+				lease = k.LeaseUntil.UTC().Format(time.DateTime)
+			}
+			if k.HasResponse {
+				resp = fmt.Sprintf("%d bytes", k.ResponseSize)
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", f.kind, k.Key, k.State, k.Created.UTC().Format(time.DateTime), k.Expires.UTC().Format(time.DateTime), lease, resp)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t\n", k.Key, k.State, k.Created.UTC().Format(time.DateTime), k.Expires.UTC().Format(time.DateTime), lease, resp)
+		if len(keys) == 0 {
+			fmt.Fprintln(w, "(no keys)\t\t\t\t\t\t\t")
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		if more {
+			fmt.Fprintf(out, "(the first %d; --limit lists more)\n", limit)
+		}
 	}
-	if len(infos) == 0 {
-		fmt.Fprintln(w, "(no keys)\t\t\t\t\t\t")
+	if !asked {
+		return nil
 	}
-	if err := w.Flush(); err != nil {
-		return err
+	// The scope's keys of the kinds not asked for, on stderr, so that
+	// --json's output stays one document.
+	var held []string
+	for _, k := range others(kinds) {
+		var n int64
+		if err := b.db.QueryRowContext(ctx, b.qualify(countQuery[b.dialect]), int(k.ns), k.stored(scope)).Scan(&n); err != nil {
+			return fmt.Errorf("keys list: %v", err)
+		}
+		if n > 0 {
+			held = append(held, fmt.Sprintf("%d %s (--kind %s)", n, plural(n, k.name+" key"), k.name))
+		}
 	}
-	if len(names) == limit {
-		fmt.Fprintf(out, "(the first %d; --limit lists more)\n", limit)
+	if len(held) > 0 {
+		fmt.Fprintf(notes, "sqlonce: note: scope %q also holds %s; without --kind every kind is listed\n", scope, strings.Join(held, ", "))
 	}
 	return nil
+}
+
+func plural(n int64, s string) string {
+	if n == 1 {
+		return s
+	}
+	return s + "s"
 }

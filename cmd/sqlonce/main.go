@@ -14,14 +14,19 @@ import (
 const usage = `sqlonce: make operations idempotent with the SQL database alone.
 
 Usage:
-  sqlonce demo    [--db DSN] [--orders N] [--keep]
-  sqlonce migrate [up|down|status] --db DSN
-  sqlonce purge   --db DSN [--batch N]
-  sqlonce stats   --db DSN
-  sqlonce keys get    --db DSN --scope S KEY [--json]
-  sqlonce keys forget --db DSN --scope S KEY [--leased] [--json]
-  sqlonce keys list   --db DSN --scope S [--state done|leased|lapsed|expired] [--limit N] [--json]
+  sqlonce demo    [--db DSN] [--schema NAME] [--orders N] [--keep]
+  sqlonce migrate [up|down|status] --db DSN [--schema NAME]
+  sqlonce purge   --db DSN [--schema NAME] [--batch N]
+  sqlonce stats   --db DSN [--schema NAME]
+  sqlonce keys get    --db DSN --scope S [--kind KIND] KEY [--json]
+  sqlonce keys forget --db DSN --scope S [--kind KIND] KEY [--leased] [--json]
+  sqlonce keys list   --db DSN --scope S [--kind KIND] [--state done|leased|lapsed|expired] [--limit N] [--json]
   sqlonce version
+
+--schema names the PostgreSQL schema (MySQL/MariaDB database) of sqlonce's
+tables when the application keeps them apart (WithSchema, WithDatabase).
+keys reach every kind of key: dedupe, steps, inbox, http, http-steps,
+http-norepeat, grpc ('sqlonce keys -h').
 
 'sqlonce CMD -h' or 'sqlonce help CMD' shows a command's flags and an example.
 
@@ -146,7 +151,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "stats":
 		return statsCmd(ctx, args, stdout)
 	case "keys":
-		return keysCmd(ctx, args, stdout)
+		return keysCmd(ctx, args, stdout, stderr)
 	case "version", "-version", "--version":
 		return versionCmd(args, stdout)
 	}
@@ -186,6 +191,10 @@ func flags(fs *flag.FlagSet, args []string) ([]string, error) {
 
 func dbFlag(fs *flag.FlagSet) *string {
 	return fs.String("db", os.Getenv("SQLONCE_DB"), "the database's `DSN` (forms below; default $SQLONCE_DB)")
+}
+
+func schemaFlag(fs *flag.FlagSet) *string {
+	return fs.String("schema", "", "the PostgreSQL schema or MySQL/MariaDB database `NAME` that holds sqlonce's tables, as WithSchema/WithDatabase name it (default: where the connection finds them)")
 }
 
 func needDB(cmd, dsn string) error {

@@ -1,0 +1,66 @@
+package dedupe
+
+import (
+	"context"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/driver"
+	"github.com/sqlonce/sqlonce/internal/obs"
+)
+
+// StepsInfo describes the key of an operation of several steps
+// (RunSteps), as Store.InspectSteps reads it: the key, and where its
+// operation stands.
+type StepsInfo struct {
+	KeyInfo
+	// Operation is the Operation.Name of an unfinished operation (leased
+	// or lapsed): a retry with another operation is refused. "" once the
+	// operation is done or given up.
+	Operation string
+	// Done names the steps an unfinished operation has done, in order: a
+	// retry or the resumer goes on after the last.
+	Done []string
+	// Attempts counts the runs of an unfinished operation that held its
+	// lease.
+	Attempts int
+	// Failed is why ResumeStuck gave the operation up ("" otherwise):
+	// every repeat gets ErrOperationFailed until the key is forgotten.
+	Failed string
+}
+
+// InspectSteps reads the key of an operation of several steps run by
+// RunSteps (never a key of Do, Run or Claim, nor another scope's), on the
+// driver's database handle (sqlonce.ErrNoDB without one), with where the
+// operation stands: to see why a customer's operation stopped. Its errors
+// are Inspect's.
+func (s *Store[TTx]) InspectSteps(ctx context.Context, scope, key string) (info StepsInfo, err error) {
+	op := obs.Start(s.observer, "dedupe", "InspectSteps", scope, key)
+	defer func() { err = op.Done(ctx, err, sqlonce.ErrNotFound) }()
+	ki, row, err := s.inspect(ctx, s.stepsKey(scope, key), true, &op)
+	if err != nil {
+		return StepsInfo{}, err
+	}
+	info.KeyInfo = ki
+	switch {
+	case row.State == driver.StateLeased:
+		if rec, err := decodeRecovery(row.Response); err == nil {
+			info.Operation, info.Done, info.Attempts = rec.op, rec.names, rec.attempts
+		}
+	case len(row.Response) > 0 && row.Response[0] == finalFailed:
+		info.Failed = string(row.Response[1:])
+	}
+	return info, nil
+}
+
+// ForgetSteps deletes the key of an operation of several steps run by
+// RunSteps, as Forget deletes a key of Do, Run or Claim: the next
+// RunSteps with the key starts the operation from its first step, so that
+// a given-up operation (ErrOperationFailed) can run again once its cause
+// is fixed. A run that holds its lease is refused with an error matching
+// sqlonce.ErrInProgress unless ForgetLeased; the steps already done are
+// not undone. Its errors are Forget's.
+func (s *Store[TTx]) ForgetSteps(ctx context.Context, scope, key string, opts ...ForgetOption) (err error) {
+	op := obs.Start(s.observer, "dedupe", "ForgetSteps", scope, key)
+	defer func() { err = op.Done(ctx, err, sqlonce.ErrNotFound) }()
+	return s.forget(ctx, s.stepsKey(scope, key), opts, &op)
+}
