@@ -164,9 +164,9 @@ func containsKind(kinds []keyKind, name string) bool {
 // notFoundError is keys get/forget's exit 3, naming the kinds that do
 // hold the key when --kind asked for another.
 func notFoundError(ctx context.Context, b keysBackend, kinds []keyKind, asked bool, scope, key string) error {
-	what := "no key"
+	what := "not found"
 	if asked {
-		what = "no " + kinds[0].name + " key"
+		what = "not found as a " + kinds[0].name + " key"
 	}
 	msg := fmt.Sprintf("key %q in scope %q: %s (never recorded, forgotten, purged, or not committed yet)", key, scope, what)
 	if asked {

@@ -25,6 +25,7 @@ func TestKeysMySQL(t *testing.T) {
 
 // keyJSON is what keys get --json and keys list --json write.
 type keyJSON struct {
+	Kind              string
 	Scope, Key, State string
 	Created, Expires  string
 	LeaseUntil        *string `json:"lease_until"`
@@ -86,7 +87,7 @@ func keys(t *testing.T, tg target) {
 	if err := json.Unmarshal([]byte(r.stdout), &k); err != nil {
 		t.Fatalf("keys get --json: %v\n%s", err, r.stdout)
 	}
-	if k.State != "leased" || k.Key != "charge-1" || k.Scope != "cust-7" || k.LeaseUntil == nil || k.Response || k.FingerprintBytes != 0 || k.FencingToken != 7 {
+	if k.Kind != "dedupe" || k.State != "leased" || k.Key != "charge-1" || k.Scope != "cust-7" || k.LeaseUntil == nil || k.Response || k.FingerprintBytes != 0 || k.FencingToken != 7 {
 		t.Fatalf("keys get --json: %+v", k)
 	}
 
@@ -116,7 +117,7 @@ func keys(t *testing.T, tg target) {
 		t.Fatalf("keys list --limit 1: %s", got)
 	}
 	r = sqlonce(t, "keys", "list", "--db", db, "--scope", "cust-7", "--state", "lapsed").succeeds(t)
-	if !regexp.MustCompile(`(?m)^charge-2\s+lapsed\s`).MatchString(r.stdout) || strings.Contains(r.stdout, "refund-3") {
+	if !regexp.MustCompile(`(?m)^dedupe\s+charge-2\s+lapsed\s`).MatchString(r.stdout) || strings.Contains(r.stdout, "refund-3") {
 		t.Fatalf("keys list --state lapsed:\n%s", r.stdout)
 	}
 

@@ -1,0 +1,461 @@
+package sqlonce_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	so "github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/httpidem"
+	"github.com/sqlonce/sqlonce/inbox"
+	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/pgxdriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver"
+	"github.com/sqlonce/sqlonce/sqlitedriver/modernc"
+	"github.com/sqlonce/sqlonce/tests/internal/testdrv"
+)
+
+// kindsDB is a target with sqlonce's tables, where the command and the
+// library meet: schema is --schema's value ("" for none), table the
+// qualified sqlonce_keys for database/sql.
+type kindsDB struct {
+	tg     target
+	schema string
+	sdb    *sql.DB
+	table  string
+}
+
+// args adds --db, and --schema when there is one, to a command line.
+func (k kindsDB) args(args ...string) []string {
+	args = append(args, "--db", k.tg.dsn)
+	if k.schema != "" {
+		args = append(args, "--schema", k.schema)
+	}
+	return args
+}
+
+func (k kindsDB) run(t *testing.T, args ...string) result {
+	t.Helper()
+	return sqlonce(t, k.args(args...)...)
+}
+
+// exec runs q with "?" placeholders, PostgreSQL's $n on pgx.
+func (k kindsDB) exec(t *testing.T, q string, args ...any) {
+	t.Helper()
+	if k.tg.driver == "pgx" {
+		for i := 1; strings.Contains(q, "?"); i++ {
+			q = strings.Replace(q, "?", fmt.Sprintf("$%d", i), 1)
+		}
+	}
+	if _, err := k.sdb.Exec(q, args...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+func newKindsDB(t *testing.T, tg target, schema string) kindsDB {
+	sdb, err := sql.Open(tg.driver, tg.sqlDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sdb.Close() })
+	k := kindsDB{tg: tg, schema: schema, sdb: sdb, table: "sqlonce_keys"}
+	if schema != "" {
+		k.table = schema + ".sqlonce_keys"
+	}
+	k.run(t, "migrate", "up").succeeds(t)
+	return k
+}
+
+func TestKindsSQLite(t *testing.T) {
+	k := newKindsDB(t, sqliteTarget(t), "")
+	db, err := modernc.Open(k.tg.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	drv, err := sqlitedriver.New(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds(t, k, drv)
+}
+
+func TestKindsPostgres(t *testing.T) {
+	k := newKindsDB(t, postgresTarget(t), "")
+	kinds(t, k, testdrv.Pgx(t, pgxPool(t, k.tg.dsn)))
+}
+
+func TestKindsMySQL(t *testing.T) {
+	tg := mysqlTarget(t)
+	k := newKindsDB(t, tg, "")
+	kinds(t, k, testdrv.MySQL(t, mysqlDB(t, tg.sqlDSN)))
+}
+
+// TestSchemaPostgres: with --schema every command reaches sqlonce's
+// tables in a schema that is not the connection's (search_path's), as
+// pgxdriver.WithSchema uses them, and never the connection's own.
+func TestSchemaPostgres(t *testing.T) {
+	tg := postgresTarget(t)
+	schema := fmt.Sprintf("sqlonce_cli_%d", time.Now().UnixNano()%1e9)
+	admin, err := sql.Open("pgx", tg.sqlDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec("DROP SCHEMA IF EXISTS " + schema + " CASCADE")
+		admin.Close()
+	})
+	k := newKindsDB(t, tg, schema)
+	where := func() string {
+		var s []string
+		rows, err := admin.Query(`SELECT table_schema FROM information_schema.tables WHERE table_name = 'sqlonce_keys' AND table_schema IN ($1, current_schema()) ORDER BY 1`, schema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var n string
+			_ = rows.Scan(&n)
+			s = append(s, n)
+		}
+		return strings.Join(s, " ")
+	}
+	if got := where(); got != schema {
+		t.Fatalf("migrate up --schema %s put sqlonce_keys in %q", schema, got)
+	}
+	kinds(t, k, testdrv.Pgx(t, pgxPool(t, tg.dsn), pgxdriver.WithSchema(schema)))
+	schemaLifecycle(t, k)
+}
+
+// TestSchemaMySQL: --schema on MariaDB is another database than the
+// DSN's, as mysqldriver.WithDatabase uses it.
+func TestSchemaMySQL(t *testing.T) {
+	tg := mysqlTarget(t)
+	schema := fmt.Sprintf("sqlonce_cli_%d", time.Now().UnixNano()%1e9)
+	admin := mysqlDB(t, tg.sqlDSN)
+	t.Cleanup(func() { _, _ = admin.Exec("DROP DATABASE IF EXISTS " + schema) })
+	k := newKindsDB(t, tg, schema)
+	var n int
+	if err := admin.QueryRow(`SELECT count(*) FROM information_schema.tables WHERE table_name = 'sqlonce_keys' AND table_schema = ?`, schema).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("migrate up --schema %s: %d sqlonce_keys there (%v)", schema, n, err)
+	}
+	if err := admin.QueryRow(`SELECT count(*) FROM information_schema.tables WHERE table_name = 'sqlonce_keys' AND table_schema = DATABASE()`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("migrate up --schema %s: %d sqlonce_keys in the DSN's database (%v)", schema, n, err)
+	}
+	kinds(t, k, testdrv.MySQL(t, mysqlDB(t, tg.sqlDSN), mysqldriver.WithDatabase(schema)))
+	schemaLifecycle(t, k)
+}
+
+// schemaLifecycle: stats, purge and migrate status and down with
+// --schema, and without it the connection's own tables (none).
+func schemaLifecycle(t *testing.T, k kindsDB) {
+	k.exec(t, `INSERT INTO `+k.table+` (namespace, scope, idempotency_key, state, token, created_at, expires_at) VALUES (0, 'old', 'k-1', 1, 1, ?, ?)`,
+		expiredAt(k.tg.driver, -7200), expiredAt(k.tg.driver, -3600))
+	r := k.run(t, "stats").succeeds(t)
+	if !regexp.MustCompile(`(?m)^http\s+user-42\s+1\s`).MatchString(r.stdout) || !regexp.MustCompile(`(?m)^dedupe\s+old\s+1\s+0\s+1\s`).MatchString(r.stdout) ||
+		!strings.Contains(r.stdout, "sqlonce's tables in "+k.schema) {
+		t.Fatalf("stats --schema:\n%s", r.stdout)
+	}
+	r = k.run(t, "purge").succeeds(t)
+	if !strings.Contains(r.stdout, "purged 1 expired keys") {
+		t.Fatalf("purge --schema:\n%s", r.stdout)
+	}
+	r = k.run(t, "demo", "--orders", "2").succeeds(t)
+	demoReport(t, r, 2)
+	// Without --schema the command looks where the connection does.
+	sqlonce(t, "stats", "--db", k.tg.dsn).failsWith(t, 1, "sqlonce migrate up")
+	r = k.run(t, "migrate", "status").succeeds(t)
+	if len(regexp.MustCompile(`(?m)\sapplied\s+\d{4}-`).FindAllString(r.stdout, -1)) != 3 {
+		t.Fatalf("migrate status --schema:\n%s", r.stdout)
+	}
+	k.run(t, "migrate", "down").succeeds(t)
+	r = k.run(t, "migrate", "status").succeeds(t)
+	if strings.Count(r.stdout, "pending") != 1 {
+		t.Fatalf("migrate status --schema after down:\n%s", r.stdout)
+	}
+	r = k.run(t, "migrate", "up").succeeds(t)
+	if !strings.Contains(r.stdout, "applied 00003_sqlonce_keys_namespace.sql") || strings.Contains(r.stdout, "00001") {
+		t.Fatalf("migrate up --schema after down:\n%s", r.stdout)
+	}
+	sqlonce(t, "stats", "--db", k.tg.dsn, "--schema", "Not-A-Name").failsWith(t, 2, "--schema")
+}
+
+// expiredAt is now plus s seconds as a value sqlonce_keys takes.
+func expiredAt(driver string, s int) any {
+	at := time.Now().Add(time.Duration(s) * time.Second).UTC()
+	if driver == "sqlite" {
+		return at.UnixMicro()
+	}
+	return at
+}
+
+func pgxPool(t *testing.T, dsn string) *pgxpool.Pool {
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+func mysqlDB(t *testing.T, dsn string) *sql.DB {
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// keyObj is a key as --json writes it, every field kept.
+type keyObj map[string]any
+
+func decodeKeys(t *testing.T, r result) []keyObj {
+	t.Helper()
+	var ks []keyObj
+	if err := json.Unmarshal([]byte(r.stdout), &ks); err != nil {
+		t.Fatalf("sqlonce %q: %v\n%s", r.args, err, r.stdout)
+	}
+	return ks
+}
+
+func decodeKey(t *testing.T, r result) keyObj {
+	t.Helper()
+	var k keyObj
+	if err := json.Unmarshal([]byte(r.stdout), &k); err != nil {
+		t.Fatalf("sqlonce %q: %v\n%s", r.args, err, r.stdout)
+	}
+	return k
+}
+
+// documented returns the JSON fields a command's -h lists.
+func documented(t *testing.T, cmd ...string) []string {
+	t.Helper()
+	r := sqlonce(t, append(cmd, "-h")...).succeeds(t)
+	_, sec, ok := strings.Cut(r.stdout, "\nJSON fields")
+	if !ok {
+		t.Fatalf("%s -h documents no JSON fields:\n%s", strings.Join(cmd, " "), r.stdout)
+	}
+	_, sec, _ = strings.Cut(sec, "\n")
+	sec, _, _ = strings.Cut(sec, "\n\n")
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^  ([a-z_]+)\s`).FindAllStringSubmatch(sec, -1) {
+		names = append(names, m[1])
+	}
+	sort.Strings(names)
+	return names
+}
+
+func fieldsOf(objs ...keyObj) []string {
+	var names []string
+	for _, o := range objs {
+		for n := range o {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// kinds: support reaches every kind of key from the command, through the
+// library as an application writes its keys: a customer's Idempotency-Key
+// recorded by a real httpidem request is found with --kind http and the
+// principal, forgotten, and the customer's repeat then runs again; an
+// inbox message is found by its consumer and replayed; a stopped
+// operation of several steps shows where it stopped and is forgotten; a
+// scope holding keys of another kind than asked says so.
+func kinds[TTx any](t *testing.T, k kindsDB, drv so.Driver[TTx]) {
+	ctx := context.Background()
+
+	// An httpidem middleware, keys per X-User principal.
+	var charges atomic.Int64
+	m, err := httpidem.New(drv, func(r *http.Request) string { return r.Header.Get("X-User") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := charges.Add(1)
+		fmt.Fprintf(w, "charge %d", n)
+	})))
+	defer srv.Close()
+	pay := func() (string, bool) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader(`{"amount":100}`))
+		req.Header.Set("X-User", "user-42")
+		req.Header.Set("Idempotency-Key", `"pay-8e2f"`)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body := readAll(t, resp)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("POST /pay: %d %s", resp.StatusCode, body)
+		}
+		return body, resp.Header.Get(httpidem.ReplayHeader) == "true"
+	}
+	if body, replayed := pay(); body != "charge 1" || replayed {
+		t.Fatalf("first request: %q replayed %v", body, replayed)
+	}
+	if body, replayed := pay(); body != "charge 1" || !replayed {
+		t.Fatalf("repeat: %q replayed %v", body, replayed)
+	}
+
+	// Support looks the customer's key up by the principal.
+	got := decodeKey(t, k.run(t, "keys", "get", "--kind", "http", "--scope", "user-42", "pay-8e2f", "--json").succeeds(t))
+	if got["kind"] != "http" || got["scope"] != "user-42" || got["key"] != "pay-8e2f" || got["state"] != "done" || got["response"] != true {
+		t.Fatalf("keys get --kind http: %v", got)
+	}
+	// Without --kind too: every kind holding the key answers.
+	r := k.run(t, "keys", "get", "--scope", "user-42", "pay-8e2f").succeeds(t)
+	if !regexp.MustCompile(`(?m)^kind\s+http$`).MatchString(r.stdout) {
+		t.Fatalf("keys get without --kind:\n%s", r.stdout)
+	}
+	// Asked as another kind, the answer names the kind that holds it.
+	k.run(t, "keys", "get", "--kind", "dedupe", "--scope", "user-42", "pay-8e2f").failsWith(t, 3, "--kind http reaches it")
+	r = k.run(t, "keys", "list", "--scope", "user-42").succeeds(t)
+	if !regexp.MustCompile(`(?m)^http\s+pay-8e2f\s+done\s`).MatchString(r.stdout) {
+		t.Fatalf("keys list --scope user-42:\n%s", r.stdout)
+	}
+	r = k.run(t, "keys", "list", "--kind", "dedupe", "--scope", "user-42").succeeds(t)
+	if !strings.Contains(r.stdout, "(no keys)") || !strings.Contains(r.stderr, `scope "user-42" also holds 1 http key (--kind http)`) {
+		t.Fatalf("keys list --kind dedupe --scope user-42:\n%s\nstderr: %s", r.stdout, r.stderr)
+	}
+	// Forgotten, the customer's repeat runs the handler again.
+	r = k.run(t, "keys", "forget", "--kind", "http", "--scope", "user-42", "pay-8e2f", "--json").succeeds(t)
+	if f := decodeKey(t, r); f["kind"] != "http" || f["forgotten"] != true {
+		t.Fatalf("keys forget --json: %s", r.stdout)
+	}
+	if body, replayed := pay(); body != "charge 2" || replayed {
+		t.Fatalf("repeat after forget: %q replayed %v", body, replayed)
+	}
+	if body, replayed := pay(); body != "charge 2" || !replayed {
+		t.Fatalf("repeat of the repeat: %q replayed %v", body, replayed)
+	}
+	if got := charges.Load(); got != 2 {
+		t.Fatalf("%d charges, want 2", got)
+	}
+
+	// An inbox message, found by its consumer, forgotten, applied again.
+	in, err := inbox.New(drv, "ledger-writer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var applied int
+	handle := func() so.Result {
+		res, err := in.Handle(ctx, "evt-991", func(context.Context, TTx) error { applied++; return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	handle()
+	if res := handle(); !res.AlreadyDone() || applied != 1 {
+		t.Fatalf("redelivery: %+v, applied %d", res, applied)
+	}
+	ks := decodeKeys(t, k.run(t, "keys", "list", "--scope", "ledger-writer", "--json").succeeds(t))
+	if len(ks) != 1 || ks[0]["kind"] != "inbox" || ks[0]["key"] != "evt-991" || ks[0]["state"] != "done" {
+		t.Fatalf("keys list --scope ledger-writer: %v", ks)
+	}
+	r = k.run(t, "keys", "forget", "--scope", "ledger-writer", "evt-991").succeeds(t)
+	if !strings.Contains(r.stdout, `forgot inbox key "evt-991"`) {
+		t.Fatalf("keys forget of an inbox message: %s", r.stdout)
+	}
+	if res := handle(); res.AlreadyDone() || applied != 2 {
+		t.Fatalf("redelivery after forget: %+v, applied %d", res, applied)
+	}
+
+	// A stopped operation of several steps (its lapsed lease holds where
+	// it stopped), and a dedupe lease on the
+	// same scope and key.
+	store, err := dedupe.New(drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reserved int
+	failCharge := true
+	op := &dedupe.Operation[TTx]{Name: "checkout", Lease: time.Minute, Steps: []dedupe.Step[TTx]{
+		{Name: "reserve", Outside: func(context.Context, dedupe.StepState) ([]byte, error) { reserved++; return []byte("r"), nil }},
+		{Name: "charge", Outside: func(context.Context, dedupe.StepState) ([]byte, error) {
+			if failCharge {
+				return nil, errors.New("card network down")
+			}
+			return []byte("paid"), nil
+		}},
+	}}
+	req := dedupe.Request{Scope: "cust-9", Key: "order-1"}
+	if _, err := store.RunSteps(ctx, req, []byte("in"), op); err == nil {
+		t.Fatal("the failing step did not stop the operation")
+	}
+	lease, _, err := store.Claim(ctx, req, time.Minute)
+	if err != nil || lease == nil {
+		t.Fatalf("claim: %v", err)
+	}
+	// A given-up operation, as ResumeStuck leaves one.
+	k.exec(t, `INSERT INTO `+k.table+` (namespace, scope, idempotency_key, fingerprint, response, state, token, created_at, expires_at) VALUES (4, 'cust-9', 'order-0', ?, ?, 1, 3, ?, ?)`,
+		[]byte{}, append([]byte{0x11}, "card declined 3 times"...), expiredAt(k.tg.driver, -60), expiredAt(k.tg.driver, 3600))
+
+	stopped := decodeKey(t, k.run(t, "keys", "get", "--kind", "steps", "--scope", "cust-9", "order-1", "--json").succeeds(t))
+	if stopped["kind"] != "steps" || stopped["operation"] != "checkout" || fmt.Sprint(stopped["steps_done"]) != "[reserve]" || stopped["attempts"] != float64(1) || stopped["state"] != "lapsed" {
+		t.Fatalf("keys get --kind steps: %v", stopped)
+	}
+	r = k.run(t, "keys", "get", "--kind", "steps", "--scope", "cust-9", "order-0").succeeds(t)
+	if !regexp.MustCompile(`(?m)^given up\s+card declined 3 times\s`).MatchString(r.stdout) {
+		t.Fatalf("keys get of a given-up operation:\n%s", r.stdout)
+	}
+	// Two kinds hold order-1: forget must be told which.
+	k.run(t, "keys", "forget", "--scope", "cust-9", "order-1").failsWith(t, 2, "name the one to forget with --kind")
+	// The failed step let the lease lapse, for a retry or the resumer.
+	k.run(t, "keys", "forget", "--kind", "steps", "--scope", "cust-9", "order-1").succeeds(t)
+	failCharge = false
+	res, err := store.RunSteps(ctx, req, []byte("in"), op)
+	if err != nil || res.AlreadyDone() || string(res.Response) != "paid" || reserved != 2 {
+		t.Fatalf("RunSteps after forget: %+v %v, reserved %d times", res, err, reserved)
+	}
+	// The dedupe lease was left alone.
+	got = decodeKey(t, k.run(t, "keys", "get", "--kind", "dedupe", "--scope", "cust-9", "order-1", "--json").succeeds(t))
+	if got["state"] != "leased" || got["lease_until"] == nil {
+		t.Fatalf("the dedupe lease after forgetting the operation: %v", got)
+	}
+
+	// The JSON fields printed (a lease, a done and a given-up operation,
+	// the stopped one above) are those -h documents, every one of them.
+	ks = decodeKeys(t, k.run(t, "keys", "list", "--scope", "cust-9", "--json").succeeds(t))
+	if len(ks) != 3 {
+		t.Fatalf("keys list --scope cust-9: %v", ks)
+	}
+	if printed, want := fieldsOf(append(ks, stopped)...), documented(t, "keys", "get"); !slices.Equal(printed, want) {
+		t.Errorf("keys get/list --json print %v, keys get -h documents %v", printed, want)
+	}
+	r = k.run(t, "keys", "forget", "--kind", "dedupe", "--scope", "cust-9", "order-1", "--leased", "--json").succeeds(t)
+	if printed, want := fieldsOf(decodeKey(t, r)), documented(t, "keys", "forget"); !slices.Equal(printed, want) {
+		t.Errorf("keys forget --json prints %v, keys forget -h documents %v", printed, want)
+	}
+}
+
+func readAll(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
