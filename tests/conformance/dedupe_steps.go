@@ -292,6 +292,7 @@ func wantLedgerOnce[TTx any](t testing.TB, ctx context.Context, db harness.DB[TT
 }
 
 func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	t.Run("InspectForget", func(t *testing.T) { stepsInspectForget(t, f) })
 	const lease = time.Minute
 	steps := []string{"reserve", "charge", "order", "email"}
 	isDB := map[string]bool{"reserve": true, "order": true}

@@ -306,6 +306,7 @@ func runHTTPIdem[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("Lease/InProgressAndRelease", func(t *testing.T) { httpLease(t, f) })
 	t.Run("Tx/OutcomeUnknownAfterCommit", func(t *testing.T) { httpTxOutcomeUnknown(t, f) })
 	t.Run("Tx/RolledBackByTheDatabase", func(t *testing.T) { httpTxRolledBack(t, f) })
+	t.Run("Tx/InspectForget", func(t *testing.T) { httpInspectForget(t, f) })
 }
 
 // runHTTPIdemMode runs the cases both modes share.

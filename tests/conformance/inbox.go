@@ -14,6 +14,7 @@ import (
 // runInbox checks the inbox without a broker: deliveries are calls. The
 // broker itself is exercised in tests/broker.
 func runInbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	t.Run("InspectForget", func(t *testing.T) { inboxInspectForget(t, f) })
 	t.Run("RedeliveryAfterFailureAndAfterCommit", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
