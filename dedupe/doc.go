@@ -139,8 +139,12 @@
 // lapsed or expired, with its times and sizes), to answer "why did my
 // retry get the old answer?". [Store.Forget] deletes it, so that the next
 // request with the key runs the work again. Neither reaches another
-// scope's keys. The sqlonce command does the same from a shell (sqlonce
-// keys get, forget, list).
+// scope's keys, nor those of RunSteps: [Store.InspectSteps] reads an
+// operation's key with where it stopped ([StepsInfo]), and
+// [Store.ForgetSteps] lets the next RunSteps start it anew. The inbox and
+// httpidem have the same pair for their keys. The sqlonce command does
+// the same from a shell, for every kind of key (sqlonce keys get, forget,
+// list, with --kind).
 //
 // # Choosing a mode
 //

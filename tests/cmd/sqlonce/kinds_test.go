@@ -354,6 +354,21 @@ func kinds[TTx any](t *testing.T, k kindsDB, drv so.Driver[TTx]) {
 		t.Fatalf("%d charges, want 2", got)
 	}
 
+	// grpcidem's keys share httpidem's namespace, scoped apart ("g:"
+	// before the principal, as grpcidem writes them).
+	k.exec(t, `INSERT INTO `+k.table+` (namespace, scope, idempotency_key, fingerprint, response, state, token, created_at, expires_at) VALUES (2, 'g:user-42', 'rpc-1', ?, ?, 1, 1, ?, ?)`,
+		[]byte("fp"), []byte("resp"), expiredAt(k.tg.driver, -60), expiredAt(k.tg.driver, 3600))
+	r = k.run(t, "keys", "list", "--scope", "user-42").succeeds(t)
+	if !regexp.MustCompile(`(?m)^http\s+pay-8e2f\s+done\s`).MatchString(r.stdout) || !regexp.MustCompile(`(?m)^grpc\s+rpc-1\s+done\s`).MatchString(r.stdout) {
+		t.Fatalf("keys list --scope user-42 with a grpc key:\n%s", r.stdout)
+	}
+	r = k.run(t, "stats").succeeds(t)
+	if !regexp.MustCompile(`(?m)^grpc\s+user-42\s+1\s`).MatchString(r.stdout) || !regexp.MustCompile(`(?m)^http\s+user-42\s+1\s`).MatchString(r.stdout) {
+		t.Fatalf("stats names kinds and principals:\n%s", r.stdout)
+	}
+	k.run(t, "keys", "forget", "--kind", "grpc", "--scope", "user-42", "rpc-1").succeeds(t)
+	k.run(t, "keys", "get", "--kind", "grpc", "--scope", "user-42", "rpc-1").failsWith(t, 3, "not found as a grpc key")
+
 	// An inbox message, found by its consumer, forgotten, applied again.
 	in, err := inbox.New(drv, "ledger-writer")
 	if err != nil {
