@@ -31,6 +31,7 @@ import (
 // value unique to the run.
 type grpcOrders[TTx any] struct {
 	conn *grpc.ClientConn
+	ic   *grpcidem.Interceptor[TTx]
 	runs atomic.Int64
 	// hook runs after the ledger write; it may block or fail the call.
 	hook func(ctx context.Context, in string) error
@@ -50,7 +51,8 @@ func startGRPC[TTx any](t *testing.T, db harness.DB[TTx], hook func(ctx context.
 func startGRPCOn[TTx any](t *testing.T, db harness.DB[TTx], drv sqlonce.Driver[TTx], hook func(ctx context.Context, in string) error, opts ...grpcidem.Option) *grpcOrders[TTx] {
 	t.Helper()
 	g := &grpcOrders[TTx]{hook: hook}
-	ic, err := grpcidem.New(drv, func(ctx context.Context) string {
+	var err error
+	g.ic, err = grpcidem.New(drv, func(ctx context.Context) string {
 		md, _ := metadata.FromIncomingContext(ctx)
 		if v := md.Get("x-user"); len(v) == 1 {
 			return v[0] // stands in for real authentication
@@ -78,7 +80,7 @@ func startGRPCOn[TTx any](t *testing.T, db harness.DB[TTx], drv sqlonce.Driver[T
 		}
 		return wrapperspb.String(out), nil
 	}
-	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(ic.Unary()))
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(g.ic.Unary()))
 	srv.RegisterService(&grpc.ServiceDesc{
 		ServiceName: "test.Orders",
 		HandlerType: (*any)(nil),
@@ -128,6 +130,34 @@ func wantCode(t testing.TB, what string, err error, code codes.Code) {
 }
 
 func runGRPCIdem[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	// Support finds a client's key by principal and forgets it: the
+	// client's repeat then runs the handler again.
+	t.Run("InspectForget", func(t *testing.T) {
+		db := f(t, 0)
+		g := startGRPC(t, db, nil)
+		ctx := ctxT(t)
+		_, err := g.ic.Inspect(ctx, "alice", "k1")
+		wantErr(t, "inspect before the call", err, sqlonce.ErrNotFound)
+		first, _, err := g.call(ctx, "alice", "k1", "a")
+		must(t, err)
+		info, err := g.ic.Inspect(ctx, "alice", "k1")
+		must(t, err)
+		if info.State != dedupe.KeyDone || info.Scope != "alice" || info.Key != "k1" || !info.HasResponse {
+			t.Fatalf("inspect: %+v", info)
+		}
+		_, err = g.ic.Inspect(ctx, "bob", "k1")
+		wantErr(t, "inspect as another principal", err, sqlonce.ErrNotFound)
+		wantErr(t, "forget as another principal", g.ic.Forget(ctx, "bob", "k1"), sqlonce.ErrNotFound)
+		if again, replayed, err := g.call(ctx, "alice", "k1", "a"); err != nil || !replayed || again != first {
+			t.Fatalf("repeat: %q replayed %v %v", again, replayed, err)
+		}
+		must(t, g.ic.Forget(ctx, "alice", "k1"))
+		wantErr(t, "forget again", g.ic.Forget(ctx, "alice", "k1"), sqlonce.ErrNotFound)
+		if again, replayed, err := g.call(ctx, "alice", "k1", "a"); err != nil || replayed || again == first || g.runs.Load() != 2 {
+			t.Fatalf("repeat after Forget: %q replayed %v %v, %d runs; want the handler run again", again, replayed, err, g.runs.Load())
+		}
+		ddLedger(t, db, "a", 2)
+	})
 	t.Run("ReplayReuseAndKeys", func(t *testing.T) {
 		db := f(t, 0)
 		g := startGRPC(t, db, nil)
