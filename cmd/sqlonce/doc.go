@@ -63,7 +63,8 @@
 //	scope              the scope as --scope names it
 //	key                the key
 //	state              done, leased, lapsed or expired
-//	created, expires   times, RFC 3339, by the database's clock
+//	created            when the key was claimed (RFC 3339, the database's clock)
+//	expires            when it expires
 //	lease_until        a lease's deadline; only while the key has one
 //	fencing_token      the token of the key's last claim
 //	fingerprint_bytes  the recorded fingerprint's length, 0 without one

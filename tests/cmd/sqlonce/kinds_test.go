@@ -9,6 +9,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -473,4 +475,31 @@ func readAll(t *testing.T, resp *http.Response) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestJSONFieldsInPackageDoc: the package doc lists the fields keys get
+// -h documents (which kinds asserts are the ones printed).
+func TestJSONFieldsInPackageDoc(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "cmd", "sqlonce", "doc.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, sec, ok := strings.Cut(string(b), "// # JSON\n")
+	if !ok {
+		t.Fatal("cmd/sqlonce/doc.go has no JSON section")
+	}
+	sec, _, _ = strings.Cut(sec, "// keys forget --json")
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^//\t([a-z_]+)\s`).FindAllStringSubmatch(sec, -1) {
+		names = append(names, m[1])
+	}
+	sort.Strings(names)
+	if want := documented(t, "keys", "get"); !slices.Equal(names, want) {
+		t.Errorf("the package doc lists %v, keys get -h %v", names, want)
+	}
+	for _, f := range documented(t, "keys", "forget") {
+		if !strings.Contains(sec+string(b), `"`+f+`"`) {
+			t.Errorf("the package doc does not name keys forget's field %q", f)
+		}
+	}
 }
