@@ -140,8 +140,10 @@ func ForgetLeased() ForgetOption {
 // (sqlonce.ErrNoDB without one), so that its next claim runs the work
 // again: to let a customer retry what was recorded, say. A key whose
 // lease still holds is refused with an error matching
-// sqlonce.ErrInProgress, unless ForgetLeased says otherwise; one that
-// does not exist, with sqlonce.ErrNotFound. Forgetting a key does not
+// sqlonce.ErrInProgress, unless ForgetLeased says otherwise, and only
+// such a key; one that does not exist, with sqlonce.ErrNotFound. A key
+// that a transaction still open is recording (a Run, a Do) does not exist
+// yet: it is not found, or forgotten once that transaction commits. Forgetting a key does not
 // undo its work: the next claim does it again.
 func (s *Store[TTx]) Forget(ctx context.Context, scope, key string, opts ...ForgetOption) (err error) {
 	op := obs.Start(s.observer, "dedupe", "Forget", scope, key)
@@ -170,8 +172,15 @@ func (s *Store[TTx]) forget(ctx context.Context, k driver.Key, opts []ForgetOpti
 		if deleted, err = s.engine.Forget(ctx, tx, k, o.leased, now); err != nil || deleted {
 			return err
 		}
-		// Nothing deleted: no such key, or a lease that holds.
-		_, exists, err = s.engine.Inspect(ctx, tx, k, now)
+		// Nothing deleted: no such key, or a lease that holds, or a key
+		// committed since the delete looked for it (a Run, a Do, a
+		// Complete whose transaction was still open then): the delete
+		// did not see the row the read sees, and runs again.
+		var ki driver.KeyInfo
+		ki, exists, err = s.engine.Inspect(ctx, tx, k, now)
+		if err == nil && exists && (o.leased || !ki.Leased) {
+			return fmt.Errorf("%w: key %q in scope %q was recorded while being forgotten", sqlonce.ErrStaleRead, k.Key, k.Scope)
+		}
 		return err
 	})
 	switch {

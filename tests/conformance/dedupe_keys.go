@@ -2,6 +2,10 @@ package conformance
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -140,6 +144,98 @@ func runDedupeKeys[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			t.Fatalf("redelivery after a dedupe Forget: %v, want AlreadyDone", res)
 		}
 		ddLedger(t, db, "msg-1", 1)
+	})
+
+	// A Forget racing the Run that records a fresh key answers as the key
+	// was: not found before the Run commits, forgotten after. No lease is
+	// ever taken, so it never answers that a lease holds the key (it did,
+	// 4 to 35 times in 60 keys, when the Run committed between Forget's
+	// delete, which did not see the row, and its read, which did).
+	t.Run("ForgetRacingARun", func(t *testing.T) {
+		const keys = 60
+		for _, c := range []struct {
+			name string
+			opts []dedupe.Option
+		}{
+			{"Default", nil},
+			{"FavorFirstRuns", []dedupe.Option{dedupe.WithFavor(dedupe.FavorFirstRuns)}},
+			{"FavorRepeats", []dedupe.Option{dedupe.WithFavor(dedupe.FavorRepeats)}},
+			{"NoWait", []dedupe.Option{dedupe.WithNoWait()}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				ctx := ctxT(t)
+				db := f(t, 16)
+				s, err := dedupe.New(db.Driver(), c.opts...)
+				must(t, err)
+				var wg sync.WaitGroup
+				errs := make(chan error, 2*keys)
+				var forgotten, notFound atomic.Int64
+				for i := range keys {
+					key := fmt.Sprintf("fresh-%d", i)
+					start, ran := make(chan struct{}), make(chan struct{})
+					wg.Add(2)
+					go func() {
+						defer wg.Done()
+						defer close(ran)
+						<-start
+						res, err := s.Run(ctx, dedupe.Request{Scope: "support", Key: key}, drWork(db, key, []byte("ok"), nil))
+						// A Store that must not wait refuses while the
+						// delete holds the key's gap lock (MariaDB): the
+						// caller tries again.
+						for n := 0; errors.Is(err, sqlonce.ErrInProgress) && n < 100; n++ {
+							time.Sleep(time.Millisecond)
+							res, err = s.Run(ctx, dedupe.Request{Scope: "support", Key: key}, drWork(db, key, []byte("ok"), nil))
+						}
+						if err != nil || !res.FirstRun() {
+							errs <- fmt.Errorf("run %s: %v, %w", key, res, err)
+						}
+					}()
+					go func() {
+						defer wg.Done()
+						<-start
+						// Until it forgets the key: the run's commit meets
+						// one of these calls.
+						for {
+							var after bool
+							select {
+							case <-ran:
+								after = true
+							default:
+							}
+							err := s.Forget(ctx, "support", key)
+							switch {
+							case err == nil:
+								forgotten.Add(1)
+								return
+							case !errors.Is(err, sqlonce.ErrNotFound):
+								errs <- fmt.Errorf("forget %s racing its run: %w (no lease was taken)", key, err)
+								return
+							case after:
+								errs <- fmt.Errorf("forget %s after its run: %w", key, err)
+								return
+							}
+							notFound.Add(1)
+						}
+					}()
+					close(start)
+				}
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Error(err)
+				}
+				if t.Failed() {
+					return
+				}
+				// Every run recorded its key once, and every key was
+				// forgotten.
+				for i := range keys {
+					ddLedger(t, db, fmt.Sprintf("fresh-%d", i), 1)
+				}
+				ddKeys(t, db, 0)
+				t.Logf("%d keys forgotten, after %d answers of not found", forgotten.Load(), notFound.Load())
+			})
+		}
 	})
 
 	// Observed: a key not found is an answer, not an error to log as one.
