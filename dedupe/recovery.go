@@ -5,16 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sqlonce/sqlonce"
 )
 
 // A key of an operation of several steps stores, in its response column,
-// one of three encodings, told apart by their first byte: while leased,
+// one of these encodings, told apart by their first byte: while leased,
 // the recovery point; once done, the final response; once given up, the
-// reason.
+// reason. The final encodings name the operation, so that another
+// operation under the same key is refused (ErrKeyReuse) rather than
+// answered with this one's response; those of version 0.1.0 (finalResponse,
+// finalFailed) do not, and are still read, as of no known operation.
 const (
-	recoveryV1    byte = 0x01
-	finalResponse byte = 0x10
-	finalFailed   byte = 0x11
+	recoveryV1      byte = 0x01
+	finalResponse   byte = 0x10 // 0.1.0: the response
+	finalFailed     byte = 0x11 // 0.1.0: the reason
+	finalResponseOp byte = 0x12 // the operation's name, then the response
+	finalFailedOp   byte = 0x13 // the operation's name, then the reason
 )
 
 var errBadRecovery = errors.New("sqlonce/dedupe: malformed recovery point")
@@ -114,23 +121,54 @@ func (d *decoder) bytes() []byte {
 	return v
 }
 
-// final is the recorded end of an operation: its response, or why it was
-// given up.
-func final(kind byte, payload []byte) []byte {
-	return append([]byte{kind}, payload...)
+// final is the recorded end of operation op: its response (failed
+// false), or why it was given up (failed true).
+func final(op string, failed bool, payload []byte) []byte {
+	kind := finalResponseOp
+	if failed {
+		kind = finalFailedOp
+	}
+	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(op)+len(payload))
+	b = append(b, kind)
+	b = appendBytes(b, []byte(op))
+	return append(b, payload...)
 }
 
-// decodeFinal returns the response recorded by a done operation, or an
-// error matching ErrOperationFailed when it was given up.
-func decodeFinal(b []byte, scope, key string) ([]byte, error) {
+// opEnd is a recorded end of an operation, as decodeFinal reads it.
+type opEnd struct {
+	op      string // the operation's name; "" when not recorded (0.1.0)
+	failed  bool   // given up: payload is the reason
+	payload []byte // the response, or the reason
+}
+
+// decodeFinal reads the recorded end of an operation.
+func decodeFinal(b []byte) (opEnd, error) {
 	if len(b) == 0 {
-		return nil, errBadRecovery
+		return opEnd{}, errBadRecovery
 	}
 	switch b[0] {
-	case finalResponse:
-		return append([]byte{}, b[1:]...), nil
-	case finalFailed:
-		return nil, fmt.Errorf("%w: key %q in scope %q: %s", ErrOperationFailed, key, scope, b[1:])
+	case finalResponse, finalFailed:
+		return opEnd{failed: b[0] == finalFailed, payload: append([]byte{}, b[1:]...)}, nil
+	case finalResponseOp, finalFailedOp:
+		d := decoder{b: b[1:]}
+		op := d.bytes()
+		if d.err != nil {
+			return opEnd{}, d.err
+		}
+		return opEnd{op: string(op), failed: b[0] == finalFailedOp, payload: append([]byte{}, d.b...)}, nil
 	}
-	return nil, errBadRecovery
+	return opEnd{}, errBadRecovery
+}
+
+// answer is the answer of a done key to a call of operation op: the
+// response, an error matching ErrOperationFailed when the operation was
+// given up, sqlonce.ErrKeyReuse when another operation ran the key.
+func (e opEnd) answer(op, scope, key string) ([]byte, error) {
+	if e.op != "" && e.op != op {
+		return nil, fmt.Errorf("%w: key %q in scope %q was run by operation %q, not %q", sqlonce.ErrKeyReuse, key, scope, e.op, op)
+	}
+	if e.failed {
+		return nil, fmt.Errorf("%w: key %q in scope %q: %s", ErrOperationFailed, key, scope, e.payload)
+	}
+	return e.payload, nil
 }

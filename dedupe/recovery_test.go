@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/sqlonce/sqlonce"
 )
 
 func TestRecoveryRoundTrip(t *testing.T) {
@@ -27,7 +29,7 @@ func TestRecoveryRoundTrip(t *testing.T) {
 		}
 	}
 	good := (&recovery{op: "x", attempts: 1, names: []string{"a"}, results: [][]byte{[]byte("r")}}).encode()
-	for _, b := range [][]byte{nil, {0x7f}, good[:len(good)-1], append(append([]byte{}, good...), 0), final(finalResponse, []byte("r"))} {
+	for _, b := range [][]byte{nil, {0x7f}, good[:len(good)-1], append(append([]byte{}, good...), 0), final("x", false, []byte("r"))} {
 		if _, err := decodeRecovery(b); !errors.Is(err, errBadRecovery) {
 			t.Fatalf("decode %x: %v", b, err)
 		}
@@ -35,12 +37,40 @@ func TestRecoveryRoundTrip(t *testing.T) {
 }
 
 func TestDecodeFinal(t *testing.T) {
-	got, err := decodeFinal(final(finalResponse, []byte{}), "s", "k")
+	answer := func(b []byte, op string) ([]byte, error) {
+		e, err := decodeFinal(b)
+		if err != nil {
+			return nil, err
+		}
+		return e.answer(op, "s", "k")
+	}
+	got, err := answer(final("checkout", false, []byte{}), "checkout")
 	if err != nil || got == nil || len(got) != 0 {
 		t.Fatalf("empty response: %q, %v", got, err)
 	}
-	if _, err := decodeFinal(final(finalFailed, []byte("why")), "s", "k"); !errors.Is(err, ErrOperationFailed) {
+	if got, err := answer(final("checkout", false, []byte("r")), "checkout"); err != nil || string(got) != "r" {
+		t.Fatalf("response: %q, %v", got, err)
+	}
+	if _, err := answer(final("checkout", true, []byte("why")), "checkout"); !errors.Is(err, ErrOperationFailed) {
 		t.Fatalf("failed: %v", err)
+	}
+	// Another operation's end, done or given up, is another's key.
+	for _, failed := range []bool{false, true} {
+		if got, err := answer(final("checkout", failed, []byte("r")), "refund"); !errors.Is(err, sqlonce.ErrKeyReuse) || got != nil {
+			t.Fatalf("another operation's end (failed %v): %q, %v", failed, got, err)
+		}
+	}
+	// The encodings of 0.1.0 name no operation: read as before.
+	if got, err := answer([]byte{finalResponse, 'r'}, "any"); err != nil || string(got) != "r" {
+		t.Fatalf("0.1.0 response: %q, %v", got, err)
+	}
+	if _, err := answer([]byte{finalFailed, 'w'}, "any"); !errors.Is(err, ErrOperationFailed) {
+		t.Fatalf("0.1.0 failure: %v", err)
+	}
+	for _, b := range [][]byte{nil, {0x7f}, {finalResponseOp}, {finalResponseOp, 5, 'a'}} {
+		if _, err := decodeFinal(b); !errors.Is(err, errBadRecovery) {
+			t.Fatalf("decode %x: %v", b, err)
+		}
 	}
 }
 

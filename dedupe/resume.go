@@ -147,7 +147,7 @@ func (s *Store[TTx]) resumeOne(ctx context.Context, k driver.Key, maxAttempts in
 				}
 				token++
 			}
-			ok, err = s.engine.Complete(ctx, tx, k, token, final(finalFailed, []byte(reason)), ttl, now)
+			ok, err = s.engine.Complete(ctx, tx, k, token, final(rec.op, true, []byte(reason)), ttl, now)
 			return err
 		})
 		if err != nil || !ok {

@@ -175,8 +175,11 @@ func (op *Operation[TTx]) lease() time.Duration {
 // lease lapses.
 //
 // Other answers: sqlonce.ErrKeyReuse for a key recorded, or in progress,
-// with another fingerprint or by another operation; sqlonce.ErrInProgress
-// while another run holds the lease; sqlonce.ErrLeaseLost when this run's
+// with another fingerprint or by another operation (an op.Name of its
+// own: done, given up, running or stopped, the key is never answered
+// from, nor resumed by, another operation; a key done or given up by
+// version 0.1.0 did not record its operation, and answers any);
+// sqlonce.ErrInProgress while another run of op holds the lease; sqlonce.ErrLeaseLost when this run's
 // lease was taken over (it stops at once: the other run goes on);
 // ErrOperationFailed once ResumeStuck gave the operation up;
 // sqlonce.ErrInvalidKey, sqlonce.ErrInvalidArgument for bad input, and
@@ -236,9 +239,14 @@ func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op
 			return sqlonce.Result{}, fmt.Errorf("%w: key %q in scope %q", sqlonce.ErrKeyReuse, req.Key, req.Scope)
 		}
 		if row.State == driver.StateDone {
-			return replaySteps(req, row.Response)
+			return replaySteps(req, op.Name, row.Response)
 		}
 		if row.Leased {
+			// Another operation's run is refused as another operation's
+			// recorded end is: its key is not this operation's.
+			if rec, err := decodeRecovery(row.Response); err == nil && rec.op != op.Name {
+				return sqlonce.Result{}, fmt.Errorf("%w: key %q in scope %q runs operation %q, not %q", sqlonce.ErrKeyReuse, req.Key, req.Scope, rec.op, op.Name)
+			}
 			return sqlonce.Result{}, fmt.Errorf("%w: key %q in scope %q is running its steps", sqlonce.ErrInProgress, req.Key, req.Scope)
 		}
 		rec, err := recoveryOf(k, row, fresh)
@@ -262,8 +270,14 @@ func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op
 	return sqlonce.Result{}, fmt.Errorf("%w: key %q in scope %q changed hands while being read", sqlonce.ErrInProgress, req.Key, req.Scope)
 }
 
-func replaySteps(req Request, response []byte) (sqlonce.Result, error) {
-	resp, err := decodeFinal(response, req.Scope, req.Key)
+// replaySteps answers a call of operation op from its key's recorded
+// end.
+func replaySteps(req Request, op string, response []byte) (sqlonce.Result, error) {
+	e, err := decodeFinal(response)
+	if err != nil {
+		return sqlonce.Result{}, fmt.Errorf("sqlonce/dedupe: key %q: %w", req.Key, err)
+	}
+	resp, err := e.answer(op, req.Scope, req.Key)
 	if err != nil {
 		return sqlonce.Result{}, err
 	}
@@ -358,7 +372,7 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 			var ok bool
 			var err error
 			if last {
-				f := final(finalResponse, result)
+				f := final(op.Name, false, result)
 				if len(f) > s.maxResponse {
 					return fmt.Errorf("%w: %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(result), k.Key, s.maxResponse)
 				}
@@ -426,7 +440,7 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 // earlier as a recovery point, as k's response, with the lease held with
 // token.
 func (s *Store[TTx]) finishSteps(ctx context.Context, k driver.Key, token int64, resp []byte, ttl time.Duration, op *Operation[TTx], o *obs.Op) (sqlonce.Result, error) {
-	f := final(finalResponse, resp)
+	f := final(op.Name, false, resp)
 	if len(f) > s.maxResponse {
 		return sqlonce.Result{}, fmt.Errorf("%w: %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(resp), k.Key, s.maxResponse)
 	}

@@ -36,8 +36,10 @@ import (
 //
 // Everything else is as Wrap does: the key's checks, 401 without a
 // principal, 413 for a large body, 422 for the key sent with another
-// request, 409 while another request runs the key's steps (or a wait,
-// with WithWait), 503 when the database takes no writes. Every request
+// request or to another operation's handler (another op.Name: running,
+// stopped, done or given up, the key is its operation's), 409 while
+// another request runs the key's steps (or a wait, with WithWait), 503
+// when the database takes no writes. Every request
 // the handler gets runs as op: neither WithMethods nor WithRequired
 // applies, and a request without a key is answered 400, unless
 // WithNoRepeatSubmit derives one. A step's error, or a run that lost the

@@ -291,6 +291,58 @@ func wantLedgerOnce[TTx any](t testing.TB, ctx context.Context, db harness.DB[TT
 	}
 }
 
+// namedOp is an operation named name of two steps: a database step that
+// writes a ledger row with ref "<input>/<name>", then an outside step
+// that waits for gate (when not nil) and answers "<name>:<input>". ran
+// counts the runs of its steps.
+func namedOp[TTx any](db harness.DB[TTx], name string, ran *atomic.Int64, gate <-chan struct{}) *dedupe.Operation[TTx] {
+	return &dedupe.Operation[TTx]{Name: name, Lease: time.Minute, Steps: []dedupe.Step[TTx]{
+		{Name: "write", InTx: func(ctx context.Context, tx TTx, st dedupe.StepState) ([]byte, error) {
+			ran.Add(1)
+			return nil, db.Tx(tx).LedgerInsert(ctx, string(st.Input)+"/"+name, 1)
+		}},
+		{Name: "answer", Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+			ran.Add(1)
+			if gate != nil {
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			}
+			return []byte(name + ":" + string(st.Input)), nil
+		}},
+	}}
+}
+
+func countOp(won map[string]int, op int) (n int) {
+	for _, w := range won {
+		if w == op {
+			n++
+		}
+	}
+	return n
+}
+
+// wantOpLedger fails unless operation name wrote want ledger rows for key.
+func wantOpLedger[TTx any](t testing.TB, ctx context.Context, db harness.DB[TTx], key, name string, want int64) {
+	t.Helper()
+	n, err := db.Pool().LedgerCountByRef(ctx, key+"/"+name)
+	must(t, err)
+	if n != want {
+		t.Fatalf("key %s: operation %s wrote %d ledger rows, want %d", key, name, n, want)
+	}
+}
+
+// wantKeyReuse fails t, and goes on, unless RunSteps answered
+// sqlonce.ErrKeyReuse, and nothing else: no outcome, no response.
+func wantKeyReuse(t testing.TB, what string, res sqlonce.Result, err error) {
+	t.Helper()
+	if !errors.Is(err, sqlonce.ErrKeyReuse) || res.Outcome != 0 || res.Response != nil {
+		t.Errorf("%s: %v (response %q), %v; want ErrKeyReuse and nothing else", what, res, res.Response, err)
+	}
+}
+
 func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("InspectForget", func(t *testing.T) { stepsInspectForget(t, f) })
 	const lease = time.Minute
@@ -436,6 +488,160 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		renamed.Name = "refund"
 		_, err = s.RunSteps(at(ctx, t0, 8*time.Hour+2*lease), req, []byte("exp"), &renamed)
 		wantErr(t, "another operation", err, sqlonce.ErrKeyReuse)
+	})
+
+	// A key is its operation's: another operation (another Name) with the
+	// same scope, key and fingerprint is refused with ErrKeyReuse in every
+	// state of the key, and its steps never run; it is never answered with
+	// the first operation's response (it was, AlreadyDone, once that one
+	// was done), nor told to wait for it (ErrInProgress, while it ran).
+	t.Run("AnotherOperation", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s, err := dedupe.New(db.Driver())
+		must(t, err)
+		var checkoutRan, refundRan atomic.Int64
+		gate := make(chan struct{})
+		checkout := namedOp(db, "checkout", &checkoutRan, gate)
+		refund := namedOp(db, "refund", &refundRan, nil)
+		req := dedupe.Request{Scope: "steps", Key: "order-1", Fingerprint: []byte("same body")}
+		input := []byte("order-1")
+
+		// In progress: checkout's run holds the key, waiting at its
+		// outside step.
+		first := make(chan error, 1)
+		go func() {
+			_, err := s.RunSteps(ctx, req, input, checkout)
+			first <- err
+		}()
+		for checkoutRan.Load() < 2 {
+			time.Sleep(time.Millisecond)
+		}
+		res, err := s.RunSteps(ctx, req, input, refund)
+		wantKeyReuse(t, "refund while checkout runs", res, err)
+		_, err = s.RunSteps(ctx, req, input, checkout)
+		if !errors.Is(err, sqlonce.ErrInProgress) {
+			t.Errorf("checkout while checkout runs: %v, want ErrInProgress", err)
+		}
+		close(gate)
+		must(t, <-first)
+
+		// Done.
+		res, err = s.RunSteps(ctx, req, input, refund)
+		wantKeyReuse(t, "refund after checkout", res, err)
+		res, err = s.RunSteps(ctx, req, input, checkout)
+		if err != nil || !res.AlreadyDone() || string(res.Response) != "checkout:order-1" {
+			t.Fatalf("checkout again: %v %q, %v; want AlreadyDone %q", res, res.Response, err, "checkout:order-1")
+		}
+		// The resumer, given both operations, finds nothing to do.
+		if done, failed, err := s.ResumeStuck(ctx, 3, checkout, refund); err != nil || done != 0 || failed != 0 {
+			t.Fatalf("resumer: %d done, %d given up, %v", done, failed, err)
+		}
+		if n := refundRan.Load(); n != 0 {
+			t.Errorf("refund's steps ran %d times, want never", n)
+		}
+		wantOpLedger(t, ctx, db, "order-1", "checkout", 1)
+		wantOpLedger(t, ctx, db, "order-1", "refund", 0)
+
+		// Stopped: checkout's run failed at its outside step, its lease
+		// released; then given up by the resumer.
+		t0 := clockBase()
+		failing := namedOp(db, "checkout", &checkoutRan, nil)
+		failing.Steps[1].Outside = func(context.Context, dedupe.StepState) ([]byte, error) { return nil, errInjected }
+		req2 := dedupe.Request{Scope: "steps", Key: "order-2", Fingerprint: []byte("same body")}
+		_, err = s.RunSteps(at(ctx, t0, 0), req2, []byte("order-2"), failing)
+		wantErr(t, "checkout that fails", err, errInjected)
+		res, err = s.RunSteps(at(ctx, t0, time.Second), req2, []byte("order-2"), refund)
+		wantKeyReuse(t, "refund after checkout stopped", res, err)
+		if done, failed, err := s.ResumeStuck(at(ctx, t0, 2*time.Second), 1, failing, refund); err != nil || done != 0 || failed != 1 {
+			t.Fatalf("resumer: %d done, %d given up, %v; want one given up", done, failed, err)
+		}
+		res, err = s.RunSteps(at(ctx, t0, 3*time.Second), req2, []byte("order-2"), refund)
+		wantKeyReuse(t, "refund after checkout was given up", res, err)
+		_, err = s.RunSteps(at(ctx, t0, 3*time.Second), req2, []byte("order-2"), failing)
+		wantErr(t, "checkout after it was given up", err, dedupe.ErrOperationFailed)
+		if n := refundRan.Load(); n != 0 {
+			t.Fatalf("refund's steps ran %d times, want never", n)
+		}
+		wantOpLedger(t, ctx, db, "order-2", "checkout", 1)
+		wantOpLedger(t, ctx, db, "order-2", "refund", 0)
+	})
+
+	// Goroutines racing two operations on each key: one operation's
+	// effects per key, once; the other's callers all get ErrKeyReuse.
+	t.Run("AnotherOperationRace", func(t *testing.T) {
+		ctx := ctxT(t)
+		const workers, keys = 16, 8
+		db := f(t, workers+4)
+		s, err := dedupe.New(db.Driver())
+		must(t, err)
+		var ran [2]atomic.Int64
+		ops := [2]*dedupe.Operation[TTx]{namedOp(db, "checkout", &ran[0], nil), namedOp(db, "refund", &ran[1], nil)}
+		type answer struct {
+			key  string
+			op   int
+			resp string
+			err  error
+		}
+		answers := make(chan answer, workers*keys)
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				op := w % 2
+				for k := range keys {
+					key := fmt.Sprintf("race-op-%d", (k+w)%keys)
+					req := dedupe.Request{Scope: "steps", Key: key, Fingerprint: []byte("same body")}
+					for {
+						res, err := s.RunSteps(ctx, req, []byte(key), ops[op])
+						if errors.Is(err, sqlonce.ErrInProgress) {
+							time.Sleep(time.Millisecond)
+							continue
+						}
+						if err == nil && res.Response == nil {
+							err = fmt.Errorf("no response: %v", res)
+						}
+						answers <- answer{key: key, op: op, resp: string(res.Response), err: err}
+						break
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(answers)
+		won := map[string]int{}
+		var byKey []answer
+		for a := range answers {
+			byKey = append(byKey, a)
+			if a.err == nil {
+				if w, ok := won[a.key]; ok && w != a.op {
+					t.Fatalf("key %s: both operations answered", a.key)
+				}
+				won[a.key] = a.op
+				if want := ops[a.op].Name + ":" + a.key; a.resp != want {
+					t.Fatalf("key %s: %s answered %q, want %q", a.key, ops[a.op].Name, a.resp, want)
+				}
+			}
+		}
+		for _, a := range byKey {
+			w, ok := won[a.key]
+			switch {
+			case !ok:
+				t.Fatalf("key %s: no operation answered", a.key)
+			case a.op != w && !errors.Is(a.err, sqlonce.ErrKeyReuse):
+				t.Fatalf("key %s: %s, which lost the key to %s: %q, %v; want ErrKeyReuse", a.key, ops[a.op].Name, ops[w].Name, a.resp, a.err)
+			case a.op == w && a.err != nil:
+				t.Fatalf("key %s: %s, which won the key: %v", a.key, ops[a.op].Name, a.err)
+			}
+		}
+		for k := range keys {
+			key := fmt.Sprintf("race-op-%d", k)
+			w := won[key]
+			wantOpLedger(t, ctx, db, key, ops[w].Name, 1)
+			wantOpLedger(t, ctx, db, key, ops[1-w].Name, 0)
+		}
+		t.Logf("keys won by checkout and refund: %d and %d; steps run: %d and %d", keys-countOp(won, 1), countOp(won, 1), ran[0].Load(), ran[1].Load())
 	})
 
 	t.Run("GiveUpAfterAttempts", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -220,6 +221,80 @@ func runHTTPIdemSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		sameAnswer(t, "held duplicate", first, dup)
 		wantLedgerOnce(t, ctx, db, "alice:wait")
 		svc.effectsOnce(t, 2)
+	})
+
+	// Two Steps handlers whose requests have one fingerprint (a route
+	// and a fingerprint of the body alone): the key sent to the second
+	// one, while the first runs and after it is done, is 422, never the
+	// first one's answer replayed nor a 409 to wait for it, and the second
+	// one's steps never run.
+	t.Run("AnotherOperation", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		gate := make(chan struct{})
+		var refundRan atomic.Int64
+		op := func(name string, ran *atomic.Int64, gate <-chan struct{}) *dedupe.Operation[TTx] {
+			return &dedupe.Operation[TTx]{Name: name, Lease: lease, Steps: []dedupe.Step[TTx]{
+				{Name: "answer", Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+					if ran != nil {
+						ran.Add(1)
+					}
+					if gate != nil {
+						select {
+						case <-gate:
+						case <-ctx.Done():
+							return nil, ctx.Err()
+						}
+					}
+					return httpidem.Respond(http.StatusOK, nil, []byte(name))
+				}},
+			}}
+		}
+		m, err := httpidem.New(db.Driver(), func(r *http.Request) string { return r.Header.Get("X-User") },
+			httpidem.WithErrorLog(func(*http.Request, error) {}),
+			httpidem.WithRoute(func(*http.Request) string { return "orders" }),
+			httpidem.WithFingerprint(func(r *http.Request, body []byte) ([]byte, error) { return body, nil }))
+		must(t, err)
+		mux := http.NewServeMux()
+		mux.Handle("POST /checkout", m.Steps(op("checkout", nil, gate)))
+		mux.Handle("POST /refund", m.Steps(op("refund", &refundRan, nil)))
+		call := func(path string) reply {
+			hr := httptest.NewRequestWithContext(ctx, http.MethodPost, path, strings.NewReader("order 7"))
+			hr.Header.Set("X-User", "alice")
+			hr.Header.Set(httpidem.Header, `"k-7"`)
+			rec := httptest.NewRecorder()
+			mux.ServeHTTP(rec, hr)
+			resp := rec.Result()
+			b, _ := io.ReadAll(resp.Body)
+			return reply{status: resp.StatusCode, header: resp.Header, body: b}
+		}
+		reused := func(what string, r reply) {
+			t.Helper()
+			if r.status != http.StatusUnprocessableEntity {
+				t.Errorf("%s: %d %q, want 422", what, r.status, r.body)
+				return
+			}
+			if p := r.problem(t); p.Code != httpidem.CodeKeyReused {
+				t.Errorf("%s: %+v", what, p)
+			}
+		}
+		firstDone := make(chan reply, 1)
+		go func() { firstDone <- call("/checkout") }()
+		waitFor(t, func() bool {
+			row, ok, err := db.Key(ctx, "k:alice", "k-7")
+			return err == nil && ok && row.State == 2
+		})
+		reused("refund while checkout runs", call("/refund"))
+		close(gate)
+		first := <-firstDone
+		wantHTTPStatus(t, "checkout", first, http.StatusOK)
+		reused("refund after checkout", call("/refund"))
+		if r := call("/checkout"); r.status != http.StatusOK || string(r.body) != "checkout" || !r.replayed() {
+			t.Errorf("checkout again: %d %q, replayed %v; want checkout's answer replayed", r.status, r.body, r.replayed())
+		}
+		if n := refundRan.Load(); n != 0 {
+			t.Errorf("refund's steps ran %d times, want never", n)
+		}
 	})
 
 	t.Run("KeyReuseAndInProgress", func(t *testing.T) {
