@@ -178,7 +178,7 @@ func needSchema[TTx any](ctx context.Context, b *backend[TTx]) error {
 func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("purge", flag.ContinueOnError)
 	dsn, schema := dbFlag(fs), schemaFlag(fs)
-	batch := fs.Int("batch", dedupe.DefaultPurgeBatch, "`N` rows deleted per transaction (1..100000)")
+	batch := fs.Int("batch", dedupe.DefaultPurgeBatch, "`N` rows deleted per transaction (1..100000; 0: the default)")
 	pos, err := flags(fs, args)
 	if err != nil {
 		return err
@@ -186,8 +186,11 @@ func purgeCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if len(pos) > 0 {
 		return cmdUsagef("purge", "purge takes no arguments, got %q", pos)
 	}
+	if *batch == 0 { // 0 takes the default, as everywhere in the library
+		*batch = dedupe.DefaultPurgeBatch
+	}
 	if *batch < 1 || *batch > 100000 {
-		return cmdUsagef("purge", "--batch %d is outside 1..100000", *batch)
+		return cmdUsagef("purge", "--batch %d is outside 1..100000 (0: the default, %d)", *batch, dedupe.DefaultPurgeBatch)
 	}
 	if err := needDB("purge", *dsn); err != nil {
 		return err

@@ -185,7 +185,9 @@ func commandHelp(fs *flag.FlagSet) string {
 		sb.WriteString(dsnHelp + "\n")
 	}
 	sb.WriteString("Exit status:\n  0  success\n")
-	if h.db {
+	if h.db && strings.HasPrefix(h.synopsis, "sqlonce demo") {
+		sb.WriteString("  1  operational failure: database unreachable, migrations missing, SQL error,\n     a demo check failed\n")
+	} else if h.db {
 		sb.WriteString("  1  operational failure: database unreachable, migrations missing, SQL error\n")
 	} else {
 		sb.WriteString("  1  operational failure\n")

@@ -41,6 +41,9 @@ func TestCommandHelp(t *testing.T) {
 					t.Errorf("sqlonce %q differs from %s -h:\n%s", args, name, r.stdout)
 				}
 			}
+			if name == "demo" && !strings.Contains(strings.Join(strings.Fields(first), " "), "1 operational failure: database unreachable, migrations missing, SQL error, a demo check failed") {
+				t.Errorf("demo -h does not say a failed demo check exits 1:\n%s", first)
+			}
 			if !strings.HasPrefix(first, "Usage: sqlonce "+name) {
 				t.Errorf("%s -h does not start with its usage:\n%s", name, first)
 			}

@@ -211,6 +211,10 @@ func lifecycle(t *testing.T, tg target) {
 	if got := strings.Count(r.stderr, "purging expired keys: "); got != 3 {
 		t.Fatalf("purge reported %d batches of 10, 10 and 5, want 3:\n%s", got, r.stderr)
 	}
+	// --batch 0 takes the default, as a batch of 0 does in the library.
+	if r := sqlonce(t, "purge", "--db", db, "--batch", "0").succeeds(t); !strings.Contains(r.stdout, "purged 0 expired keys") {
+		t.Fatalf("purge --batch 0:\n%s", r.stdout)
+	}
 	var left int64
 	if err := sdb.QueryRow("SELECT count(*) FROM sqlonce_keys WHERE scope = 'old-requests'").Scan(&left); err != nil || left != 0 {
 		t.Fatalf("%d expired keys left after purge (%v)", left, err)
