@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"testing/fstest"
@@ -58,7 +59,11 @@ func NewProvider(d Dialect, db *sql.DB, opts ...goose.ProviderOption) (*goose.Pr
 	if err := checkHandle(db, d); err != nil {
 		return nil, err
 	}
-	return newProvider(d, db, nil, opts...)
+	var locker *mysqlLocker
+	if d == MySQL {
+		locker = &mysqlLocker{}
+	}
+	return newProvider(d, db, nil, locker, opts...)
 }
 
 // dialects are the Dialects by the internal/driver dialect they speak.
@@ -87,8 +92,8 @@ func checkHandle(db *sql.DB, d Dialect) error {
 }
 
 // newProvider is NewProvider for the tables in schema (nil: where the
-// connection finds them).
-func newProvider(d Dialect, db *sql.DB, schema *driver.Schema, opts ...goose.ProviderOption) (*goose.Provider, error) {
+// connection finds them). On MySQL, locker (nil: none) is goose's locker.
+func newProvider(d Dialect, db *sql.DB, schema *driver.Schema, locker *mysqlLocker, opts ...goose.ProviderOption) (*goose.Provider, error) {
 	fsys, err := FS(d)
 	if err != nil {
 		return nil, err
@@ -106,21 +111,23 @@ func newProvider(d Dialect, db *sql.DB, schema *driver.Schema, opts ...goose.Pro
 	base := []goose.ProviderOption{goose.WithTableName(table), goose.WithDisableGlobalRegistry(true)}
 	switch d {
 	case MySQL:
+		// goose's own check of the version table fails through vtgate
+		// (see mysqlStore); goose has no lock for MySQL (see mysqlLocker).
 		gd = goose.DialectMySQL
 		if schema == nil {
-			// goose's own check of the version table fails through
-			// vtgate (see mysqlStore); a qualified table is checked by
-			// its schema's name, which works there.
+			// A qualified table is checked by its schema's name, which
+			// works through vtgate.
 			store, err := newMySQLStore(table)
 			if err != nil {
 				return nil, err
 			}
 			gd, base = goose.DialectCustom, []goose.ProviderOption{goose.WithStore(store), goose.WithDisableGlobalRegistry(true)}
 		}
+		if locker != nil {
+			base = append(base, goose.WithLocker(locker))
+		}
 	case SQLite:
-		// No session locker, as for MySQL: goose has none. Instances that
-		// run Up at once on a fresh file race to create the tables, and
-		// all but one fail; run migrations from one instance.
+		// No locker: see Up.
 		gd = goose.DialectSQLite3
 	default:
 		if db != nil && db.Stats().MaxOpenConnections == 1 {
@@ -157,7 +164,7 @@ func newProvider(d Dialect, db *sql.DB, schema *driver.Schema, opts ...goose.Pro
 // NewProvider does for d and db: a dialect that does not match the
 // handle's database/sql driver is refused, naming both, and leaves
 // nothing behind.
-func Up(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) error {
+func Up(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) (err error) {
 	var o options
 	for i, opt := range opts {
 		if opt == nil {
@@ -177,14 +184,44 @@ func Up(ctx context.Context, db *sql.DB, d Dialect, opts ...Option) error {
 			return err
 		}
 	}
-	p, err := newProvider(d, db, schema)
-	if err != nil {
-		return err
+	if d == MySQL {
+		// The lock around all of goose's run (see mysqlLocker).
+		l := &mysqlLocker{}
+		if schema != nil {
+			l.database = schema.Name()
+		}
+		if err := l.Lock(ctx, db); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, l.Unlock(context.WithoutCancel(ctx), db)) }()
 	}
-	if _, err := p.Up(ctx); err != nil {
-		return fmt.Errorf("sqlonce/migrations: up: %w", err)
+	// SQLite has no lock goose's run could hold (its one lock, the
+	// database's write lock, is taken by each migration's transaction):
+	// instances running Up at once on a fresh file each apply what they
+	// find pending, and a migration another instance applied first fails
+	// whole, its transaction rolled back. Up then runs again while the
+	// database's version advanced since its last try, and returns the
+	// error of a try after which it did not.
+	last := int64(-1)
+	for {
+		p, err := newProvider(d, db, schema, nil)
+		if err != nil {
+			return err
+		}
+		_, err = p.Up(ctx)
+		if err == nil {
+			return nil
+		}
+		err = fmt.Errorf("sqlonce/migrations: up: %w", err)
+		if d != SQLite || ctx.Err() != nil {
+			return err
+		}
+		v, verr := p.GetDBVersion(ctx)
+		if verr != nil || v <= last {
+			return err
+		}
+		last = v
 	}
-	return nil
 }
 
 // Option configures Up, which applies and validates it.
@@ -230,10 +267,44 @@ func createSchema(ctx context.Context, db *sql.DB, d Dialect, name string) (*dri
 	if err != nil {
 		return nil, fmt.Errorf("%w: sqlonce/migrations: %v", sqlonce.ErrInvalidArgument, err)
 	}
-	if _, err := db.ExecContext(ctx, create+s.Quoted()); err != nil {
+	if d == MySQL {
+		// CREATE DATABASE IF NOT EXISTS of concurrent sessions: one
+		// creates it, the others find it.
+		if _, err := db.ExecContext(ctx, create+s.Quoted()); err != nil {
+			return nil, fmt.Errorf("sqlonce/migrations: create schema %s: %w", s.Quoted(), err)
+		}
+		return s, nil
+	}
+	// PostgreSQL's CREATE SCHEMA IF NOT EXISTS of concurrent sessions
+	// fails in all but one (23505 on pg_namespace_nspname_index): it is
+	// created under the schema's migration lock (see txLocker), in a
+	// transaction that ends before the migrations take that lock again.
+	if err := inTx(ctx, db, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, "SET LOCAL lock_timeout = '"+lockTimeout+"'"); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, "SELECT pg_advisory_xact_lock("+schemaLockKey+")", lockID, s.Name()); err != nil {
+			return err
+		}
+		_, err := tx.ExecContext(ctx, create+s.Quoted())
+		return err
+	}); err != nil {
 		return nil, fmt.Errorf("sqlonce/migrations: create schema %s: %w", s.Quoted(), err)
 	}
 	return s, nil
+}
+
+// inTx runs fn in a transaction on db and commits it.
+func inTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }
 
 // qualified returns the migration files of fsys with sqlonce's tables
