@@ -29,5 +29,25 @@
 // cannot see (stdlib.OpenDBFromPool on a pgx pool of one connection) that
 // gives no second connection within 2 s runs the migrations without the
 // lock: concurrent runs then race on the version table, and all but one
-// fail.
+// fail. WithSchema's schema is created under the same lock, so instances
+// creating it at once do not fail on each other.
+//
+// On MySQL and MariaDB, Up takes a user-level lock (GET_LOCK, named after
+// the database and TableName) on a connection of its own, held around the
+// whole run and released after it; the lock ends with its session if the
+// process dies. A provider of NewProvider holds it around its migrations
+// (goose's Up checks for pending ones first without a lock, and may then
+// create the version table unlocked: run Up from code for a fleet). As on
+// PostgreSQL, a handle with db.SetMaxOpenConns(1) runs without the lock,
+// and so do Galera nodes that refuse GET_LOCK. Through Vitess's vtgate on
+// a sharded keyspace, Up first checks that the VSchema has a vindex for
+// each of sqlonce's tables and, when one is missing, returns an error
+// matching ErrNoVindex that names the ALTER VSCHEMA statements to run,
+// before creating anything.
+//
+// SQLite has no lock a run could hold across its migrations' own
+// transactions: instances running Up at once on one file each apply what
+// they find pending, a migration that another applied first fails whole
+// (rolled back), and Up runs again as long as the database's version
+// advanced since its previous try. Every instance then returns nil.
 package migrations
