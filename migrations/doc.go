@@ -35,9 +35,10 @@
 // On MySQL and MariaDB, Up takes a user-level lock (GET_LOCK, named after
 // the database and TableName) on a connection of its own, held around the
 // whole run and released after it; the lock ends with its session if the
-// process dies. A provider of NewProvider holds it around its migrations
-// (goose's Up checks for pending ones first without a lock, and may then
-// create the version table unlocked: run Up from code for a fleet). As on
+// process dies. A provider of NewProvider or NewSchemaProvider holds it
+// around its migrations (goose's Up checks for pending ones first without
+// a lock, and may then create the version table unlocked: run Up from
+// code for a fleet). As on
 // PostgreSQL, a handle with db.SetMaxOpenConns(1) runs without the lock,
 // and so do Galera nodes that refuse GET_LOCK. Through Vitess's vtgate on
 // a sharded keyspace, Up first checks that the VSchema has a vindex for

@@ -33,5 +33,9 @@ func NewSchemaProvider(d Dialect, db *sql.DB, schema string, opts ...goose.Provi
 	if err != nil {
 		return nil, fmt.Errorf("%w: sqlonce/migrations: %v", sqlonce.ErrInvalidArgument, err)
 	}
-	return newProvider(d, db, s, opts...)
+	var locker *mysqlLocker
+	if d == MySQL {
+		locker = &mysqlLocker{database: s.Name()}
+	}
+	return newProvider(d, db, s, locker, opts...)
 }
