@@ -24,10 +24,7 @@ func (e engine) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope
 		return driver.TokenConsumed{}, err
 	}
 	if e.wsrep.vtgate {
-		// Through vtgate: the conditional UPDATE alone, as vtgate plans
-		// it on the scope's shard; TokenGet tells why it changed nothing.
-		n, err := e.q.TokenConsume(ctx, e.on(tx), mysqldb.TokenConsumeParams{Now: myNow(now), TokenHash: hash, Scope: []byte(scope)})
-		return driver.TokenConsumed{Consumed: n == 1}, err
+		return e.vtgateTokenConsume(ctx, tx, hash, scope, now)
 	}
 	res, err := e.q.TokenConsumeRead(ctx, e.on(tx), mysqldb.TokenConsumeReadParams{Now: myNow(now), TokenHash: hash, Scope: []byte(scope)})
 	if err != nil {
@@ -43,6 +40,34 @@ func (e engine) TokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope
 		return driver.TokenConsumed{Consumed: true}, nil
 	}
 	return tokenRead(res, scope), nil
+}
+
+// vtgateTokenConsume is TokenConsume through vtgate: the conditional
+// UPDATE alone, as vtgate plans it on the scope's shard (vtgate refuses
+// TokenConsumeRead's LAST_INSERT_ID(expr)), then, when it changed nothing,
+// the reason read on the same shard, by the hash and the scope
+// (TokenGetInScope). A repeat holds the token's row lock from the UPDATE
+// until its transaction ends: a read by the hash alone (TokenGet) goes to
+// every shard, and waited for a transaction slot on another shard whose
+// transactions waited for locks held here, each shard's repeats stalling
+// the other's (32 racers on 8 tokens over 2 shards). Only a token with no
+// row of the scope (unknown, or another scope's) is left to TokenGet,
+// after an UPDATE that locked no row.
+func (e engine) vtgateTokenConsume(ctx context.Context, tx *sql.Tx, hash []byte, scope string, now time.Time) (driver.TokenConsumed, error) {
+	n, err := e.q.TokenConsume(ctx, e.on(tx), mysqldb.TokenConsumeParams{Now: myNow(now), TokenHash: hash, Scope: []byte(scope)})
+	if err != nil || n == 1 {
+		return driver.TokenConsumed{Consumed: n == 1}, err
+	}
+	r, err := e.q.TokenGetInScope(ctx, e.on(tx), mysqldb.TokenGetInScopeParams{Now: myNow(now), TokenHash: hash, Scope: []byte(scope)})
+	if errors.Is(err, sql.ErrNoRows) {
+		return driver.TokenConsumed{}, nil
+	}
+	if err != nil {
+		return driver.TokenConsumed{}, err
+	}
+	return driver.TokenConsumed{Read: true, Found: true, State: driver.TokenState{
+		Scope: scope, Consumed: r.Consumed == 1, Expired: r.Expired == 1,
+	}}, nil
 }
 
 // tokenRead decodes what TokenConsumeRead's LAST_INSERT_ID says of a token

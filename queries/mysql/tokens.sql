@@ -57,6 +57,21 @@ FROM sqlonce_tokens
 WHERE token_hash = sqlc.arg(token_hash)
 LOCK IN SHARE MODE;
 
+-- name: TokenGetInScope :one
+-- TokenGet of the scope's token alone, through vtgate: the scope, the
+-- tokens' vindex column, routes it to the scope's shard, the shard whose
+-- row TokenConsume locked. TokenGet by the hash alone reads every shard,
+-- and a repeat holding the token's row lock would wait for a transaction
+-- on another shard, whose transactions may wait for locks held here. No
+-- row: the token is unknown or another scope's, which TokenGet tells.
+SELECT
+    CAST(consumed_at IS NOT NULL AS SIGNED) AS consumed,
+    CAST(expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND) AS SIGNED) AS expired
+FROM sqlonce_tokens
+WHERE token_hash = sqlc.arg(token_hash)
+  AND scope = sqlc.arg(scope)
+LOCK IN SHARE MODE;
+
 -- name: TokenPurge :execrows
 -- Deletes up to the given number of expired tokens in expiry order.
 DELETE FROM sqlonce_tokens

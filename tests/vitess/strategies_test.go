@@ -19,8 +19,9 @@ import (
 // the next, an unknown token ErrUnknown and a token presented in another
 // tenant's scope ErrOtherScope, each answered in the tenant's transaction
 // after its order was written on the tenant's shard. The reason a consume
-// changed nothing is read by the token's hash alone, which vtgate sends to
-// every shard.
+// changed nothing is read on the scope's shard, by the hash and the scope;
+// only a token with no row of the scope is read by its hash alone, which
+// vtgate sends to every shard.
 func TestTokenRepeats(t *testing.T) {
 	_, db := setup(t)
 	tokens, err := token.New(testdrv.MySQL(t, db))

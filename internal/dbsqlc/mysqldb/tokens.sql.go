@@ -112,6 +112,40 @@ func (q *Queries) TokenGet(ctx context.Context, db DBTX, arg TokenGetParams) (To
 	return i, err
 }
 
+const tokenGetInScope = `-- name: TokenGetInScope :one
+SELECT
+    CAST(consumed_at IS NOT NULL AS SIGNED) AS consumed,
+    CAST(expires_at <= COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND) AS SIGNED) AS expired
+FROM sqlonce_tokens
+WHERE token_hash = ?
+  AND scope = ?
+LOCK IN SHARE MODE
+`
+
+type TokenGetInScopeParams struct {
+	Now       sql.NullTime
+	TokenHash []byte
+	Scope     []byte
+}
+
+type TokenGetInScopeRow struct {
+	Consumed int64
+	Expired  int64
+}
+
+// TokenGet of the scope's token alone, through vtgate: the scope, the
+// tokens' vindex column, routes it to the scope's shard, the shard whose
+// row TokenConsume locked. TokenGet by the hash alone reads every shard,
+// and a repeat holding the token's row lock would wait for a transaction
+// on another shard, whose transactions may wait for locks held here. No
+// row: the token is unknown or another scope's, which TokenGet tells.
+func (q *Queries) TokenGetInScope(ctx context.Context, db DBTX, arg TokenGetInScopeParams) (TokenGetInScopeRow, error) {
+	row := db.QueryRowContext(ctx, tokenGetInScope, arg.Now, arg.TokenHash, arg.Scope)
+	var i TokenGetInScopeRow
+	err := row.Scan(&i.Consumed, &i.Expired)
+	return i, err
+}
+
 const tokenInsert = `-- name: TokenInsert :exec
 INSERT INTO sqlonce_tokens (token_hash, scope, created_at, expires_at)
 VALUES (
