@@ -111,8 +111,13 @@ func TxFrom[TTx any](ctx context.Context) (tx TTx, ok bool) {
 // Unavailable, to be retried with the same key; a response over
 // WithMaxResponseSize is ResourceExhausted, rolled back. A handler error
 // rolls the transaction back and is returned as is: only successful
-// responses are recorded, so a retry runs the handler again. Any other
-// error, the database's included (it rolled back), is Internal.
+// responses are recorded, so a retry runs the handler again. A claim the
+// database refuses for the way it is set up (the keys on a sharded Vitess
+// keyspace, where a claim that does not wait for a held key cannot be
+// bounded) is FailedPrecondition, which clients do not retry, its message
+// saying that the call was not carried out and that the keys need an
+// unsharded keyspace. Any other error, the database's included (it rolled
+// back), is Internal.
 func (i *Interceptor[TTx]) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if i.methods != nil && !i.methods[info.FullMethod] {
@@ -199,6 +204,10 @@ func (i *Interceptor[TTx]) Unary() grpc.UnaryServerInterceptor {
 			return nil, status.Error(codes.ResourceExhausted, "the response is larger than this server records; the call was not carried out")
 		case idem.ReadOnly:
 			return nil, status.Error(codes.Unavailable, "the service cannot carry out calls now; the call was not carried out: retry it later with the same idempotency key")
+		case idem.Refused:
+			// Not retryable: the same call fails until the server is set
+			// up otherwise (Internal told clients to retry it).
+			return nil, status.Error(codes.FailedPrecondition, idem.RefusedDetail(err, "call", "idempotency key"))
 		case idem.Gone:
 			return nil, status.FromContextError(ctx.Err()).Err()
 		default:

@@ -108,6 +108,13 @@
 //     replica, a primary a failover is demoting) is 503 with
 //     [CodeUnavailable] and Retry-After: not carried out, and a retry
 //     with the same key runs it once the application reaches a primary.
+//     A claim the database refuses for the way it is set up (the keys
+//     on a sharded Vitess keyspace, where a claim that does not wait for
+//     a held key cannot be bounded) is 500 with [CodeInternal] in every
+//     mode, its detail saying that the request was not carried out, that
+//     sending it again will not succeed, and that the keys need an
+//     unsharded keyspace; the error reported to [WithErrorLog] names
+//     the fix. The middleware cannot know it before its first request.
 //
 // # Modes
 //

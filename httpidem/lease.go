@@ -30,6 +30,9 @@ func (m *Middleware[TTx]) serveLease(w http.ResponseWriter, r *http.Request, nex
 	case errors.Is(err, sqlonce.ErrReadOnly) && ctx.Err() == nil:
 		m.unavailable(w, r, err)
 		return
+	case errors.Is(err, sqlonce.ErrInvalidArgument) && ctx.Err() == nil:
+		m.refused(w, r, err)
+		return
 	case err != nil:
 		if ctx.Err() == nil {
 			m.internal(w, r, err, notDone)

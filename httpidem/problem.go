@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/sqlonce/sqlonce/internal/idem"
 )
 
 // Problem codes: the "code" member of every problem body the middleware
@@ -142,6 +144,15 @@ const (
 // seconds: about the time a tuned automatic failover takes to promote a
 // standby.
 const unavailableRetryAfter = "5"
+
+// refused answers a request whose key the store refused for the way the
+// database is set up (idem.Refused): 500, not carried out, and the detail
+// says that sending it again will not help and what the server needs,
+// never to retry. err is reported with the fix.
+func (m *Middleware[TTx]) refused(w http.ResponseWriter, r *http.Request, err error) {
+	m.onError(r, idem.RefusedError(err, "httpidem"))
+	m.problem(w, http.StatusInternalServerError, CodeInternal, idem.RefusedDetail(err, "request", "Idempotency-Key"))
+}
 
 func (m *Middleware[TTx]) internal(w http.ResponseWriter, r *http.Request, err error, detail string) {
 	m.onError(r, err)

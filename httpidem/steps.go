@@ -96,7 +96,7 @@ func (m *Middleware[TTx]) serveSteps(w http.ResponseWriter, r *http.Request, ste
 	case errors.Is(err, dedupe.ErrOperationFailed):
 		m.internal(w, r, err, givenUp)
 	case errors.Is(err, sqlonce.ErrInvalidArgument) || errors.Is(err, sqlonce.ErrNoDB):
-		m.internal(w, r, err, notDone)
+		m.refused(w, r, err)
 	default:
 		// A step failed, or the run lost the key: the steps before are
 		// done, and a retry resumes after them.

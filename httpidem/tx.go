@@ -60,6 +60,8 @@ func (m *Middleware[TTx]) serveTx(w http.ResponseWriter, r *http.Request, next h
 		m.tooLarge(w, r, err)
 	case idem.ReadOnly:
 		m.unavailable(w, r, err)
+	case idem.Refused:
+		m.refused(w, r, err)
 	case idem.Gone:
 		// The client is gone: nobody to answer, nothing to report.
 	default:

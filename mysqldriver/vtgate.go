@@ -259,6 +259,10 @@ func vtgateErr(ctx context.Context, q querier) (refusal, err error) {
 // hashes. Refused on a sharded keyspace, rather than on some keys; a
 // session on one shard (keyspace:shard in the DSN) or a keyspace of one
 // shard runs it as MariaDB does.
-var errVtgateLockWait = fmt.Errorf("%w: mysqldriver: a bounded lock wait (dedupe.WithNoWait, WithLockWait) is not supported through vtgate on a sharded keyspace: "+
+//
+// It matches driver.ErrShardedLockWait as well, by which httpidem and
+// grpcidem (whose Stores claim WithNoWait) answer it as not retryable.
+var errVtgateLockWait = fmt.Errorf("%w: %w: mysqldriver: a bounded lock wait (dedupe.WithNoWait, WithLockWait; httpidem's and grpcidem's claims) is not supported through vtgate on a sharded keyspace: "+
 	"its SET innodb_lock_wait_timeout runs on the keyspace's first shard inside the transaction, which makes a key on another shard "+
-	"a cross-shard transaction; use a Store without it (docs/deployments.md, Vitess)", sqlonce.ErrInvalidArgument)
+	"a cross-shard transaction; use a Store without it, or keep its keys on an unsharded keyspace, with a driver whose DSN names that keyspace "+
+	"(docs/deployments.md, Vitess)", sqlonce.ErrInvalidArgument, driver.ErrShardedLockWait)

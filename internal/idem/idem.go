@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
@@ -80,7 +81,36 @@ const (
 	// Rolled back, not carried out; the same request succeeds once the
 	// application reaches a primary.
 	ReadOnly
+	// Refused: the store refused the claim for the way it is set up
+	// (sqlonce.ErrInvalidArgument after the request was checked), such
+	// as a bounded lock wait on a sharded Vitess keyspace
+	// (driver.ErrShardedLockWait). Rolled back, not carried out, and the
+	// same request fails again until the server is set up otherwise: the
+	// transport's answer must not ask for a retry. RefusedDetail words it.
+	Refused
 )
+
+// RefusedDetail is what a transport tells the client of a Refused
+// request: not carried out, not worth sending again, and, when it is
+// known, what the server needs.
+func RefusedDetail(err error, what, key string) string {
+	if errors.Is(err, driver.ErrShardedLockWait) {
+		return "the " + what + " was not carried out, and sending it again will not succeed: this server keeps its " + key +
+			"s on a sharded Vitess keyspace, where they cannot be claimed; they need an unsharded keyspace"
+	}
+	return "the " + what + " was not carried out, and sending it again will not succeed: this server's database refuses its " + key + "s as it is set up"
+}
+
+// RefusedError is the error a transport reports (logs) for a Refused
+// request: err, with the fix when it is known.
+func RefusedError(err error, transport string) error {
+	if errors.Is(err, driver.ErrShardedLockWait) {
+		return fmt.Errorf("%s: every request with a key fails until its keys are on an unsharded keyspace "+
+			"(a driver whose DSN names an unsharded keyspace): its claims never wait for a request with the same key, "+
+			"which vtgate cannot bound on a sharded keyspace: %w", transport, err)
+	}
+	return fmt.Errorf("%s: every request with a key fails until the database is set up otherwise: %w", transport, err)
+}
 
 var (
 	// ErrNotRecorded, returned by an attempt, rolls its transaction back
@@ -188,6 +218,8 @@ func (r Runner[TTx]) Serve(ctx context.Context, req *dedupe.Request, attempt fun
 			return res, Reused, err
 		case errors.Is(err, sqlonce.ErrResponseTooLarge):
 			return res, TooLarge, err
+		case errors.Is(err, sqlonce.ErrInvalidArgument):
+			return res, Refused, err
 		case ctx.Err() != nil:
 			return res, Gone, err
 		case sqlonce.IsRetryable(err) && !driver.Classify(err).Has(driver.LockNotAvailable) && n < owntx.Attempts && owntx.Pause(ctx, n):
