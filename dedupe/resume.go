@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/sqlonce/sqlonce"
@@ -166,8 +167,32 @@ func (s *Store[TTx]) resumeOne(ctx context.Context, k driver.Key, maxAttempts in
 	}
 	o.Decided()
 	o.Takeover()
-	res, err = s.runStepsFrom(ctx, k, token, rec, op, ttl, &o)
+	res, err = s.resumeSteps(ctx, k, token, rec, op, ttl, &o)
 	return err == nil, false, err
+}
+
+// resumeSteps is runStepsFrom for the resumer, which has no caller to
+// hand a step's panic to: the panic stops the key's run as it stops
+// RunSteps' (the step's transaction rolled back, the lease left to lapse)
+// and comes back as the key's error, with the stack, so that one bad key
+// does not end the program that runs ResumeEvery.
+func (s *Store[TTx]) resumeSteps(ctx context.Context, k driver.Key, token int64, rec recovery, op *Operation[TTx], ttl time.Duration, o *obs.Op) (res sqlonce.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			res = sqlonce.Result{}
+			err = stepPanic(k, op.Name, p, debug.Stack())
+		}
+	}()
+	return s.runStepsFrom(ctx, k, token, rec, op, ttl, o)
+}
+
+// stepPanic is the error of a run of operation op on k whose step
+// panicked with p; a p that is an error stays matchable (errors.Is).
+func stepPanic(k driver.Key, op string, p any, stack []byte) error {
+	if e, ok := p.(error); ok {
+		return fmt.Errorf("sqlonce/dedupe: key %q in scope %q: a step of operation %q panicked: %w\n%s", k.Key, k.Scope, op, e, stack)
+	}
+	return fmt.Errorf("sqlonce/dedupe: key %q in scope %q: a step of operation %q panicked: %v\n%s", k.Key, k.Scope, op, p, stack)
 }
 
 // ResumeEvery runs ResumeStuck every interval, until ctx is done, and
