@@ -406,6 +406,62 @@ func runDedupeLease[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 
+	// A context that ends leaves a lease where it is: neither Claim,
+	// Complete nor Release gives it up on the caller's behalf. A Complete
+	// or Release that ctx cut leaves the lease held until its deadline, and
+	// the holder may Complete or Release it with another context. Run holds
+	// no lease: a ctx that ends inside fn rolls fn's transaction back, and
+	// the key is as it was (here: a lapsed lease, taken over at once).
+	t.Run("CancelledContext", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s := newStore(t, db)
+		t0 := clockBase()
+		cancelled, cancel := context.WithCancel(at(ctx, t0, 0))
+		cancel()
+
+		req := dedupe.Request{Scope: "lease", Key: "cut"}
+		_, _, err := s.Claim(cancelled, req, time.Minute)
+		wantErr(t, "Claim with a cancelled context", err, context.Canceled)
+		if _, ok, err := db.Key(ctx, req.Scope, req.Key); err != nil || ok {
+			t.Fatalf("a cancelled Claim left a key (%v)", err)
+		}
+
+		l, res, err := s.Claim(at(ctx, t0, 0), req, time.Minute)
+		wantLease(t, "claim", req, l, res, err)
+		held := keyRow(t, ctx, db, req.Scope, req.Key)
+		wantErr(t, "Complete with a cancelled context", s.Complete(cancelled, l, []byte("x")), context.Canceled)
+		wantErr(t, "Release with a cancelled context", s.Release(cancelled, l), context.Canceled)
+		sameRow(t, "after the cancelled calls", keyRow(t, ctx, db, req.Scope, req.Key), held)
+		_, _, err = s.Claim(at(ctx, t0, time.Minute-time.Microsecond), req, time.Minute)
+		wantErr(t, "claim before the deadline", err, sqlonce.ErrInProgress)
+		must(t, s.Complete(context.WithoutCancel(at(ctx, t0, time.Second)), l, []byte("done")))
+		_, res, err = s.Claim(at(ctx, t0, 2*time.Second), req, time.Minute)
+		wantOutcome(t, "claim after the completion", res, err, sqlonce.AlreadyDone, ptr("done"))
+
+		// Run over a lapsed lease, its ctx cancelled inside fn.
+		lapsed := dedupe.Request{Scope: "lease", Key: "run-cut"}
+		l, res, err = s.Claim(at(ctx, t0, 0), lapsed, time.Minute)
+		wantLease(t, "claim", lapsed, l, res, err)
+		before := keyRow(t, ctx, db, lapsed.Scope, lapsed.Key)
+		runCtx, stop := context.WithCancel(at(ctx, t0, 2*time.Minute))
+		_, err = s.Run(runCtx, lapsed, func(ctx context.Context, tx TTx) ([]byte, error) {
+			if err := db.Tx(tx).LedgerInsert(ctx, lapsed.Key, 1); err != nil {
+				return nil, err
+			}
+			stop()
+			return nil, ctx.Err()
+		})
+		stop()
+		wantErr(t, "Run cancelled inside fn", err, context.Canceled)
+		sameRow(t, "after the cancelled Run", keyRow(t, ctx, db, lapsed.Scope, lapsed.Key), before)
+		if n := ledgerRows(t, ctx, db, lapsed.Key); n != 0 {
+			t.Fatalf("ledger rows after the cancelled Run: %d, want 0", n)
+		}
+		l2, res, err := s.Claim(at(ctx, t0, 2*time.Minute), lapsed, time.Minute)
+		wantLease(t, "claim after the cancelled Run", lapsed, l2, res, err)
+	})
+
 	t.Run("TokenGrowsAcrossPurge", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
