@@ -3,6 +3,8 @@ package conformance
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -294,6 +296,39 @@ func runHTTPIdemSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 		if n := refundRan.Load(); n != 0 {
 			t.Errorf("refund's steps ran %d times, want never", n)
+		}
+	})
+
+	// The scope Steps derives: the principal's alone ("k:"+principal,
+	// hashed when longer than a scope may be), whatever the route, so
+	// StepState.Key is dedupe.StepKey of it, the key and the step; two
+	// callers' equal keys are apart.
+	t.Run("StepKeyScope", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		op := &dedupe.Operation[TTx]{Name: "scoped", Lease: lease, Steps: []dedupe.Step[TTx]{
+			{Name: "answer", Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+				return httpidem.Respond(http.StatusCreated, nil, []byte(st.Key))
+			}},
+		}}
+		m, h := newStepsHandler(t, db, op)
+		long := strings.Repeat("p", 300)
+		sum := sha256.Sum256([]byte("k:" + long))
+		for _, c := range []struct{ principal, scope string }{
+			{"alice", "k:alice"},
+			{"bob", "k:bob"},
+			{long, "k#" + hex.EncodeToString(sum[:])},
+		} {
+			r, _ := stepsCall(ctx, h, c.principal, "k-1", "same body")
+			wantHTTPStatus(t, c.scope, r, http.StatusCreated)
+			if r.replayed() || string(r.body) != dedupe.StepKey(c.scope, "k-1", "answer") {
+				t.Fatalf("%s: st.Key %q (replayed %v), want dedupe.StepKey(%q, \"k-1\", \"answer\")", c.scope, r.body, r.replayed(), c.scope)
+			}
+			info, err := m.InspectSteps(ctx, c.principal, "k-1")
+			must(t, err)
+			if info.State != dedupe.KeyDone {
+				t.Fatalf("%s: %+v, want done", c.scope, info)
+			}
 		}
 	})
 
