@@ -79,7 +79,10 @@ type Lease struct {
 // lease's deadline.
 //
 // Claim retries its transaction itself after a deadlock or a serialization
-// failure. [WithinDeadline] bounds the lease by ctx's deadline.
+// failure. [WithinDeadline] bounds the lease by ctx's deadline. A ctx
+// that ends before the claim commits leaves no lease; one that ends while
+// it commits may leave one the caller got no Lease for, which lapses at
+// its deadline.
 func (s *Store[TTx]) Claim(ctx context.Context, req Request, d time.Duration, opts ...ClaimOption) (l *Lease, res sqlonce.Result, err error) {
 	op := obs.Start(s.observer, "dedupe", "Claim", req.Scope, req.Key)
 	defer func() { err = op.End(ctx, res, err) }()
@@ -276,6 +279,11 @@ func (s *Store[TTx]) checkComplete(l *Lease, response []byte) error {
 // expired and was purged. A lease that lapsed but that nobody took over
 // can still be completed. A response over the Store's limit returns
 // sqlonce.ErrResponseTooLarge before any SQL runs.
+//
+// A ctx that ends before Complete commits returns ctx's error and leaves
+// the lease held until its deadline, as if Complete had not been called:
+// the work is done, so complete it again with a context that has not
+// ended (context.WithoutCancel(ctx)), as httpidem's lease mode does.
 func (s *Store[TTx]) Complete(ctx context.Context, l *Lease, response []byte) (err error) {
 	op := obs.Start(s.observer, "dedupe", "Complete", leaseScope(l), leaseKey(l))
 	defer func() { err = op.Done(ctx, err) }()
@@ -314,7 +322,8 @@ func (s *Store[TTx]) completeTx(ctx context.Context, tx TTx, l *Lease, response 
 // must not repeat. The token is spent: the releaser can neither complete
 // nor extend it afterwards. It returns an error matching
 // sqlonce.ErrLeaseLost, and changes nothing, when the token is no longer
-// current.
+// current. A ctx that ends before it commits leaves the lease held until
+// its deadline: release with a context that has not ended.
 func (s *Store[TTx]) Release(ctx context.Context, l *Lease) (err error) {
 	op := obs.Start(s.observer, "dedupe", "Release", leaseScope(l), leaseKey(l))
 	defer func() { err = op.Done(ctx, err) }()

@@ -37,18 +37,27 @@ const resumeBatch = 100
 // looks at up to 100 of them, longest stuck first, and resumes each as
 // RunSteps would, with the steps of the operation in ops whose Name it
 // recorded, the input stored at its first call, and the TTL of its first
-// call (its Request's, or the Store's) for the response. An operation already run maxAttempts times (the first
-// run counts) is given up instead: its key is recorded failed, and
-// RunSteps answers ErrOperationFailed for it until it expires.
+// call (its Request's, or the Store's), counted from when it finishes the
+// operation, for the response. An operation already run maxAttempts
+// times (the first run counts) is given up instead: its key is recorded
+// failed, for that TTL from then, and RunSteps answers
+// ErrOperationFailed for it until it expires.
 //
 // It reports how many operations it finished and how many it gave up.
 // A key it cannot finish (a step's error, an operation not in ops, a
 // lease taken over meanwhile) stays for the next call; the errors are
-// joined in err, and the other keys go on. maxAttempts under 1, a bad
-// operation and two operations of one name are
-// sqlonce.ErrInvalidArgument. Each call of it resumes a key
-// only by taking its lapsed lease, so that calls on several instances at
-// once never run one step twice; ResumeEvery elects one instance anyway.
+// joined in err, and the other keys go on. A step that panics stops its
+// key's run as it stops RunSteps' (its transaction rolled back, the
+// lease left to lapse), but ResumeStuck recovers the panic: it is that
+// key's error, with the panic's value (errors.Is matches a value that is
+// an error) and stack, and the attempt counts toward maxAttempts. When
+// ctx ends, the key being run stops where it is, its lease left to lapse
+// as a cancelled RunSteps leaves it, and ResumeStuck returns.
+//
+// maxAttempts under 1, a bad operation and two operations of one name
+// are sqlonce.ErrInvalidArgument. Each call of it resumes a key only by
+// taking its lapsed lease, so that calls on several instances at once
+// never run one step twice; ResumeEvery elects one instance anyway.
 func (s *Store[TTx]) ResumeStuck(ctx context.Context, maxAttempts int, ops ...*Operation[TTx]) (finished, failed int, err error) {
 	if maxAttempts < 1 {
 		return 0, 0, fmt.Errorf("%w: max attempts %d is under 1", sqlonce.ErrInvalidArgument, maxAttempts)
@@ -203,6 +212,10 @@ func stepPanic(k driver.Key, op string, p any, stack []byte) error {
 // program runs:
 //
 //	go store.ResumeEvery(ctx, time.Minute, 5, checkout)
+//
+// A panic in a step is recovered as ResumeStuck says, so it does not end
+// the program; when ctx ends during a step, that key's lease is left to
+// lapse and the next round, here or on another instance, resumes it.
 //
 // Every instance may run it: they elect one among them as PurgeEvery does
 // (a lease on a row of sqlonce_keys, held for two intervals and extended

@@ -42,8 +42,9 @@ type Operation[TTx any] struct {
 	Steps []Step[TTx]
 	// Lease is how long a run holds the key past each recovery point
 	// (DefaultStepLease for 0): a run that stops leaves the key to a retry
-	// or the resumer once it lapses. Choose it longer than the slowest
-	// step.
+	// or the resumer once it lapses (at once when a step returned an
+	// error: the run releases it; after Lease when a step panicked or
+	// the run's context ended). Choose it longer than the slowest step.
 	Lease time.Duration
 }
 
@@ -171,8 +172,21 @@ func (op *Operation[TTx]) lease() time.Duration {
 // with the input stored at the first call (FirstRun: this call finished
 // the work). A step that returns an error stops the run: RunSteps
 // releases the lease, so that the next call resumes at that step at once,
-// and returns the error. A panic in a step stops the run too, and the
-// lease lapses.
+// and returns the error. A panic in a step goes on to the caller
+// unchanged (the step's transaction rolled back), and a ctx that ends
+// stops the run where it is (ctx's error): both leave the lease to lapse
+// after op.Lease, retries getting sqlonce.ErrInProgress meanwhile. It is
+// not released then, since an outside step cut short may still be at
+// work in the outside system.
+//
+// input is stored with the key, in its recovery point, with op.Name and
+// the names and results of the steps done (all but the last, whose
+// result becomes the response): all of it, and a few bytes of lengths,
+// must fit the Store's WithMaxResponseSize (DefaultMaxResponseSize by
+// default), as must the response with op.Name. A larger input is
+// sqlonce.ErrResponseTooLarge before any SQL runs; a step whose result
+// would not fit stops the run with that error (a database step's
+// transaction rolled back), and the lease is left to lapse.
 //
 // Other answers: sqlonce.ErrKeyReuse for a key recorded, or in progress,
 // with another fingerprint or by another operation (an op.Name of its
@@ -186,11 +200,13 @@ func (op *Operation[TTx]) lease() time.Duration {
 // sqlonce.ErrResponseTooLarge for a recovery point or a response over the
 // Store's limit.
 //
-// The key lives for the Request's TTL (the Store's by default) from the
-// first call, and at least as long as each lease; an expired key counts as
-// absent, done or not, so an operation still stopped when its key expires
-// starts anew at its first step. Keep the TTL well above the time an
-// operation may stay stopped (ResumeEvery's interval times its
+// An unfinished operation's key lives for the Request's TTL (the Store's
+// by default) from the first call, and at least as long as each lease;
+// once finished, by this call, a retry or the resumer, or given up, the
+// key lives for that same TTL again from that moment. An expired key
+// counts as absent, done or not, so an operation still stopped when its
+// key expires starts anew at its first step. Keep the TTL well above the
+// time an operation may stay stopped (ResumeEvery's interval times its
 // attempts).
 //
 // The operation's keys are apart from the Store's other keys (Do, Run,
