@@ -47,7 +47,24 @@ import (
 // work may be done, and the same request with the same key finishes it.
 // An operation the resumer gave up (dedupe.ErrOperationFailed) is
 // answered 500 with CodeInternal to every repeat of its key. A panic in a
-// step goes on to net/http, and the key's lease lapses after op.Lease.
+// step goes on to net/http, and a client that goes away stops the steps
+// where they are: either way the key's lease lapses after op.Lease (409
+// to a retry until then), and a retry or the resumer finishes the
+// request. A panic in a step the resumer runs is that key's error, as
+// dedupe.Store.ResumeStuck says.
+//
+// The steps' keys are scoped by the principal alone: the dedupe scope is
+// "k:" + principal ("s:" + principal for a key WithNoRepeatSubmit
+// derives; either hashed, "k#" or "s#" and a hex SHA-256 of it, when it
+// is no valid scope: over 255 bytes, not UTF-8), never the route or the
+// method, so dedupe.StepState.Key is
+// dedupe.StepKey of that scope, the key and the step's name: two callers'
+// equal keys are apart, and one caller's key names one request across
+// every Steps handler. The request (principal, method, route, path,
+// query, key and body) is the operation's input, within
+// dedupe.MaxResponseSize with the steps' results; WithMaxBody (1 MiB by
+// default) keeps the body well below it (a WithMaxBody above it lets
+// through bodies answered 500).
 //
 // The Middleware's mode does not matter: the steps run in transactions of
 // the Store's own (the driver's database handle), not in NewWithTxFunc's
