@@ -63,8 +63,8 @@ import (
 // every Steps handler. The request (principal, method, route, path,
 // query, key and body) is the operation's input, within
 // dedupe.MaxResponseSize with the steps' results; WithMaxBody (1 MiB by
-// default) keeps the body well below it (a WithMaxBody above it lets
-// through bodies answered 500).
+// default) keeps the body well below it; with a WithMaxBody above it, a
+// request too large for it is answered 413.
 //
 // The Middleware's mode does not matter: the steps run in transactions of
 // the Store's own (the driver's database handle), not in NewWithTxFunc's
@@ -82,6 +82,12 @@ func (m *Middleware[TTx]) serveSteps(w http.ResponseWriter, r *http.Request, ste
 		Principal: principal, Method: r.Method, Route: m.route(r), Path: r.URL.EscapedPath(),
 		Query: r.URL.RawQuery, Key: req.Key, Body: body,
 	}.encode()
+	if len(input)+len(steps.Name)+inputOverhead > dedupe.MaxResponseSize {
+		// Too large to store as the operation's input: nothing ran, so
+		// not the 500 "outcome unknown" of RunSteps' ErrResponseTooLarge.
+		m.problem(w, http.StatusRequestEntityTooLarge, CodeBodyTooLarge, fmt.Sprintf("the request is too large to run as steps: %d bytes with its key and route, limit %d", len(input), dedupe.MaxResponseSize-len(steps.Name)-inputOverhead))
+		return
+	}
 	var res sqlonce.Result
 	op.WorkStart()
 	err := m.waitFree(ctx, func() (err error) {
@@ -163,6 +169,11 @@ type StepRequest struct {
 }
 
 const stepRequestV1 byte = 1
+
+// inputOverhead bounds what dedupe's first recovery point adds to the
+// input and the operation's name (a version byte and five varints): an
+// input within MaxResponseSize less it and the name is stored.
+const inputOverhead = 64
 
 func (q StepRequest) encode() []byte {
 	b := []byte{stepRequestV1}

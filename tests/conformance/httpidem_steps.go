@@ -332,6 +332,35 @@ func runHTTPIdemSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 
+	// A request accepted by a WithMaxBody above dedupe.MaxResponseSize
+	// but too large to store as the operation's input is 413, not a 500
+	// that says part of the work may be done: nothing ran.
+	t.Run("RequestOverTheInputLimit", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		var ran atomic.Int64
+		op := &dedupe.Operation[TTx]{Name: "big", Lease: lease, Steps: []dedupe.Step[TTx]{
+			{Name: "answer", Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+				ran.Add(1)
+				return httpidem.Respond(http.StatusCreated, nil, nil)
+			}},
+		}}
+		m, h := newStepsHandler(t, db, op, httpidem.WithMaxBody(32<<20))
+		r, _ := stepsCall(ctx, h, "alice", "big-1", strings.Repeat("x", dedupe.MaxResponseSize))
+		wantHTTPStatus(t, "request over the input limit", r, http.StatusRequestEntityTooLarge)
+		if p := r.problem(t); p.Code != httpidem.CodeBodyTooLarge {
+			t.Fatalf("request over the input limit: %+v", p)
+		}
+		if _, err := m.InspectSteps(ctx, "alice", "big-1"); !errors.Is(err, sqlonce.ErrNotFound) {
+			t.Fatalf("key of the refused request: %v, want ErrNotFound", err)
+		}
+		r, _ = stepsCall(ctx, h, "alice", "big-2", strings.Repeat("x", 1<<20))
+		wantHTTPStatus(t, "request within the limit", r, http.StatusCreated)
+		if n := ran.Load(); n != 1 {
+			t.Fatalf("the step ran %d times, want 1", n)
+		}
+	})
+
 	t.Run("KeyReuseAndInProgress", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
