@@ -13,9 +13,10 @@ import (
 // operation stands.
 type StepsInfo struct {
 	KeyInfo
-	// Operation is the Operation.Name of an unfinished operation (leased
-	// or lapsed): a retry with another operation is refused. "" once the
-	// operation is done or given up.
+	// Operation is the Operation.Name of the operation, unfinished (leased
+	// or lapsed), done or given up: a call with another operation is
+	// refused. "" for a key done or given up by a pre-release build,
+	// which did not record it.
 	Operation string
 	// Done names the steps an unfinished operation has done, in order: a
 	// retry or the resumer goes on after the last.
@@ -46,8 +47,13 @@ func (s *Store[TTx]) InspectSteps(ctx context.Context, scope, key string) (info 
 		if rec, err := decodeRecovery(row.Response); err == nil {
 			info.Operation, info.Done, info.Attempts = rec.op, rec.names, rec.attempts
 		}
-	case len(row.Response) > 0 && row.Response[0] == finalFailed:
-		info.Failed = string(row.Response[1:])
+	case len(row.Response) > 0:
+		if end, err := decodeFinal(row.Response); err == nil {
+			info.Operation = end.op
+			if end.failed {
+				info.Failed = string(end.payload)
+			}
+		}
 	}
 	return info, nil
 }

@@ -70,7 +70,7 @@
 //	fingerprint_bytes  the recorded fingerprint's length, 0 without one
 //	response           whether a response is recorded
 //	response_bytes     the recorded response's length
-//	operation          steps kinds, unfinished: the Operation.Name
+//	operation          steps kinds: the Operation.Name (none for a key ended by a pre-release build)
 //	steps_done         steps kinds, unfinished: the steps done, in order
 //	attempts           steps kinds, unfinished: the runs that held the lease
 //	failed             steps kinds, given up: why

@@ -289,7 +289,7 @@ var keyFields = `JSON fields (--json; keys list writes an array of them, keys ge
   fingerprint_bytes  the recorded fingerprint's length, 0 without one
   response           whether a response is recorded
   response_bytes     the recorded response's length
-  operation          steps kinds, unfinished: the Operation.Name
+  operation          steps kinds: the Operation.Name (none for a key ended by a pre-release build)
   steps_done         steps kinds, unfinished: the steps done, in order
   attempts           steps kinds, unfinished: the runs that held the lease
   failed             steps kinds, given up: why (repeats get ErrOperationFailed)
@@ -340,13 +340,16 @@ func writeKey(out io.Writer, f found) error {
 	} else {
 		fmt.Fprintf(w, "response\tnone\n")
 	}
-	if k.Operation != "" {
+	switch {
+	case k.Attempts > 0: // unfinished: only a run that held the lease counts
 		fmt.Fprintf(w, "operation\t%s\t(%d attempts)\n", k.Operation, k.Attempts)
 		done := strings.Join(k.Done, ", ")
 		if done == "" {
 			done = "none yet"
 		}
 		fmt.Fprintf(w, "steps done\t%s\t(a retry or the resumer goes on after them)\n", done)
+	case k.Operation != "": // done or given up
+		fmt.Fprintf(w, "operation\t%s\n", k.Operation)
 	}
 	if k.Failed != "" {
 		fmt.Fprintf(w, "given up\t%s\t(repeats fail; 'sqlonce keys forget' lets the next one start again)\n", k.Failed)

@@ -678,6 +678,12 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 		_, err = s.RunSteps(at(ctx, t0, time.Hour), req, nil, op)
 		wantErr(t, "after giving up", err, dedupe.ErrOperationFailed)
+		// InspectSteps tells why, and which operation was given up.
+		info, err := s.InspectSteps(at(ctx, t0, time.Hour), "steps", "doomed")
+		must(t, err)
+		if info.State != dedupe.KeyDone || info.Failed == "" || info.Operation != "doomed" || info.Done != nil || info.Attempts != 0 {
+			t.Fatalf("inspect a given-up operation: %+v", info)
+		}
 		n, err := db.Pool().LedgerCountByRef(ctx, "doomed/write")
 		must(t, err)
 		if n != 1 {

@@ -152,7 +152,7 @@ func stepsInspectForget[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	}
 	info, err = s.InspectSteps(ctx, "cust-9", "order-1")
 	must(t, err)
-	if info.State != dedupe.KeyDone || info.Operation != "" || info.Done != nil || !info.HasResponse {
+	if info.State != dedupe.KeyDone || info.Operation != "checkout" || info.Done != nil || info.Failed != "" || !info.HasResponse {
 		t.Fatalf("inspect a done operation: %+v", info)
 	}
 }

@@ -426,16 +426,18 @@ func kinds[TTx any](t *testing.T, k kindsDB, drv so.Driver[TTx]) {
 	if err != nil || lease == nil {
 		t.Fatalf("claim: %v", err)
 	}
-	// A given-up operation, as ResumeStuck leaves one.
+	// A given-up operation, as ResumeStuck leaves one: 0x13, then the
+	// operation's name (its length, a uvarint), then the reason.
 	k.exec(t, `INSERT INTO `+k.table+` (namespace, scope, idempotency_key, fingerprint, response, state, token, created_at, expires_at) VALUES (4, 'cust-9', 'order-0', ?, ?, 1, 3, ?, ?)`,
-		[]byte{}, append([]byte{0x11}, "card declined 3 times"...), expiredAt(k.tg.driver, -60), expiredAt(k.tg.driver, 3600))
+		[]byte{}, append([]byte{0x13, byte(len("checkout"))}, "checkoutcard declined 3 times"...), expiredAt(k.tg.driver, -60), expiredAt(k.tg.driver, 3600))
 
 	stopped := decodeKey(t, k.run(t, "keys", "get", "--kind", "steps", "--scope", "cust-9", "order-1", "--json").succeeds(t))
 	if stopped["kind"] != "steps" || stopped["operation"] != "checkout" || fmt.Sprint(stopped["steps_done"]) != "[reserve]" || stopped["attempts"] != float64(1) || stopped["state"] != "lapsed" {
 		t.Fatalf("keys get --kind steps: %v", stopped)
 	}
 	r = k.run(t, "keys", "get", "--kind", "steps", "--scope", "cust-9", "order-0").succeeds(t)
-	if !regexp.MustCompile(`(?m)^given up\s+card declined 3 times\s`).MatchString(r.stdout) {
+	if !regexp.MustCompile(`(?m)^given up\s+card declined 3 times\s`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^operation\s+checkout$`).MatchString(r.stdout) || strings.Contains(r.stdout, "steps done") {
 		t.Fatalf("keys get of a given-up operation:\n%s", r.stdout)
 	}
 	// Two kinds hold order-1: forget must be told which.
