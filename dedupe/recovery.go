@@ -14,12 +14,13 @@ import (
 // the recovery point; once done, the final response; once given up, the
 // reason. The final encodings name the operation, so that another
 // operation under the same key is refused (ErrKeyReuse) rather than
-// answered with this one's response; those of version 0.1.0 (finalResponse,
-// finalFailed) do not, and are still read, as of no known operation.
+// answered with this one's response; those of pre-release builds
+// (finalResponse, finalFailed) do not, and are still read, as of no known
+// operation.
 const (
 	recoveryV1      byte = 0x01
-	finalResponse   byte = 0x10 // 0.1.0: the response
-	finalFailed     byte = 0x11 // 0.1.0: the reason
+	finalResponse   byte = 0x10 // pre-release builds: the response
+	finalFailed     byte = 0x11 // pre-release builds: the reason
 	finalResponseOp byte = 0x12 // the operation's name, then the response
 	finalFailedOp   byte = 0x13 // the operation's name, then the reason
 )
@@ -136,7 +137,7 @@ func final(op string, failed bool, payload []byte) []byte {
 
 // opEnd is a recorded end of an operation, as decodeFinal reads it.
 type opEnd struct {
-	op      string // the operation's name; "" when not recorded (0.1.0)
+	op      string // the operation's name; "" when not recorded (pre-release builds)
 	failed  bool   // given up: payload is the reason
 	payload []byte // the response, or the reason
 }

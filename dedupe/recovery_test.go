@@ -60,12 +60,12 @@ func TestDecodeFinal(t *testing.T) {
 			t.Fatalf("another operation's end (failed %v): %q, %v", failed, got, err)
 		}
 	}
-	// The encodings of 0.1.0 name no operation: read as before.
+	// The encodings of pre-release builds name no operation: read as before.
 	if got, err := answer([]byte{finalResponse, 'r'}, "any"); err != nil || string(got) != "r" {
-		t.Fatalf("0.1.0 response: %q, %v", got, err)
+		t.Fatalf("pre-release response: %q, %v", got, err)
 	}
 	if _, err := answer([]byte{finalFailed, 'w'}, "any"); !errors.Is(err, ErrOperationFailed) {
-		t.Fatalf("0.1.0 failure: %v", err)
+		t.Fatalf("pre-release failure: %v", err)
 	}
 	for _, b := range [][]byte{nil, {0x7f}, {finalResponseOp}, {finalResponseOp, 5, 'a'}} {
 		if _, err := decodeFinal(b); !errors.Is(err, errBadRecovery) {

@@ -192,13 +192,13 @@ func (op *Operation[TTx]) lease() time.Duration {
 // with another fingerprint or by another operation (an op.Name of its
 // own: done, given up, running or stopped, the key is never answered
 // from, nor resumed by, another operation; a key done or given up by
-// version 0.1.0 did not record its operation, and answers any);
+// a pre-release build did not record its operation, and answers any);
 // sqlonce.ErrInProgress while another run of op holds the lease; sqlonce.ErrLeaseLost when this run's
 // lease was taken over (it stops at once: the other run goes on);
 // ErrOperationFailed once ResumeStuck gave the operation up;
 // sqlonce.ErrInvalidKey, sqlonce.ErrInvalidArgument for bad input, and
 // sqlonce.ErrResponseTooLarge for a recovery point or a response over the
-// Store's limit.
+// Store's limit (the operation's name, recorded with the response, counts).
 //
 // An unfinished operation's key lives for the Request's TTL (the Store's
 // by default) from the first call, and at least as long as each lease;
@@ -390,7 +390,7 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 			if last {
 				f := final(op.Name, false, result)
 				if len(f) > s.maxResponse {
-					return fmt.Errorf("%w: %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(result), k.Key, s.maxResponse)
+					return fmt.Errorf("%w: response of %d bytes for key %q, the operation's name included, limit %d", sqlonce.ErrResponseTooLarge, len(f), k.Key, s.maxResponse)
 				}
 				ok, err = s.engine.Complete(ctx, tx, k, token, f, ttl, testclock.Now(ctx))
 			} else {
@@ -458,7 +458,7 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 func (s *Store[TTx]) finishSteps(ctx context.Context, k driver.Key, token int64, resp []byte, ttl time.Duration, op *Operation[TTx], o *obs.Op) (sqlonce.Result, error) {
 	f := final(op.Name, false, resp)
 	if len(f) > s.maxResponse {
-		return sqlonce.Result{}, fmt.Errorf("%w: %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(resp), k.Key, s.maxResponse)
+		return sqlonce.Result{}, fmt.Errorf("%w: response of %d bytes for key %q, the operation's name included, limit %d", sqlonce.ErrResponseTooLarge, len(f), k.Key, s.maxResponse)
 	}
 	var ok bool
 	err := owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, o, func(ctx context.Context, tx TTx) (err error) {
