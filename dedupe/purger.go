@@ -48,15 +48,22 @@ func PurgeBatch(n int) PurgeOption {
 //	go store.PurgeEvery(ctx, 10*time.Minute)
 //
 // The instances elect one that purges and the others skip: the election
-// is a lease on a row of sqlonce_keys, fenced by its token, so two
-// instances never purge at once, and it needs no advisory lock or session
-// state (it works through PgBouncer, on Galera and on SQLite). The lease
-// lasts two intervals; a holder that stops, or stalls (inside a batch too)
-// for longer, is taken over, and the stalled round's batch then rolls back
-// and the round reports EventLeaseLost. On SQLite, whose one writer a
-// batch holds, a holder stalled inside a batch stalls every instance. The
-// purge covers sqlonce_keys (inbox's and httpidem's keys included);
-// token.Store.Purge is separate.
+// is a lease on a row of sqlonce_keys, fenced by its token, and it needs
+// no advisory lock or session state (it works through PgBouncer, on
+// Galera and on SQLite). Each batch deletes first and extends the lease
+// last, in one transaction: it commits only while its instance holds the
+// lease, so two instances' purges never both take effect. The lease lasts
+// two intervals; a holder that stops, or stalls (inside a batch too) for
+// longer, is taken over, and the stalled round's batch then rolls back
+// and the round reports EventLeaseLost. Caveats: on SQLite, whose one
+// writer a batch holds, a holder stalled inside a batch stalls every
+// instance; on MySQL and MariaDB the batch's range scan on expires_at can
+// lock the election row, so a takeover can wait for a stalled batch;
+// through vtgate a batch deletes shard by shard in autocommit, so a
+// holder taken over has already committed its deletes (harmless: deleting
+// expired keys twice is idempotent) and two instances can purge at once
+// there. The purge covers sqlonce_keys (inbox's and httpidem's keys
+// included); token.Store.Purge is separate.
 //
 // Each round is reported to the driver's Observer as an Event with
 // Operation "PurgeEvery": EventFirstRun with the keys deleted in Rows when

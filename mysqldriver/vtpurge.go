@@ -33,12 +33,13 @@ import (
 // The keys' purge does not send KeyPurge's range DELETE to each shard:
 // its scan on expires_at locks, past the expired rows, the first live
 // one, and the transaction the purge was asked in may hold that row's
-// lock. dedupe's PurgeEvery does: each batch's transaction extends the
-// purger's lease (a row of sqlonce_keys, never expired) before it purges,
-// and keeps the row locked until it ends, so that a takeover waits for
-// the batch. The shard's DELETE, on another connection, then waited for
-// the batch that waited for it, until 1205 (innodb_lock_wait_timeout),
-// every round. Instead the oldest expired keys are listed over every
+// lock. dedupe's PurgeEvery did, when each batch's transaction extended
+// the purger's lease (a row of sqlonce_keys, never expired) before it
+// purged and kept the row locked for the whole batch: the shard's DELETE,
+// on another connection, waited for the batch that waited for it, until
+// 1205 (innodb_lock_wait_timeout), every round. A batch now extends the
+// lease last, but a caller's transaction may still hold such a row.
+// Instead the oldest expired keys are listed over every
 // shard with a read that locks nothing (KeyPurgeList; vtgate refuses a
 // SELECT targeted at a shard, and merges a SELECT's ORDER BY ... LIMIT
 // over them) and deleted one by one by their primary key if still expired
