@@ -143,8 +143,10 @@ func ForgetLeased() ForgetOption {
 // sqlonce.ErrInProgress, unless ForgetLeased says otherwise, and only
 // such a key; one that does not exist, with sqlonce.ErrNotFound. A key
 // that a transaction still open is recording (a Run, a Do) does not exist
-// yet: it is not found, or forgotten once that transaction commits. Forgetting a key does not
-// undo its work: the next claim does it again.
+// yet: it is not found, or forgotten once that transaction commits; a key
+// recorded while being forgotten, again after Forget's retries, returns
+// an error matching sqlonce.ErrStaleRead. Forgetting a key does not undo
+// its work: the next claim does it again.
 func (s *Store[TTx]) Forget(ctx context.Context, scope, key string, opts ...ForgetOption) (err error) {
 	op := obs.Start(s.observer, "dedupe", "Forget", scope, key)
 	defer func() { err = op.Done(ctx, err, sqlonce.ErrNotFound) }()
