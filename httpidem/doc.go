@@ -46,7 +46,10 @@
 //     most clients (Stripe's among them) send the key bare:
 //     Idempotency-Key: 8e03978e-40d5-43e8-bc93-6894a57f9324 is accepted
 //     too, as it is, when it is visible ASCII without double quotes,
-//     commas or white space, and it is the same key as its quoted form,
+//     commas, semicolons or white space and does not start with '?' or
+//     ':' (what an RFC 9651 parser, a proxy's say, would read as
+//     parameters, a Boolean or a Byte Sequence: such keys must be
+//     quoted), and it is the same key as its quoted form,
 //     so that k and "k" replay each other; [WithStrictKey] takes the
 //     String only. Any other value, an empty one or one longer than 255
 //     bytes (sqlonce.MaxKeyLen, counted after unescaping), or more than

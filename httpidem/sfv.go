@@ -13,9 +13,13 @@ import (
 // unquoted and unescaped, so that "k" on the wire is the key k; parameters
 // are allowed by the Item syntax and ignored. Unless strict, a bare value
 // is accepted too, as most clients send it (the draft expired without
-// becoming an RFC): visible ASCII without double quotes, commas or white
-// space, taken as it is, so that k and "k" are the same key. More than
-// one field line is refused: clients must not send more than one.
+// becoming an RFC): visible ASCII without double quotes, commas, semicolons
+// or white space, not starting with '?' or ':', taken as it is, so that k
+// and "k" are the same key. The refused bare values are those an RFC 9651
+// parser (a proxy, another service) would read as something else: k;a=1
+// as the Token k with a parameter, ?1 as a Boolean, :YWJj: as a Byte
+// Sequence; they must be sent quoted. More than one field line is
+// refused: clients must not send more than one.
 func parseKey(lines []string, strict bool) (key string, present bool, err error) {
 	switch len(lines) {
 	case 0:
@@ -47,7 +51,10 @@ func parseKey(lines []string, strict bool) (key string, present bool, err error)
 }
 
 // bareKey is a field value without double quotes, white space around it
-// dropped: visible ASCII other than a double quote or a comma.
+// dropped: visible ASCII other than a double quote, a comma or a
+// semicolon, not starting with '?' or ':' (what RFC 9651 reads as
+// parameters, a Boolean, a Byte Sequence). UUIDs, ULIDs and base64 (url
+// or standard, padded or not) pass.
 func bareKey(v string) (key string, present bool, err error) {
 	key = strings.Trim(v, " \t")
 	for i := 0; i < len(key); i++ {
@@ -59,7 +66,15 @@ func bareKey(v string) (key string, present bool, err error) {
 			return "", true, fmt.Errorf(`the Idempotency-Key value holds %s; send the key as visible ASCII without double quotes, commas or white space (Idempotency-Key: 8e03978e-40d5-43e8-bc93-6894a57f9324) or as a Structured Field String in double quotes (Idempotency-Key: "a key")`, what)
 		}
 	}
+	if key != "" && (key[0] == '?' || key[0] == ':') || strings.IndexByte(key, ';') >= 0 {
+		return "", true, fmt.Errorf(`the Idempotency-Key value %q would be read by a Structured Field parser as something other than the key (a bare value must not hold ';' nor start with '?' or ':'); quote it as a Structured Field String: Idempotency-Key: %s`, key, quoteSF(key))
+	}
 	return key, true, nil
+}
+
+// quoteSF is s as a Structured Field String, when s is printable ASCII.
+func quoteSF(s string) string {
+	return `"` + strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace(s) + `"`
 }
 
 // sfParser follows the parsing algorithms of RFC 9651, section 4.2, for

@@ -1,6 +1,7 @@
 package httpidem
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -31,8 +32,20 @@ func TestParseKey(t *testing.T) {
 		{"bare with spaces around", []string{" \tabc \t"}, refused, "abc"},
 		{"bare backslash", []string{`a\b`}, refused, `a\b`},
 		{"bare integer", []string{`42`}, refused, "42"},
-		{"bare byte sequence", []string{`:aGk=:`}, refused, ":aGk=:"},
-		{"bare with semicolon", []string{`abc;v=1`}, refused, "abc;v=1"},
+		{"bare token with colon and slash", []string{`ord:1/2`}, refused, "ord:1/2"},
+
+		// Bare values an RFC 9651 parser reads as something else: refused,
+		// to be quoted.
+		{"bare byte sequence", []string{`:aGk=:`}, refused, refused},
+		{"bare starting with colon", []string{`:abc`}, refused, refused},
+		{"bare boolean", []string{`?1`}, refused, refused},
+		{"bare starting with question mark", []string{`?abc`}, refused, refused},
+		{"bare with parameter", []string{`k;a=1`}, refused, refused},
+		{"bare with semicolon", []string{`abc;v=1`}, refused, refused},
+		{"bare ending in semicolon", []string{`abc;`}, refused, refused},
+		{"quoted with semicolon inside", []string{`"k;a=1"`}, "k;a=1", "k;a=1"},
+		{"quoted boolean-looking", []string{`"?1"`}, "?1", "?1"},
+		{"quoted byte-sequence-looking", []string{`":YWJj:"`}, ":YWJj:", ":YWJj:"},
 		{"inner list", []string{`("a")`}, refused, refused},
 		{"bare space inside", []string{`a b`}, refused, refused},
 		{"bare tab inside", []string{"a\tb"}, refused, refused},
@@ -72,6 +85,11 @@ func TestParseKey(t *testing.T) {
 			if !present || (err == nil) != (want != refused) || (err == nil && key != want) {
 				t.Errorf("%s: parseKey(%q, strict=%v) = (%q, %v, %v), want %q", tc.name, tc.lines, strict, key, present, err, want)
 			}
+		}
+	}
+	for _, v := range []string{`k;a=1`, `?1`, `:YWJj:`} {
+		if _, _, err := parseKey([]string{v}, false); err == nil || !strings.Contains(err.Error(), "quote it") {
+			t.Errorf("bare %s: %v, want an error saying to quote it", v, err)
 		}
 	}
 	for _, strict := range []bool{true, false} {

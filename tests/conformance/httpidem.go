@@ -416,6 +416,15 @@ func runHTTPIdemMode[TTx any](t *testing.T, f harness.Factory[TTx], lease bool) 
 				t.Fatalf("%s reused: code %q", other, p.Code)
 			}
 		}
+		// Bare values an RFC 9651 parser (a proxy) reads as something else
+		// than the key: refused, to be quoted.
+		for _, wire := range []string{`k;a=1`, `?1`, `:YWJj:`} {
+			r := s.mustSend(t, req{user: "alice", keys: []string{wire}, body: "x"})
+			wantHTTPStatus(t, "bare "+wire, r, http.StatusBadRequest)
+			if p := r.problem(t); p.Code != httpidem.CodeKeyInvalid || !strings.Contains(p.Detail, "quote it") {
+				t.Fatalf("bare %s: problem %+v", wire, p)
+			}
+		}
 		if n := s.runs.Load(); n != 5 {
 			t.Fatalf("handler ran %d times, want 5", n)
 		}
