@@ -29,9 +29,12 @@ func optionError(option, format string, args ...any) error {
 	return fmt.Errorf("%w: grpcidem: "+option+": "+format, append([]any{sqlonce.ErrInvalidArgument}, args...)...)
 }
 
-// WithMethods sets the full method names ("/pkg.Service/Method") the
-// interceptor handles (every unary method by default); calls to other
-// methods pass straight through.
+// WithMethods sets the full method names the interceptor handles, as
+// grpc.UnaryServerInfo.FullMethod spells them ("/pkg.Service/Method",
+// the leading slash included); every unary method by default. Calls to
+// other methods pass straight through, so a short name ("Pay",
+// "pkg.Service/Pay") would match nothing: New refuses it, and an empty
+// list.
 func WithMethods(fullMethods ...string) Option {
 	return func(o *options) error {
 		if len(fullMethods) == 0 {
@@ -39,10 +42,21 @@ func WithMethods(fullMethods ...string) Option {
 		}
 		o.methods = make(map[string]bool, len(fullMethods))
 		for _, m := range fullMethods {
+			if !isFullMethod(m) {
+				return optionError("WithMethods", `%q is not a full method name "/package.Service/Method"`, m)
+			}
 			o.methods[m] = true
 		}
 		return nil
 	}
+}
+
+// isFullMethod reports whether m is "/service/method", service (with its
+// package) and method non-empty and free of '/' and white space.
+func isFullMethod(m string) bool {
+	service, method, ok := strings.Cut(strings.TrimPrefix(m, "/"), "/")
+	return ok && strings.HasPrefix(m, "/") && service != "" && method != "" &&
+		!strings.ContainsAny(method, "/ \t\r\n") && !strings.ContainsAny(service, " \t\r\n")
 }
 
 // WithMetadataKey reads the key from the named metadata key (lower-cased;

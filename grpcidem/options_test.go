@@ -67,3 +67,33 @@ func TestKeyReuseCodeValidated(t *testing.T) {
 		}
 	}
 }
+
+// WithMethods takes full method names, "/package.Service/Method", as
+// grpc.UnaryServerInfo.FullMethod spells them; a short name would match
+// no call and let repeats run twice, so New refuses it, naming the option.
+func TestMethodsValidated(t *testing.T) {
+	pool, err := pgxpool.New(context.Background(), "postgres://sqlonce@127.0.0.1:1/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	drv, err := pgxdriver.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	principal := func(context.Context) string { return "p" }
+	for _, methods := range [][]string{
+		nil, {""}, {"Pay"}, {"pay.v1.Payments/Pay"}, {"/pay.v1.Payments"}, {"/pay.v1.Payments/"},
+		{"//Pay"}, {"/pay.v1.Payments/Pay/x"}, {"/pay.v1.Payments/Pay", "Refund"}, {"/pay.v1.Payments/P ay"},
+	} {
+		_, err := grpcidem.New(drv, principal, grpcidem.WithMethods(methods...))
+		if !errors.Is(err, sqlonce.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithMethods") {
+			t.Errorf("%q: %v, want ErrInvalidArgument naming WithMethods", methods, err)
+		}
+	}
+	for _, methods := range [][]string{{"/pay.v1.Payments/Pay"}, {"/Greeter/SayHello", "/pay.v1.Payments/Refund"}} {
+		if _, err := grpcidem.New(drv, principal, grpcidem.WithMethods(methods...)); err != nil {
+			t.Errorf("%q: %v, want it accepted", methods, err)
+		}
+	}
+}

@@ -3,10 +3,8 @@ package httpidem
 import (
 	"context"
 
-	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/internal/idem"
-	"github.com/sqlonce/sqlonce/internal/obs"
 )
 
 // Inspect reads the key a client sent in the key header, for the caller
@@ -19,13 +17,8 @@ import (
 // key (never sent, expired and purged, forgotten, or in a transaction
 // that has not committed yet). Any Middleware on the same table reads the
 // same keys, whatever its mode and options.
-func (m *Middleware[TTx]) Inspect(ctx context.Context, principal, key string) (info dedupe.KeyInfo, err error) {
-	scope := idem.Scope('k', principal)
-	op := obs.Start(m.observer, "httpidem", "Inspect", scope, key)
-	defer func() { err = op.Done(ctx, err, sqlonce.ErrNotFound) }()
-	info, err = m.store.Inspect(ctx, scope, key)
-	info.Scope = principal
-	return info, err
+func (m *Middleware[TTx]) Inspect(ctx context.Context, principal, key string) (dedupe.KeyInfo, error) {
+	return m.keys().Inspect(ctx, principal, key)
 }
 
 // Forget deletes the key a client sent, for the caller principal names,
@@ -34,29 +27,23 @@ func (m *Middleware[TTx]) Inspect(ctx context.Context, principal, key string) (i
 // an error matching sqlonce.ErrInProgress unless dedupe.ForgetLeased; a
 // key that does not exist, with sqlonce.ErrNotFound. What the handler did
 // is not undone.
-func (m *Middleware[TTx]) Forget(ctx context.Context, principal, key string, opts ...dedupe.ForgetOption) (err error) {
-	scope := idem.Scope('k', principal)
-	op := obs.Start(m.observer, "httpidem", "Forget", scope, key)
-	defer func() { err = op.Done(ctx, err, sqlonce.ErrNotFound) }()
-	return m.store.Forget(ctx, scope, key, opts...)
+func (m *Middleware[TTx]) Forget(ctx context.Context, principal, key string, opts ...dedupe.ForgetOption) error {
+	return m.keys().Forget(ctx, principal, key, opts...)
 }
 
 // InspectSteps is Inspect for the key of a request run as steps (Steps):
 // where its operation stands, as dedupe.Store.InspectSteps tells it.
-func (m *Middleware[TTx]) InspectSteps(ctx context.Context, principal, key string) (info dedupe.StepsInfo, err error) {
-	scope := idem.Scope('k', principal)
-	op := obs.Start(m.observer, "httpidem", "InspectSteps", scope, key)
-	defer func() { err = op.Done(ctx, err, sqlonce.ErrNotFound) }()
-	info, err = m.store.InspectSteps(ctx, scope, key)
-	info.Scope = principal
-	return info, err
+func (m *Middleware[TTx]) InspectSteps(ctx context.Context, principal, key string) (dedupe.StepsInfo, error) {
+	return m.keys().InspectSteps(ctx, principal, key)
 }
 
 // ForgetSteps is Forget for the key of a request run as steps (Steps):
 // the next request with the key starts its operation from the first step.
-func (m *Middleware[TTx]) ForgetSteps(ctx context.Context, principal, key string, opts ...dedupe.ForgetOption) (err error) {
-	scope := idem.Scope('k', principal)
-	op := obs.Start(m.observer, "httpidem", "ForgetSteps", scope, key)
-	defer func() { err = op.Done(ctx, err, sqlonce.ErrNotFound) }()
-	return m.store.ForgetSteps(ctx, scope, key, opts...)
+func (m *Middleware[TTx]) ForgetSteps(ctx context.Context, principal, key string, opts ...dedupe.ForgetOption) error {
+	return m.keys().ForgetSteps(ctx, principal, key, opts...)
+}
+
+// keys reads and deletes the client keys of the middleware's table.
+func (m *Middleware[TTx]) keys() idem.Keys[TTx] {
+	return idem.Keys[TTx]{Store: m.store, Observer: m.observer, Strategy: "httpidem", Kind: 'k'}
 }
