@@ -94,6 +94,12 @@ func WithTTL(ttl time.Duration) Option {
 // WithMaxResponseSize sets the largest response recorded, in bytes, as a
 // marshaled google.protobuf.Any (dedupe.MaxResponseSize for 0, and at
 // most); a larger one fails ResourceExhausted and rolls back.
+//
+// The default is the largest limit, not dedupe.DefaultMaxResponseSize
+// (64 KiB) as httpidem's WithMaxResponseSize: a gRPC response is one
+// message that gRPC itself already bounds (4 MiB by default on the
+// client), so a lower limit here would only fail calls gRPC carries;
+// HTTP bodies have no such bound and are buffered to be recorded.
 func WithMaxResponseSize(n int) Option {
 	return func(o *options) error {
 		switch {

@@ -156,6 +156,12 @@ func WithTTL(ttl time.Duration) Option {
 // (dedupe.DefaultMaxResponseSize for 0, at most dedupe.MaxResponseSize).
 // A larger answer is a 500 with CodeResponseTooLarge: in transactional
 // mode rolled back, in lease mode done and recorded as that 500.
+//
+// The default is dedupe's, 64 KiB, not the largest limit as grpcidem's
+// WithMaxResponseSize: an HTTP body has no bound of its own (a download,
+// a report) and is buffered in memory to be recorded, and every replay
+// carries it; an API that answers more raises the limit. A gRPC response
+// is one message gRPC already bounds.
 func WithMaxResponseSize(n int) Option {
 	return func(o *options) error {
 		switch {
