@@ -53,38 +53,73 @@ const (
 	attrHTTPStatus  = attribute.Key("http.response.status_code")
 )
 
-// Option configures an Observer.
-type Option func(*config)
+// Option configures an Observer. New applies the options in order and
+// fails on a bad one with an error that matches sqlonce.ErrInvalidArgument
+// and names the option.
+type Option func(*options) error
 
-type config struct {
+type options struct {
 	mp       metric.MeterProvider
 	tp       trace.TracerProvider
 	dbSystem string
 	noSpans  bool
 }
 
+// optionError is the error of a bad option, which it names.
+func optionError(option, format string, args ...any) error {
+	return fmt.Errorf("%w: sqlonceotel: "+option+": "+format, append([]any{sqlonce.ErrInvalidArgument}, args...)...)
+}
+
 // WithMeterProvider sets the MeterProvider (otel.GetMeterProvider() by
-// default).
+// default); nil is refused.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *config) { c.mp = mp }
+	return func(o *options) error {
+		if mp == nil {
+			return optionError("WithMeterProvider", "nil MeterProvider")
+		}
+		o.mp = mp
+		return nil
+	}
 }
 
 // WithTracerProvider sets the TracerProvider (otel.GetTracerProvider() by
-// default).
+// default); nil is refused.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *config) { c.tp = tp }
+	return func(o *options) error {
+		if tp == nil {
+			return optionError("WithTracerProvider", "nil TracerProvider")
+		}
+		o.tp = tp
+		return nil
+	}
 }
 
 // WithDBSystem sets the db.system.name attribute of every span and
 // metric: "postgresql", "mariadb", "mysql" or "sqlite", as OpenTelemetry's
-// semantic conventions spell them. Without it the attribute is left out.
+// semantic conventions spell them (lower-case letters, digits, '.' and
+// '_'; anything else, "" included, is refused). Without it the attribute
+// is left out.
 func WithDBSystem(name string) Option {
-	return func(c *config) { c.dbSystem = name }
+	return func(o *options) error {
+		ok := name != ""
+		for i := 0; ok && i < len(name); i++ {
+			c := name[i]
+			ok = 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '.' || c == '_'
+		}
+		if !ok {
+			return optionError("WithDBSystem", "%q is not a db.system.name value (postgresql, mariadb, mysql, sqlite)", name)
+		}
+		o.dbSystem = name
+		return nil
+	}
 }
 
 // WithoutSpans records metrics only.
 func WithoutSpans() Option {
-	return func(c *config) { c.noSpans = true }
+	return func(o *options) error {
+		o.noSpans = true
+		return nil
+	}
 }
 
 // Observer records sqlonce's events as OpenTelemetry metrics and spans.
@@ -102,15 +137,17 @@ type Observer struct {
 var _ sqlonce.Observer = (*Observer)(nil)
 
 // New returns an Observer on the configured providers. It returns an
-// error matching sqlonce.ErrInvalidArgument for a nil option, and an error
-// when an instrument cannot be created.
+// error matching sqlonce.ErrInvalidArgument for a nil or bad option (the
+// error names it), and an error when an instrument cannot be created.
 func New(opts ...Option) (*Observer, error) {
-	var c config
+	var c options
 	for i, opt := range opts {
 		if opt == nil {
 			return nil, fmt.Errorf("sqlonceotel: %w: option %d is nil", sqlonce.ErrInvalidArgument, i)
 		}
-		opt(&c)
+		if err := opt(&c); err != nil {
+			return nil, err
+		}
 	}
 	if c.mp == nil {
 		c.mp = otel.GetMeterProvider()
