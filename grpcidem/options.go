@@ -1,14 +1,13 @@
 package grpcidem
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/internal/idem"
 )
 
 // Option configures an Interceptor. New applies the options in order and
@@ -26,7 +25,7 @@ type options struct {
 
 // optionError is the error of a bad option, which it names.
 func optionError(option, format string, args ...any) error {
-	return fmt.Errorf("%w: grpcidem: "+option+": "+format, append([]any{sqlonce.ErrInvalidArgument}, args...)...)
+	return idem.OptionError("grpcidem", option, format, args...)
 }
 
 // WithMethods sets the full method names the interceptor handles, as
@@ -80,14 +79,9 @@ func WithMetadataKey(name string) Option {
 // WithTTL sets how long a key and its recorded response live
 // (dedupe.DefaultTTL, 24 hours, for 0).
 func WithTTL(ttl time.Duration) Option {
-	return func(o *options) error {
-		if ttl < 0 {
-			return optionError("WithTTL", "%v is negative", ttl)
-		}
-		if ttl > 0 {
-			o.ttl = ttl
-		}
-		return nil
+	return func(o *options) (err error) {
+		o.ttl, err = idem.TTL("grpcidem", ttl)
+		return err
 	}
 }
 
@@ -101,15 +95,9 @@ func WithTTL(ttl time.Duration) Option {
 // client), so a lower limit here would only fail calls gRPC carries;
 // HTTP bodies have no such bound and are buffered to be recorded.
 func WithMaxResponseSize(n int) Option {
-	return func(o *options) error {
-		switch {
-		case n < 0 || n > dedupe.MaxResponseSize:
-			return optionError("WithMaxResponseSize", "%d is outside 0..%d", n, dedupe.MaxResponseSize)
-		case n == 0:
-			n = dedupe.MaxResponseSize
-		}
-		o.maxResponse = n
-		return nil
+	return func(o *options) (err error) {
+		o.maxResponse, err = idem.MaxResponseSize("grpcidem", n, dedupe.MaxResponseSize)
+		return err
 	}
 }
 

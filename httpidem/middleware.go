@@ -190,7 +190,7 @@ func invalid(format string, args ...any) error {
 
 // optionError is the error of a bad option, which it names.
 func optionError(option, format string, args ...any) error {
-	return invalid(option+": "+format, args...)
+	return idem.OptionError("httpidem", option, format, args...)
 }
 
 func defaultRoute(r *http.Request) string {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/internal/idem"
 )
 
 // Option configures a Middleware. New, NewWithTxFunc and NewLeased apply
@@ -140,15 +141,9 @@ func WithMaxBody(n int64) Option {
 // WithTTL sets how long a key and its recorded answer live
 // (dedupe.DefaultTTL, 24 hours, for 0); the key is free again after it.
 func WithTTL(ttl time.Duration) Option {
-	return func(o *options) error {
-		switch {
-		case ttl < 0:
-			return optionError("WithTTL", "%v is negative", ttl)
-		case ttl == 0:
-			ttl = dedupe.DefaultTTL
-		}
-		o.ttl = ttl
-		return nil
+	return func(o *options) (err error) {
+		o.ttl, err = idem.TTL("httpidem", ttl)
+		return err
 	}
 }
 
@@ -163,15 +158,9 @@ func WithTTL(ttl time.Duration) Option {
 // carries it; an API that answers more raises the limit. A gRPC response
 // is one message gRPC already bounds.
 func WithMaxResponseSize(n int) Option {
-	return func(o *options) error {
-		switch {
-		case n < 0 || n > dedupe.MaxResponseSize:
-			return optionError("WithMaxResponseSize", "%d is outside 0..%d", n, dedupe.MaxResponseSize)
-		case n == 0:
-			n = dedupe.DefaultMaxResponseSize
-		}
-		o.maxResponse = n
-		return nil
+	return func(o *options) (err error) {
+		o.maxResponse, err = idem.MaxResponseSize("httpidem", n, dedupe.DefaultMaxResponseSize)
+		return err
 	}
 }
 
