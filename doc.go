@@ -38,7 +38,7 @@
 // or rolls it back (at most to a savepoint of its own); a nil one is
 // [ErrInvalidArgument] before any SQL runs. One that takes no TTx runs in
 // transactions of its own on the driver's database handle, or as single
-// statements committed on their own ([ErrNoDB] without a handle), and
+// statements committed on their own, and
 // commits a transaction it hands to a function when that function returns
 // nil. Where both exist, X runs in its own and XTx in the caller's
 // (dedupe's Claim and ClaimTx, token's Issue and IssueTx, inbox's Handle

@@ -95,13 +95,6 @@ var (
 	// this error. A replica that takes writes (MariaDB without read_only)
 	// cannot be told from a primary: see docs/deployments.md.
 	ErrReadOnly = driver.ErrReadOnly
-
-	// ErrNoDB is returned by operations that run their own transactions
-	// (dedupe.Store.Run, dedupe leases, purges, token.Store.Issue,
-	// inbox.Inbox.Handle) on a driver built without a database handle, and
-	// by httpidem.New, httpidem.NewLeased and grpcidem.New, with
-	// ErrInvalidArgument, for a driver without one.
-	ErrNoDB = errors.New("sqlonce: driver has no database handle")
 )
 
 // MaxKeyLen is the longest scope or key, in bytes, that sqlonce accepts.

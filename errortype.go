@@ -12,7 +12,7 @@ import (
 // sentinel it matches ("key_reuse", "in_progress", "lease_lost",
 // "invalid_key", "invalid_argument", "response_too_large", "not_found",
 // "invalid_transition", "too_many_rows", "stale_read", "commit_unknown",
-// "no_db", "read_only"), "canceled" or "deadline_exceeded" for a context's error,
+// "read_only"), "canceled" or "deadline_exceeded" for a context's error,
 // "lock_timeout" for a lock wait that gave up, "retryable" for any other
 // error IsRetryable accepts (a deadlock, a serialization failure),
 // "conn_lost" for a connection that broke, "other" for the rest, and ""
@@ -53,7 +53,6 @@ var errorTypes = [...]struct {
 	{ErrTooManyRows, "too_many_rows"},
 	{ErrStaleRead, "stale_read"},
 	{ErrCommitUnknown, "commit_unknown"},
-	{ErrNoDB, "no_db"},
 	{ErrReadOnly, "read_only"},
 	{context.Canceled, "canceled"},
 	{context.DeadlineExceeded, "deadline_exceeded"},

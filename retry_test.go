@@ -70,7 +70,7 @@ func TestIsRetryable(t *testing.T) {
 // errors.Is never confuses two of them and logs name the library.
 func TestSentinelsDistinct(t *testing.T) {
 	all := []error{sqlonce.ErrInvalidKey, sqlonce.ErrInvalidArgument, sqlonce.ErrResponseTooLarge, sqlonce.ErrKeyReuse, sqlonce.ErrInProgress,
-		sqlonce.ErrNotFound, sqlonce.ErrInvalidTransition, sqlonce.ErrLeaseLost, sqlonce.ErrTooManyRows, sqlonce.ErrStaleRead, sqlonce.ErrNoDB, sqlonce.ErrCommitUnknown}
+		sqlonce.ErrNotFound, sqlonce.ErrInvalidTransition, sqlonce.ErrLeaseLost, sqlonce.ErrTooManyRows, sqlonce.ErrStaleRead, sqlonce.ErrCommitUnknown}
 	for i, a := range all {
 		for j, b := range all {
 			if i != j && errors.Is(a, b) {

@@ -95,7 +95,7 @@ func batchClaimError(p driver.BatchParams, err error) error {
 }
 
 // RunBatch is DoBatch in a transaction of the Store's own, on the driver's
-// database handle (sqlonce.ErrNoDB without one), as Run is DoResponse in
+// database handle, as Run is DoResponse in
 // one: it claims every key of ids, calls fn with the transaction and the
 // keys that are new, in the order of ids (not at all when there is none),
 // and commits fn's writes and the claims together. Results and errors are

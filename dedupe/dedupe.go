@@ -132,7 +132,7 @@ func WithLockWait(d time.Duration) Option {
 // sqlonce.ErrInvalidArgument for a nil driver or an invalid option.
 func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 	if d == nil || d.Engine() == nil {
-		return nil, fmt.Errorf("%w: nil driver", sqlonce.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: dedupe: %s", sqlonce.ErrInvalidArgument, driver.NotBuilt)
 	}
 	o := storecfg.Options{StepsNamespace: driver.NamespaceSteps, TTL: DefaultTTL, MaxResponseSize: DefaultMaxResponseSize, Codec: jsonCodec{}}
 	for i, opt := range opts {
@@ -435,8 +435,8 @@ func (s *Store[TTx]) purgeTx(ctx context.Context, tx TTx, limit int) (int64, err
 // (from a cron job on every node, say): each expired key is removed by
 // exactly one of them. A batch that deadlocks, or that conflicts with
 // another purger's on another node of a cluster (Galera), is retried, after
-// longer pauses and at half the size when the conflicts go on. It needs a
-// driver built with a database handle (sqlonce.ErrNoDB otherwise).
+// longer pauses and at half the size when the conflicts go on. It runs on
+// the driver's database handle.
 func (s *Store[TTx]) Purge(ctx context.Context, batch int) (total int64, err error) {
 	op := obs.Start(s.observer, "dedupe", "Purge", "", "")
 	defer func() { op.Rows(total); err = op.Done(ctx, err) }()

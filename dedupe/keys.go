@@ -64,8 +64,7 @@ type KeyInfo struct {
 }
 
 // Inspect reads a key of the Store (never one of another scope, nor one
-// httpidem or inbox keeps) on the driver's database handle
-// (sqlonce.ErrNoDB without one). It returns an error matching
+// httpidem or inbox keeps) on the driver's database handle. It returns an error matching
 // sqlonce.ErrNotFound when there is no such key: never claimed, deleted
 // by Purge or Forget, or claimed by a transaction that has not committed
 // yet. The state is judged on the database's clock.
@@ -136,8 +135,7 @@ func ForgetLeased() ForgetOption {
 }
 
 // Forget deletes a key of the Store (never one of another scope, nor one
-// httpidem or inbox keeps) on the driver's database handle
-// (sqlonce.ErrNoDB without one), so that its next claim runs the work
+// httpidem or inbox keeps) on the driver's database handle, so that its next claim runs the work
 // again: to let a customer retry what was recorded, say. A key whose
 // lease still holds is refused with an error matching
 // sqlonce.ErrInProgress, unless ForgetLeased says otherwise, and only

@@ -59,7 +59,7 @@ type Lease struct {
 }
 
 // Claim claims req's key in lease mode for d on the driver's database
-// handle (sqlonce.ErrNoDB without one) and commits it, so that other
+// handle and commits it, so that other
 // callers see the lease at once: its statements in autocommit (each
 // decides alone) where the driver can, as Complete says; with
 // WithLockWait, and where the driver cannot, in a short transaction of its
@@ -264,8 +264,7 @@ func (s *Store[TTx]) checkComplete(l *Lease, response []byte) error {
 }
 
 // Complete records response for the leased key and ends the lease, in one
-// statement committed on its own (sqlonce.ErrNoDB without a database
-// handle): in autocommit, one round trip, where the driver can (pgxdriver,
+// statement committed on its own: in autocommit, one round trip, where the driver can (pgxdriver,
 // pgsqldriver, mysqldriver on MySQL/MariaDB and on Galera at
 // wsrep_sync_wait=3, sqlitedriver), in a transaction of its own where it
 // cannot (pgsqldriver through lib/pq, a Galera node at wsrep_sync_wait=1).

@@ -69,9 +69,7 @@ func PurgeBatch(n int) PurgeOption {
 // Operation "PurgeEvery": EventFirstRun with the keys deleted in Rows when
 // this instance purged, EventAlreadyDone when another holds the lease,
 // EventLeaseLost when the lease was taken over during the round,
-// EventError otherwise; a failed round is retried at the next tick. It
-// needs a driver built with a database handle (sqlonce.ErrNoDB in every
-// round otherwise).
+// EventError otherwise; a failed round is retried at the next tick.
 func (s *Store[TTx]) PurgeEvery(ctx context.Context, interval time.Duration, opts ...PurgeOption) error {
 	if interval < time.Millisecond {
 		return fmt.Errorf("%w: purge interval %v is shorter than 1ms", sqlonce.ErrInvalidArgument, interval)

@@ -35,9 +35,8 @@ import (
 // sqlonce.ErrInProgress with WithNoWait or WithLockWait. Run holds no
 // lease: a ctx that ends rolls tx back, the claim with it, and leaves the
 // key as it was, free for the next call at once (a lapsed lease it was
-// taking over stays lapsed). Errors are those of DoResponse, and
-// sqlonce.ErrNoDB for a driver built without a database handle. Round
-// trips and how concurrent Runs of a new key meet on each driver:
+// taking over stays lapsed). Errors are those of DoResponse. Round trips
+// and how concurrent Runs of a new key meet on each driver:
 // https://github.com/sqlonce/sqlonce/blob/main/docs/drivers.md#round-trips-of-storerun
 func (s *Store[TTx]) Run(ctx context.Context, req Request, fn func(ctx context.Context, tx TTx) ([]byte, error)) (res sqlonce.Result, err error) {
 	if outer, ctx := obs.Take(ctx); outer != nil {

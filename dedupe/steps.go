@@ -161,8 +161,7 @@ func (op *Operation[TTx]) lease() time.Duration {
 // once for a database step, at least once with the same StepState.Key for
 // an outside step, and answers with the last step's result, recorded with
 // the key and replayed, byte for byte, to every repeat (AlreadyDone)
-// until the key expires. It needs a driver built with a database handle
-// (sqlonce.ErrNoDB).
+// until the key expires, and runs on the driver's database handle.
 //
 // The first call claims the key with a lease (op.Lease) and stores input
 // and the fingerprint with it, then runs the steps, recording after each

@@ -31,7 +31,7 @@ type StepsInfo struct {
 
 // InspectSteps reads the key of an operation of several steps run by
 // RunSteps (never a key of Do, Run or Claim, nor another scope's), on the
-// driver's database handle (sqlonce.ErrNoDB without one), with where the
+// driver's database handle, with where the
 // operation stands: to see why a customer's operation stopped. Its errors
 // are Inspect's.
 func (s *Store[TTx]) InspectSteps(ctx context.Context, scope, key string) (info StepsInfo, err error) {

@@ -41,16 +41,15 @@ type Interceptor[TTx any] struct {
 	observer  sqlonce.Observer
 }
 
-// New returns an Interceptor on the driver, which must have a database
-// handle (the interceptor begins the transactions). principal names the
-// authenticated caller of a call (from its peer certificate or token):
-// keys are scoped by it. It returns an error matching
-// sqlonce.ErrInvalidArgument for a nil driver or principal, a bad option
-// (the error names it), or a driver without a handle (then also
-// sqlonce.ErrNoDB).
+// New returns an Interceptor on the driver, whose database handle begins
+// the transactions. principal names the authenticated caller of a call
+// (from its peer certificate or token): keys are scoped by it. It returns
+// an error matching sqlonce.ErrInvalidArgument for a nil driver or one
+// not built by its package's New, a nil principal, or a bad option (the
+// error names it).
 func New[TTx any](d sqlonce.Driver[TTx], principal func(ctx context.Context) string, opts ...Option) (*Interceptor[TTx], error) {
 	if d == nil || d.Engine() == nil {
-		return nil, fmt.Errorf("%w: grpcidem: nil driver", sqlonce.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: grpcidem: %s", sqlonce.ErrInvalidArgument, driver.NotBuilt)
 	}
 	if principal == nil {
 		return nil, fmt.Errorf("%w: grpcidem: nil principal func", sqlonce.ErrInvalidArgument)
@@ -65,9 +64,6 @@ func New[TTx any](d sqlonce.Driver[TTx], principal func(ctx context.Context) str
 		}
 	}
 	e := d.Engine()
-	if !idem.HasDB(e) {
-		return nil, fmt.Errorf("%w: grpcidem: the driver has no database handle: %w", sqlonce.ErrInvalidArgument, sqlonce.ErrNoDB)
-	}
 	// HTTP and gRPC keys share httpidem's namespace; their scopes differ
 	// by kind ('g'), so neither can answer for the other.
 	store, err := dedupe.New(obs.Bare(d), dedupe.WithNoWait(), dedupe.WithTTL(c.ttl), dedupe.WithMaxResponseSize(c.maxResponse),

@@ -9,8 +9,7 @@ import (
 
 // Inspect reads the key a client sent in the key header, for the caller
 // principal names (what the principal func of New returned for the
-// client's requests), on the driver's database handle (sqlonce.ErrNoDB
-// without one): to answer a customer's "why did my retry get the old
+// client's requests), on the driver's database handle: to answer a customer's "why did my retry get the old
 // answer?". Keys of requests run as steps are InspectSteps'; keys derived
 // by WithNoRepeatSubmit are not reached. info.Scope is principal. It
 // returns an error matching sqlonce.ErrNotFound when there is no such

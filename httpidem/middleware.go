@@ -64,9 +64,8 @@ type TxFunc[TTx any] func(ctx context.Context, fn func(ctx context.Context, tx T
 // anonymous endpoints only when their callers may share keys.
 //
 // New returns an error matching sqlonce.ErrInvalidArgument for a nil
-// driver or principal or a bad option (the error names it), and one
-// matching both sqlonce.ErrInvalidArgument and sqlonce.ErrNoDB for a
-// driver without a database handle.
+// driver or one not built by its package's New, a nil principal, or a bad
+// option (the error names it).
 func New[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string, opts ...Option) (*Middleware[TTx], error) {
 	return build(d, principal, nil, 0, opts)
 }
@@ -110,7 +109,7 @@ func NewLeased[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) s
 // driver's InTx when nil) for lease 0, lease mode otherwise.
 func build[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) string, run TxFunc[TTx], lease time.Duration, opts []Option) (*Middleware[TTx], error) {
 	if d == nil || d.Engine() == nil {
-		return nil, invalid("nil driver")
+		return nil, invalid("%s", driver.NotBuilt)
 	}
 	if principal == nil {
 		return nil, invalid("nil principal func")
@@ -160,13 +159,6 @@ func build[TTx any](d sqlonce.Driver[TTx], principal func(r *http.Request) strin
 	}
 	m := &Middleware[TTx]{options: c, principal: principal, lease: lease, store: store, observer: obs.Of(d)}
 	e := d.Engine()
-	if (lease > 0 || run == nil) && !idem.HasDB(e) {
-		mode := "New"
-		if lease > 0 {
-			mode = "NewLeased"
-		}
-		return nil, fmt.Errorf("%w: httpidem: %s needs a driver built with a database handle: %w", sqlonce.ErrInvalidArgument, mode, sqlonce.ErrNoDB)
-	}
 	m.runner = idem.Runner[TTx]{Store: store, RunTx: e.InTx, Run: true}
 	if run != nil {
 		m.runner.Run = false

@@ -118,7 +118,7 @@ func (m *Middleware[TTx]) serveSteps(w http.ResponseWriter, r *http.Request, ste
 		m.unavailable(w, r, err)
 	case errors.Is(err, dedupe.ErrOperationFailed):
 		m.internal(w, r, err, givenUp)
-	case errors.Is(err, sqlonce.ErrInvalidArgument) || errors.Is(err, sqlonce.ErrNoDB):
+	case errors.Is(err, sqlonce.ErrInvalidArgument):
 		m.refused(w, r, err)
 	default:
 		// A step failed, or the run lost the key: the steps before are

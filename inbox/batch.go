@@ -12,7 +12,7 @@ import (
 const MaxBatch = dedupe.MaxBatch
 
 // HandleBatch applies a batch of messages, each once, in one transaction of
-// its own on the driver's database handle (sqlonce.ErrNoDB without one):
+// its own on the driver's database handle:
 // it claims every id of msgIDs in a constant number of statements, then
 // runs fn once with the transaction and the ids not applied before, in the
 // order of msgIDs; fn is not called when every id was. fn applies exactly

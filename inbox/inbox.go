@@ -58,7 +58,7 @@ func WithTTL(ttl time.Duration) Option {
 // for a nil driver or an invalid option.
 func New[TTx any](d sqlonce.Driver[TTx], consumer string, opts ...Option) (*Inbox[TTx], error) {
 	if d == nil || d.Engine() == nil {
-		return nil, fmt.Errorf("%w: nil driver", sqlonce.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: inbox: %s", sqlonce.ErrInvalidArgument, driver.NotBuilt)
 	}
 	if err := keys.Check("consumer", consumer); err != nil {
 		return nil, err
@@ -88,7 +88,7 @@ func New[TTx any](d sqlonce.Driver[TTx], consumer string, opts ...Option) (*Inbo
 }
 
 // Handle applies the message with id msgID: in a transaction of its own on
-// the driver's database handle (sqlonce.ErrNoDB without one) it claims the
+// the driver's database handle it claims the
 // id and, if the claim is won, runs fn with the transaction; fn's writes
 // and the claim commit together. Ack the message when Handle returns nil,
 // after it returned, and never before:
@@ -147,7 +147,7 @@ func (i *Inbox[TTx]) handleTx(ctx context.Context, tx TTx, msgID string, fn func
 
 // Purge deletes remembered message ids past their TTL, batch at a time
 // (dedupe.DefaultPurgeBatch for 0), each batch in a transaction of its own
-// on the driver's database handle (sqlonce.ErrNoDB without one), and
+// on the driver's database handle, and
 // reports how many it removed: run it from a periodic job. It purges
 // expired keys of every dedupe store on the same table alike.
 func (i *Inbox[TTx]) Purge(ctx context.Context, batch int) (n int64, err error) {
@@ -158,7 +158,7 @@ func (i *Inbox[TTx]) Purge(ctx context.Context, batch int) (n int64, err error) 
 
 // Inspect reads the remembered id msgID of the Inbox's consumer (never
 // another consumer's, nor a key of dedupe or httpidem), on the driver's
-// database handle (sqlonce.ErrNoDB without one): KeyDone once its message
+// database handle: KeyDone once its message
 // was applied, KeyExpired past the TTL. It returns an error matching
 // sqlonce.ErrNotFound when the id is not remembered: never applied, purged
 // or forgotten, or applied by a transaction that has not committed yet.
@@ -169,7 +169,7 @@ func (i *Inbox[TTx]) Inspect(ctx context.Context, msgID string) (info dedupe.Key
 }
 
 // Forget deletes the remembered id msgID of the Inbox's consumer, on the
-// driver's database handle (sqlonce.ErrNoDB without one), so that the next
+// driver's database handle, so that the next
 // delivery of the message applies it again: to replay a message whose
 // effect was lost or undone. It returns an error matching
 // sqlonce.ErrNotFound when the id is not remembered. A message being

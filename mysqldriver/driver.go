@@ -14,6 +14,8 @@ import (
 )
 
 // Driver is the MySQL/MariaDB driver. It is safe for concurrent use.
+// Build it with New: every strategy refuses a zero Driver with an error
+// matching sqlonce.ErrInvalidArgument.
 type Driver struct {
 	e     engine
 	check *driver.DialectCheck // nil: db is known to be MySQL/MariaDB's
@@ -81,10 +83,12 @@ func New(db *sql.DB, opts ...Option) (*Driver, error) {
 	return &Driver{e: e, check: check}, nil
 }
 
-// Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
-// that constructors can refuse one instead of panicking later.
+// Engine is for sqlonce's own packages. It is nil for a nil *Driver and
+// for a Driver not built by New (a zero Driver has no handle, and skipped
+// New's checks), so that constructors refuse both, with an error matching
+// sqlonce.ErrInvalidArgument, instead of panicking or running unchecked.
 func (d *Driver) Engine() driver.Engine[*sql.Tx] {
-	if d == nil {
+	if d == nil || d.e.db == nil {
 		return nil
 	}
 	if d.check != nil {
@@ -450,9 +454,6 @@ var _ driver.Autocommitter[*sql.Tx] = engine{}
 // wsrep_sync_wait makes reads wait but not writes (bit 2 unset, as with
 // wsrep_sync_wait=1): a BEGIN waits there, an UPDATE alone does not.
 func (e engine) Autocommit(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if e.db == nil {
-		return sqlonce.ErrNoDB
-	}
 	if err := e.checkTx(ctx, nil); err != nil {
 		return err
 	}
@@ -465,9 +466,6 @@ func (e engine) Autocommit(ctx context.Context, fn func(ctx context.Context, tx 
 }
 
 func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if e.db == nil {
-		return sqlonce.ErrNoDB
-	}
 	if err := e.checkTx(ctx, nil); err != nil {
 		return err
 	}

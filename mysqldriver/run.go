@@ -34,9 +34,6 @@ func runNonce() int64 { return 1 + rand.Int64N(1<<40) }
 // WithLockWait) needs the key held from the start: Run returns
 // driver.ErrNoRun for it.
 func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context.Context, tx *sql.Tx) ([]byte, error)) (driver.RunResult, error) {
-	if e.db == nil {
-		return driver.RunResult{}, sqlonce.ErrNoDB
-	}
 	if p.LockWait > 0 || p.NoRecord {
 		// Both need the key claimed before fn: the generic path's Do in a
 		// transaction of the Store's own, which is what this driver could

@@ -16,6 +16,8 @@ import (
 
 // Driver is the PostgreSQL driver for database/sql. It holds no state of
 // its own besides its database handle, and is safe for concurrent use.
+// Build it with New: every strategy refuses a zero Driver with an error
+// matching sqlonce.ErrInvalidArgument.
 type Driver struct {
 	e     engine
 	check *driver.DialectCheck // nil: db is known to be PostgreSQL's
@@ -92,10 +94,12 @@ func isPQ(db *sql.DB) bool {
 	return pkg == "github.com/lib/pq" || strings.HasPrefix(pkg, "github.com/lib/pq/")
 }
 
-// Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
-// that constructors can refuse one instead of panicking later.
+// Engine is for sqlonce's own packages. It is nil for a nil *Driver and
+// for a Driver not built by New (a zero Driver has no handle, and skipped
+// New's checks), so that constructors refuse both, with an error matching
+// sqlonce.ErrInvalidArgument, instead of panicking or running unchecked.
 func (d *Driver) Engine() driver.Engine[*sql.Tx] {
-	if d == nil {
+	if d == nil || d.e.db == nil {
 		return nil
 	}
 	if d.check != nil {
@@ -126,9 +130,6 @@ var _ driver.Autocommitter[*sql.Tx] = engine{}
 // round trip each instead of a transaction's three. Through lib/pq it
 // returns driver.ErrNoRun: they run in a transaction (see isPQ).
 func (e engine) Autocommit(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if e.db == nil {
-		return sqlonce.ErrNoDB
-	}
 	if e.pq {
 		return driver.ErrNoRun
 	}
@@ -351,9 +352,6 @@ func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time)
 var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 
 func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) (err error) {
-	if e.db == nil {
-		return sqlonce.ErrNoDB
-	}
 	defer func() { err = canceled(ctx, err) }()
 	tx, err := e.db.BeginTx(ctx, readCommitted)
 	if err != nil {

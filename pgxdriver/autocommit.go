@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/dbsqlc/pgdb"
 	"github.com/sqlonce/sqlonce/internal/driver"
 )
@@ -17,9 +16,6 @@ var _ driver.Autocommitter[pgx.Tx] = engine{}
 // Autocommit runs fn's statements on the driver's *pgxpool.Pool or
 // *pgx.Conn outside any transaction, each committed on its own.
 func (e engine) Autocommit(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	if e.db == nil || isNilPointer(e.db) {
-		return sqlonce.ErrNoDB
-	}
 	db, ok := e.db.(pgdb.DBTX)
 	if !ok {
 		return driver.ErrNoRun

@@ -24,6 +24,8 @@ type Beginner interface {
 
 // Driver is the PostgreSQL driver. It holds no state of its own besides
 // its database handle, and is safe for concurrent use.
+// Build it with New: every strategy refuses a zero Driver with an error
+// matching sqlonce.ErrInvalidArgument.
 type Driver struct {
 	e engine
 }
@@ -79,10 +81,12 @@ func WithSchema(name string) Option {
 	}
 }
 
-// Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
-// that constructors can refuse one instead of panicking later.
+// Engine is for sqlonce's own packages. It is nil for a nil *Driver and
+// for a Driver not built by New (a zero Driver has no handle, and skipped
+// New's checks), so that constructors refuse both, with an error matching
+// sqlonce.ErrInvalidArgument, instead of panicking or running unchecked.
 func (d *Driver) Engine() driver.Engine[pgx.Tx] {
-	if d == nil {
+	if d == nil || d.e.db == nil {
 		return nil
 	}
 	return d.e
@@ -475,10 +479,6 @@ type txOptionsBeginner interface {
 }
 
 func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx pgx.Tx) error) (err error) {
-	// A nil *pgxpool.Pool passed to New is a non-nil Beginner.
-	if e.db == nil || isNilPointer(e.db) {
-		return sqlonce.ErrNoDB
-	}
 	// READ COMMITTED whatever the server's default: sqlonce's own
 	// statements rely on constraints and row locks, never on a snapshot,
 	// and a stricter level would only add serialization failures.

@@ -47,9 +47,6 @@ func (e engine) Run(ctx context.Context, p driver.RunParams, fn func(ctx context
 // from a *pgxpool.Pool, or the *pgx.Conn itself; with any other Beginner
 // it returns driver.ErrNoRun. fn ends what it begins (see endOnError).
 func (e engine) onConn(ctx context.Context, fn func(conn *pgx.Conn) error) error {
-	if e.db == nil || isNilPointer(e.db) {
-		return sqlonce.ErrNoDB
-	}
 	switch db := e.db.(type) {
 	case *pgxpool.Pool:
 		c, err := db.Acquire(ctx)

@@ -14,6 +14,8 @@ import (
 )
 
 // Driver is the SQLite driver. It is safe for concurrent use.
+// Build it with New: every strategy refuses a zero Driver with an error
+// matching sqlonce.ErrInvalidArgument.
 type Driver struct {
 	e engine
 }
@@ -58,10 +60,12 @@ func New(db *sql.DB) (*Driver, error) {
 	return &Driver{e: engine{db: db, q: sqlitedb.New()}}, nil
 }
 
-// Engine is for sqlonce's own packages. It is nil for a nil *Driver, so
-// that constructors can refuse one instead of panicking later.
+// Engine is for sqlonce's own packages. It is nil for a nil *Driver and
+// for a Driver not built by New (a zero Driver has no handle, and skipped
+// New's checks), so that constructors refuse both, with an error matching
+// sqlonce.ErrInvalidArgument, instead of panicking or running unchecked.
 func (d *Driver) Engine() driver.Engine[*sql.Tx] {
-	if d == nil {
+	if d == nil || d.e.db == nil {
 		return nil
 	}
 	return d.e
@@ -83,9 +87,6 @@ var _ driver.Autocommitter[*sql.Tx] = engine{}
 // Complete, Release and Extend, and token.Issue, run one statement each,
 // without BEGIN and COMMIT around it.
 func (e engine) Autocommit(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if e.db == nil {
-		return sqlonce.ErrNoDB
-	}
 	return driver.SQLAutocommit(ctx, fn)
 }
 
@@ -330,9 +331,6 @@ func (e engine) Purge(ctx context.Context, tx *sql.Tx, limit int, now time.Time)
 }
 
 func (e engine) InTx(ctx context.Context, fn func(ctx context.Context, tx *sql.Tx) error) error {
-	if e.db == nil {
-		return sqlonce.ErrNoDB
-	}
 	// Every transaction sqlonce runs itself writes: on a database opened as
 	// the package documentation says, it begins IMMEDIATE.
 	return driver.SQLInTx(ctx, e.db, fn)

@@ -85,7 +85,7 @@ func WithTTL(ttl time.Duration) Option {
 // sqlonce.ErrInvalidArgument for a nil driver or an invalid option.
 func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 	if d == nil || d.Engine() == nil {
-		return nil, fmt.Errorf("%w: nil driver", sqlonce.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: token: %s", sqlonce.ErrInvalidArgument, driver.NotBuilt)
 	}
 	o := options{ttl: DefaultTTL}
 	for i, opt := range opts {
@@ -101,8 +101,8 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 }
 
 // Issue issues a token for scope, committed at once on the driver's
-// database handle (sqlonce.ErrNoDB without one; on PostgreSQL one
-// statement in autocommit), and returns it.
+// database handle (on PostgreSQL one statement in autocommit), and
+// returns it.
 // The token is 256 bits from crypto/rand; only its SHA-256 hash is stored.
 // Hand it to the client (a hidden form field, a response header) and have
 // the client send it back with the request it guards.
@@ -283,7 +283,7 @@ func (s *Store[TTx]) purgeTx(ctx context.Context, tx TTx, limit int) (int64, err
 
 // Purge deletes every expired token, batch at a time (DefaultPurgeBatch
 // for 0), each batch in a short transaction of its own on the driver's
-// database handle (sqlonce.ErrNoDB without one), and reports how many it
+// database handle, and reports how many it
 // removed. Several instances may run it at once, on one server or on every
 // node of a cluster: a batch that conflicts with another's is retried as
 // dedupe.Store.Purge's is.

@@ -26,7 +26,7 @@ type Inserter[TTx any] struct {
 // New in sqlonce does.
 func New[TTx any](d sqlonce.Driver[TTx]) (*Inserter[TTx], error) {
 	if d == nil || d.Engine() == nil {
-		return nil, fmt.Errorf("%w: nil driver", sqlonce.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: unique: %s", sqlonce.ErrInvalidArgument, driver.NotBuilt)
 	}
 	e := d.Engine()
 	return &Inserter[TTx]{engine: e, caps: e.Capabilities(), observer: obs.Of(d)}, nil

@@ -17,7 +17,7 @@ type Autocommitter[TTx any] interface {
 	// Autocommit calls fn with a TTx whose statements run in autocommit.
 	// Its savepoints, commit and rollback do nothing or fail: fn must not
 	// need them. It returns ErrNoRun when the driver's handle cannot run
-	// statements outside a transaction, and sqlonce.ErrNoDB without one.
+	// statements outside a transaction.
 	Autocommit(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
 }
 

@@ -22,7 +22,7 @@ var _ Engine[*sql.Tx] = Checked{}
 // Capabilities returns the engine's, each behind the check: every field
 // the engine sets, Checked sets (TestCheckedKeepsCapabilities). The
 // capabilities that run on the driver's handle answer ErrNoRun without
-// one, for the generic path to answer ErrNoDB.
+// one (never, for a driver its package's New built), for the generic path.
 func (c Checked) Capabilities() Capabilities[*sql.Tx] {
 	in := c.Engine.Capabilities()
 	var out Capabilities[*sql.Tx]

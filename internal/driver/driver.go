@@ -12,6 +12,11 @@ const (
 	StateLeased int16 = 2
 )
 
+// NotBuilt is why the strategies' constructors refuse a nil driver, or a
+// zero Driver of a driver package (new(pgxdriver.Driver)), whose Engine is
+// nil: only its package's New checks and keeps the database handle.
+const NotBuilt = "nil driver, or a Driver not built by its package's New: build it with pgxdriver.New, pgsqldriver.New, mysqldriver.New or sqlitedriver.New"
+
 // Engine is implemented by every driver.
 type Engine[TTx any] interface {
 	// Guard runs fn, unique's insert, so that an error from fn leaves tx
@@ -53,8 +58,7 @@ type Engine[TTx any] interface {
 	Forget(ctx context.Context, tx TTx, k Key, force bool, now time.Time) (bool, error)
 
 	// InTx runs fn in a transaction of its own on the driver's database
-	// handle, committing when fn returns nil. It returns an error matching
-	// sqlonce.ErrNoDB when the driver has no handle.
+	// handle, committing when fn returns nil.
 	InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error
 
 	// Capabilities lists the optional interfaces the engine implements.

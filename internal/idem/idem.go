@@ -31,17 +31,6 @@ func Scope(kind byte, principal string) string {
 	return string(kind) + "#" + hex.EncodeToString(sum[:])
 }
 
-// HasDB reports whether the engine has a database handle to begin
-// transactions on. InTx checks for the handle before anything else, so a
-// context that is already done tells without a round trip: an engine with
-// a handle fails on the context, one without on sqlonce.ErrNoDB.
-func HasDB[TTx any](e driver.Engine[TTx]) bool {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	err := e.InTx(ctx, func(context.Context, TTx) error { return nil })
-	return !errors.Is(err, sqlonce.ErrNoDB)
-}
-
 // Outcome is how a request ended.
 type Outcome int
 

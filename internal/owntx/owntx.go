@@ -16,8 +16,7 @@ const Attempts = 10
 // fn returns nil. The transaction is sqlonce's, so after a deadlock or a
 // serialization failure it is run again here rather than handed back to a
 // caller who could only call again. A lock wait that timed out is not run
-// again: it has waited already. Without a handle it returns an error
-// matching sqlonce.ErrNoDB.
+// again: it has waited already.
 func Run[TTx any](ctx context.Context, e driver.Engine[TTx], fn func(ctx context.Context, tx TTx) error) error {
 	return Retry(ctx, func() error { return e.InTx(ctx, fn) })
 }
