@@ -38,11 +38,17 @@ var _ sqlonce.Driver[pgx.Tx] = (*Driver)(nil)
 // transactions, or autocommit statements, of their own; a call given your
 // pgx.Tx runs in it.
 //
-// A nil db (or a nil *pgxpool.Pool), a nil Option or an invalid one is an
-// error matching sqlonce.ErrInvalidArgument, naming the option.
+// A nil db (or a nil *pgxpool.Pool), a pgx.Tx, a nil Option or an invalid
+// one is an error matching sqlonce.ErrInvalidArgument, naming the option.
+// A pgx.Tx satisfies Beginner, but the driver's own transactions would be
+// savepoints in it: a lease no other instance sees until the caller
+// commits, a FirstRun for work the caller may still roll back.
 func New(db Beginner, opts ...Option) (*Driver, error) {
 	if db == nil || isNilPointer(db) {
 		return nil, fmt.Errorf("%w: pgxdriver: nil database handle", sqlonce.ErrInvalidArgument)
+	}
+	if _, ok := db.(pgx.Tx); ok {
+		return nil, fmt.Errorf("%w: pgxdriver: the handle is a transaction (%T), whose commit is the caller's: pass the *pgxpool.Pool or a *pgx.Conn, and your pgx.Tx to the calls that take one", sqlonce.ErrInvalidArgument, db)
 	}
 	var o options
 	for i, opt := range opts {
