@@ -41,10 +41,11 @@ var _ sqlonce.Driver[*sql.Tx] = (*Driver)(nil)
 // that names modernc.Open and mattn.Open, a db whose transactions would
 // fail under contention rather than wait, as sql.Open("sqlite", path)
 // without their DSN gives: a connection with busy_timeout 0, or
-// transactions begun DEFERRED instead of IMMEDIATE. It looks at two of
-// the pool's connections and begins one transaction, briefly taking the
-// write lock, within 5 s; when that cannot be done (the database busy
-// that long) it accepts db.
+// transactions begun DEFERRED instead of IMMEDIATE. It takes two of the
+// pool's connections, waiting at most 100 ms for each and holding no lock
+// meanwhile, then begins one transaction, briefly taking the write lock,
+// within 5 s; what cannot be done (the pool's connections all in use, the
+// database busy that long) it does not check, and accepts db.
 func New(db *sql.DB) (*Driver, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlitedriver: nil *sql.DB", sqlonce.ErrInvalidArgument)

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	sqldriver "database/sql/driver"
 	"fmt"
+	"time"
 
 	"github.com/sqlonce/sqlonce"
 )
@@ -16,18 +17,42 @@ import (
 // begun DEFERRED that reads before it writes fails with
 // SQLITE_BUSY_SNAPSHOT when another committed in between.
 //
-// It looks at two of the pool's connections, the one a transaction of
-// the handle's begins on and another (PRAGMA busy_timeout), and asks that
-// other one to begin IMMEDIATE, without waiting, while the transaction is
-// open: it gets the write lock only when the transaction did not take it
-// at BEGIN. The other connection, its busy_timeout changed, is closed,
-// not returned to the pool. It refuses only on what it saw: a probe that
-// cannot run (a database busy beyond the probe's timeout, a pool of one
-// connection, a file not there yet) accepts the handle.
+// It looks at two of the pool's connections, one to begin a transaction
+// on and another (PRAGMA busy_timeout), and asks that other one to begin
+// IMMEDIATE, without waiting, while the transaction is open: it gets the
+// write lock only when the transaction did not take it at BEGIN. It takes
+// both connections before it begins, each within slotTimeout, so that
+// nothing is locked while it waits for a slot of a busy pool (BEGIN with
+// _txlock=immediate takes the write lock). The other connection, its
+// busy_timeout changed, is closed, not returned to the pool. It refuses
+// only on what it saw: a probe that cannot run (a pool whose connections
+// are all in use, a database busy beyond the probe's timeout, a pool of
+// one connection, a file not there yet) accepts the handle, or checks
+// only what it could.
 func checkSettings(db *sql.DB) error {
+	conn := func() *sql.Conn {
+		ctx, cancel := context.WithTimeout(context.Background(), slotTimeout)
+		defer cancel()
+		c, err := db.Conn(ctx)
+		if err != nil {
+			return nil
+		}
+		return c
+	}
+	tc := conn()
+	if tc == nil {
+		return nil
+	}
+	defer tc.Close()
+	var c *sql.Conn // nil: one connection, no second one to ask
+	if db.Stats().MaxOpenConnections != 1 {
+		if c = conn(); c != nil {
+			defer c.Raw(func(any) error { return sqldriver.ErrBadConn }) // closes it
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := tc.BeginTx(ctx, nil)
 	if err != nil {
 		return nil // a BEGIN that waited for the lock is IMMEDIATE
 	}
@@ -35,14 +60,9 @@ func checkSettings(db *sql.DB) error {
 	if busy, err := busyTimeout(ctx, tx); err == nil && busy <= 0 {
 		return settingsError("has busy_timeout 0: a transaction that meets another's write lock fails at once with SQLITE_BUSY")
 	}
-	if db.Stats().MaxOpenConnections == 1 {
-		return nil // one connection: no second one to ask
-	}
-	c, err := db.Conn(ctx)
-	if err != nil {
+	if c == nil {
 		return nil
 	}
-	defer c.Raw(func(any) error { return sqldriver.ErrBadConn }) // closes it
 	busy, err := busyTimeout(ctx, c)
 	if err != nil {
 		return nil
@@ -59,6 +79,10 @@ func checkSettings(db *sql.DB) error {
 	_, _ = c.ExecContext(ctx, "ROLLBACK")
 	return settingsError("begins its transactions DEFERRED, not IMMEDIATE: one that reads before it writes fails with SQLITE_BUSY_SNAPSHOT when another committed in between")
 }
+
+// slotTimeout bounds checkSettings' wait for each of its two connections:
+// a pool whose connections are all in use is not waited for.
+const slotTimeout = 100 * time.Millisecond
 
 func busyTimeout(ctx context.Context, q interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
