@@ -55,7 +55,8 @@ func WithTTL(ttl time.Duration) Option {
 // message ids, so that two consumers of one stream (an email sender and a
 // ledger writer) each apply every message once. It returns
 // sqlonce.ErrInvalidKey for an invalid name and sqlonce.ErrInvalidArgument
-// for a nil driver or an invalid option.
+// for a nil driver or one not built by its package's New (a zero Driver),
+// or an invalid option.
 func New[TTx any](d sqlonce.Driver[TTx], consumer string, opts ...Option) (*Inbox[TTx], error) {
 	if d == nil || d.Engine() == nil {
 		return nil, fmt.Errorf("%w: inbox: %s", sqlonce.ErrInvalidArgument, driver.NotBuilt)

@@ -82,7 +82,8 @@ func WithTTL(ttl time.Duration) Option {
 }
 
 // New returns a Store on the given driver. It returns an error matching
-// sqlonce.ErrInvalidArgument for a nil driver or an invalid option.
+// sqlonce.ErrInvalidArgument for a nil driver or one not built by its
+// package's New (a zero Driver), or an invalid option.
 func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 	if d == nil || d.Engine() == nil {
 		return nil, fmt.Errorf("%w: token: %s", sqlonce.ErrInvalidArgument, driver.NotBuilt)

@@ -22,8 +22,8 @@ type Inserter[TTx any] struct {
 }
 
 // New returns an Inserter on the given driver. It returns an error
-// matching sqlonce.ErrInvalidArgument for a nil driver, as every other
-// New in sqlonce does.
+// matching sqlonce.ErrInvalidArgument for a nil driver or one not built
+// by its package's New (a zero Driver), as every other New in sqlonce does.
 func New[TTx any](d sqlonce.Driver[TTx]) (*Inserter[TTx], error) {
 	if d == nil || d.Engine() == nil {
 		return nil, fmt.Errorf("%w: unique: %s", sqlonce.ErrInvalidArgument, driver.NotBuilt)
