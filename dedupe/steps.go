@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"github.com/sqlonce/sqlonce"
@@ -68,6 +69,84 @@ type Step[TTx any] struct {
 	// st.Key to that system as its idempotency key, so that the repeat
 	// changes nothing there.
 	Outside func(ctx context.Context, st StepState) ([]byte, error)
+	// Retry is the outside step's retry policy within a run (RunSteps', or
+	// the resumer's): the zero Retry calls it once, and an error stops
+	// the run. Only for an Outside step: a database step's transaction is
+	// retried by the Store itself on the errors sqlonce.IsRetryable
+	// accepts, and a Retry on it is sqlonce.ErrInvalidArgument.
+	Retry Retry
+}
+
+// Retry is an outside step's retry policy: a run calls the step up to
+// Attempts times in place, while it returns an error that Retryable
+// accepts, waiting between calls with exponential backoff and equal
+// jitter: before call n+1 it waits a random time between d/2 and d, where
+// d is Initial doubled n-1 times, capped at Max. The waits never shrink
+// from one call to the next, and never exceed Max.
+//
+// Before each wait the run extends its lease over the wait and a whole
+// Operation.Lease after it (a lease lost meanwhile stops the run with
+// sqlonce.ErrLeaseLost). A ctx that ends during a wait stops the run
+// with an error matching ctx's, without another call, and leaves the
+// lease to lapse, as a ctx that ends in a step does. A panic is never
+// retried, nor an error returned once ctx ended. When the attempts run
+// out, or Retryable refuses the error, the run stops with the step's
+// error as it does without a Retry (the lease released); the next run (a
+// retry of RunSteps, or the resumer) starts the count again at 1.
+// StepState.Try numbers the calls within a run; each retry adds one to
+// the run's Event.Attempts, the step's error its RetryCause.
+//
+// RunSteps, ResumeStuck and ResumeEvery refuse a bad Retry with
+// sqlonce.ErrInvalidArgument naming the field: Attempts negative, or over
+// 1 with Initial not positive or Max under Initial.
+type Retry struct {
+	// Attempts bounds the calls of the step per run, the first included:
+	// 0 and 1 call it once.
+	Attempts int
+	// Initial is the base of the first wait.
+	Initial time.Duration
+	// Max caps every wait.
+	Max time.Duration
+	// Retryable reports whether the step's error is worth another call;
+	// nil retries every error.
+	Retryable func(error) bool
+}
+
+func (r Retry) check() error {
+	switch {
+	case r.Attempts < 0:
+		return fmt.Errorf("Retry.Attempts %d is negative", r.Attempts)
+	case r.Initial < 0:
+		return fmt.Errorf("Retry.Initial %v is negative", r.Initial)
+	case r.Max < 0:
+		return fmt.Errorf("Retry.Max %v is negative", r.Max)
+	case r.Attempts > 1 && r.Initial == 0:
+		return fmt.Errorf("Retry.Initial is 0 with Retry.Attempts %d", r.Attempts)
+	case r.Attempts > 1 && r.Max < r.Initial:
+		return fmt.Errorf("Retry.Max %v is under Retry.Initial %v", r.Max, r.Initial)
+	}
+	return nil
+}
+
+func (r Retry) set() bool {
+	return r.Attempts != 0 || r.Initial != 0 || r.Max != 0 || r.Retryable != nil
+}
+
+// retries reports whether a call n (from 1) that failed with err is
+// called again.
+func (r Retry) retries(n int, err error) bool {
+	return n < r.Attempts && (r.Retryable == nil || r.Retryable(err))
+}
+
+// wait is the wait after the failed call n (from 1): equal jitter, d/2 +
+// rand[0, d/2], d = min(Max, Initial<<(n-1)).
+func (r Retry) wait(n int) time.Duration {
+	d := r.Initial
+	for i := 1; i < n && d < r.Max; i++ {
+		d *= 2
+	}
+	d = min(d, r.Max)
+	return d/2 + rand.N(d/2+1)
 }
 
 // StepState is what a step gets: the operation's input and the results of
@@ -83,6 +162,9 @@ type StepState struct {
 	// Attempt counts the runs of the operation that held its key, this
 	// one included: 1 for the first.
 	Attempt int
+	// Try counts the calls of this step in this run, this one included:
+	// 1 for the first, more when Step.Retry called it again.
+	Try int
 
 	names   []string
 	results [][]byte
@@ -145,6 +227,12 @@ func (op *Operation[TTx]) check() error {
 		seen[st.Name] = true
 		if (st.InTx == nil) == (st.Outside == nil) {
 			return fmt.Errorf("%w: operation %q, step %q: set exactly one of InTx and Outside", sqlonce.ErrInvalidArgument, op.Name, st.Name)
+		}
+		if st.InTx != nil && st.Retry.set() {
+			return fmt.Errorf("%w: operation %q, step %q: Retry is for Outside steps (a database step's transaction is retried on sqlonce.IsRetryable errors)", sqlonce.ErrInvalidArgument, op.Name, st.Name)
+		}
+		if err := st.Retry.check(); err != nil {
+			return fmt.Errorf("%w: operation %q, step %q: %w", sqlonce.ErrInvalidArgument, op.Name, st.Name, err)
 		}
 	}
 	return nil
@@ -376,7 +464,7 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 	for i := len(rec.names); i < len(op.Steps); i++ {
 		step := op.Steps[i]
 		last := i == len(op.Steps)-1
-		st := StepState{Input: rec.input, Key: StepKey(k.Scope, k.Key, step.Name), Attempt: rec.attempts, names: rec.names, results: rec.results}
+		st := StepState{Input: rec.input, Key: StepKey(k.Scope, k.Key, step.Name), Attempt: rec.attempts, Try: 1, names: rec.names, results: rec.results}
 		var pending recovery
 		// record saves the step's result with the lease held (token), or,
 		// for the last step, records the response and ends the lease.
@@ -422,7 +510,17 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 			})
 		} else {
 			var result []byte
-			if result, err = step.Outside(ctx, st); err != nil {
+			for {
+				if result, err = step.Outside(ctx, st); err == nil || ctx.Err() != nil || !step.Retry.retries(st.Try, err) {
+					break
+				}
+				if werr := s.retryWait(ctx, k, token, step.Retry.wait(st.Try), lease, o); werr != nil {
+					return sqlonce.Result{}, fmt.Errorf("sqlonce/dedupe: key %q, step %q after its call %d failed (%v): %w", k.Key, step.Name, st.Try, err, werr)
+				}
+				o.Retried(err)
+				st.Try++
+			}
+			if err != nil {
 				stepErr = true
 			} else {
 				resp = result
@@ -449,6 +547,31 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 		resp = []byte{}
 	}
 	return sqlonce.Result{Outcome: sqlonce.FirstRun, Response: resp}, nil
+}
+
+// retryWait extends the lease held on k with token over wait and a whole
+// lease after it, then waits; ctx's error when it ends first,
+// sqlonce.ErrLeaseLost when the lease was lost.
+func (s *Store[TTx]) retryWait(ctx context.Context, k driver.Key, token int64, wait, lease time.Duration, o *obs.Op) error {
+	var ok bool
+	err := owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, o, func(ctx context.Context, tx TTx) (err error) {
+		ok, err = s.engine.Extend(ctx, tx, k, token, wait+lease, testclock.Now(ctx))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: steps of key %q in scope %q, token %d", sqlonce.ErrLeaseLost, k.Key, k.Scope, token)
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // finishSteps records resp, the result of op's last step, recorded

@@ -82,10 +82,21 @@ func (op *Op) Tried(err error) {
 	if op.o == nil {
 		return
 	}
-	if op.e.Attempts > 0 {
+	if op.e.Attempts > 0 && op.last != nil {
 		op.e.RetryCause = op.last
 	}
 	op.last = err
+	op.e.Attempts++
+}
+
+// Retried counts a retry that is no transaction of the Store's (an
+// outside step called again) after cause.
+func (op *Op) Retried(cause error) {
+	if op.o == nil {
+		return
+	}
+	op.e.RetryCause = cause
+	op.last = nil
 	op.e.Attempts++
 }
 
