@@ -77,10 +77,13 @@ type Event struct {
 	Work time.Duration
 	// Attempts is how many times the operation ran its transaction: more
 	// than 1 when sqlonce retried a transaction of its own after a
-	// deadlock, a serialization failure or a stale read.
+	// deadlock, a serialization failure or a stale read. For dedupe's
+	// operations of several steps, every transaction of the run counts,
+	// and so does every call of an outside step that its Step.Retry made
+	// again.
 	Attempts int
-	// RetryCause is the error that made the last retry (Attempts > 1),
-	// its key redacted as Err's is.
+	// RetryCause is the error that made the last retry (Attempts > 1;
+	// nil when no attempt failed), its key redacted as Err's is.
 	RetryCause error
 	// ResponseSize is the size in bytes of the response recorded (first
 	// run) or replayed (already done); 0 where there is none.

@@ -33,3 +33,25 @@ func TestOperationCheck(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRetryWait checks the equal jitter: the wait after call n is within
+// [d/2, d], d = min(Max, Initial<<(n-1)), so it never shrinks from one
+// call to the next and never exceeds Max.
+func TestRetryWait(t *testing.T) {
+	r := Retry{Attempts: 100, Initial: 10 * time.Millisecond, Max: 300 * time.Millisecond}
+	for n := 1; n < 100; n++ {
+		d := min(r.Max, r.Initial<<min(n-1, 20))
+		for range 50 {
+			if w := r.wait(n); w < d/2 || w > d {
+				t.Fatalf("wait(%d) = %v, want in [%v, %v]", n, w, d/2, d)
+			}
+		}
+	}
+	if !(Retry{Attempts: 2}).retries(1, errors.New("x")) || (Retry{Attempts: 2}).retries(2, errors.New("x")) || (Retry{}).retries(1, errors.New("x")) {
+		t.Fatal("retries: wrong count")
+	}
+	no := Retry{Attempts: 3, Retryable: func(error) bool { return false }}
+	if no.retries(1, errors.New("x")) {
+		t.Fatal("retries: Retryable ignored")
+	}
+}

@@ -172,3 +172,20 @@ func TestExitsMarkReadOnly(t *testing.T) {
 		t.Errorf("an answer was reported as %+v, want no error", *o)
 	}
 }
+
+// TestRetried: a retry that is no transaction (an outside step called
+// again) counts as an attempt, its cause kept past later successful
+// transactions.
+func TestRetried(t *testing.T) {
+	var got sqlonce.Event
+	o := sqlonce.ObserverFunc(func(_ context.Context, e sqlonce.Event) { got = e })
+	op := Start(o, "dedupe", "RunSteps", "s", "k")
+	op.Tried(nil)
+	op.Retried(sqlonce.ErrStaleRead)
+	op.Tried(nil)
+	op.Tried(nil)
+	op.End(context.Background(), sqlonce.Result{Outcome: sqlonce.FirstRun}, nil)
+	if got.Attempts != 4 || !errors.Is(got.RetryCause, sqlonce.ErrStaleRead) {
+		t.Fatalf("event %+v", got)
+	}
+}

@@ -285,9 +285,10 @@ func runDedupeStepsRetry[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		if got := script.tries(); !slices.Equal(got, []int{1}) {
 			t.Fatalf("tries %v, want [1]: no call after the cancel", got)
 		}
-		// The lease is left to lapse, extended over the backoff: a
-		// caller meanwhile is told the key is in progress.
-		if _, err := s.RunSteps(at(ctx, t0, time.Minute), req, []byte("k5"), op); !errors.Is(err, sqlonce.ErrInProgress) {
+		// The lease is left to lapse, extended over the backoff and a
+		// whole Lease after it: a caller past the unextended lease is
+		// still told the key is in progress.
+		if _, err := s.RunSteps(at(ctx, t0, time.Minute+wait/2), req, []byte("k5"), op); !errors.Is(err, sqlonce.ErrInProgress) {
 			t.Fatalf("call within the lease: %v, want ErrInProgress", err)
 		}
 		script.reset()
