@@ -257,7 +257,9 @@ func (op *Operation[TTx]) lease() time.Duration {
 // call that finds the key's lease lapsed, its run stopped between or
 // inside steps, takes it over and resumes after the last recovery point,
 // with the input stored at the first call (FirstRun: this call finished
-// the work). A step that returns an error stops the run: RunSteps
+// the work). An outside step that returns an error is called again in
+// place as its Step.Retry says; a step's error that is not retried
+// stops the run: RunSteps
 // releases the lease, so that the next call resumes at that step at once,
 // and returns the error. A panic in a step goes on to the caller
 // unchanged (the step's transaction rolled back), and a ctx that ends
