@@ -94,7 +94,9 @@ type Step[TTx any] struct {
 // error as it does without a Retry (the lease released); the next run (a
 // retry of RunSteps, or the resumer) starts the count again at 1.
 // StepState.Try numbers the calls within a run; each retry adds one to
-// the run's Event.Attempts, the step's error its RetryCause.
+// the run's Event.Attempts, the step's error its RetryCause. The resumer
+// waits as RunSteps does, key after key: keep the waits of a round
+// (Attempts times Max, at most) well under ResumeEvery's interval.
 //
 // RunSteps, ResumeStuck and ResumeEvery refuse a bad Retry with
 // sqlonce.ErrInvalidArgument naming the field: Attempts negative, or over
@@ -143,6 +145,10 @@ func (r Retry) retries(n int, err error) bool {
 func (r Retry) wait(n int) time.Duration {
 	d := r.Initial
 	for i := 1; i < n && d < r.Max; i++ {
+		if d > r.Max/2 {
+			d = r.Max // and no overflow
+			break
+		}
 		d *= 2
 	}
 	d = min(d, r.Max)

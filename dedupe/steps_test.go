@@ -47,6 +47,12 @@ func TestRetryWait(t *testing.T) {
 			}
 		}
 	}
+	huge := Retry{Attempts: 100, Initial: time.Hour, Max: time.Duration(1<<63 - 1)}
+	for n := 1; n < 100; n++ {
+		if w := huge.wait(n); w < time.Hour/2 {
+			t.Fatalf("huge wait(%d) = %v", n, w)
+		}
+	}
 	if !(Retry{Attempts: 2}).retries(1, errors.New("x")) || (Retry{Attempts: 2}).retries(2, errors.New("x")) || (Retry{}).retries(1, errors.New("x")) {
 		t.Fatal("retries: wrong count")
 	}
