@@ -45,6 +45,7 @@ type Store[TTx any] struct {
 	ttl         time.Duration
 	maxResponse int
 	lockWait    time.Duration
+	await       bool
 	favor       driver.Favor
 	noRecord    bool
 	observer    sqlonce.Observer
@@ -146,7 +147,7 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 	}
 	e := d.Engine()
 	return &Store[TTx]{engine: e, caps: e.Capabilities(), ns: o.Namespace,
-		stepsNS: o.StepsNamespace, ttl: o.TTL, maxResponse: o.MaxResponseSize, lockWait: o.LockWait, favor: o.Favor, noRecord: o.NoRecord, observer: obs.Of(d), codec: o.Codec}, nil
+		stepsNS: o.StepsNamespace, ttl: o.TTL, maxResponse: o.MaxResponseSize, lockWait: o.LockWait, await: o.AwaitResult, favor: o.Favor, noRecord: o.NoRecord, observer: obs.Of(d), codec: o.Codec}, nil
 }
 
 // stepsKey names a row of the namespace of the Store's operations of

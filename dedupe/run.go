@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
@@ -32,7 +33,9 @@ import (
 // key turns out to be recorded by then (AlreadyDone).
 //
 // A concurrent Run of the same key waits for the first to end, or gets
-// sqlonce.ErrInProgress with WithNoWait or WithLockWait. Run holds no
+// sqlonce.ErrInProgress with WithNoWait or WithLockWait; a key leased by
+// Claim answers sqlonce.ErrInProgress while the lease holds. A Store
+// built WithAwaitResult waits for the answer instead. Run holds no
 // lease: a ctx that ends rolls tx back, the claim with it, and leaves the
 // key as it was, free for the next call at once (a lapsed lease it was
 // taking over stays lapsed). Errors are those of DoResponse. Round trips
@@ -58,8 +61,10 @@ func (s *Store[TTx]) runOwn(ctx context.Context, req Request, fn func(ctx contex
 		return sqlonce.Result{}, err
 	}
 	var fnErr error // the last error fn returned
+	var called bool // fn ran in this attempt
 	inner := fn
 	fn = func(ctx context.Context, tx TTx) ([]byte, error) {
+		called = true
 		resp, err := inner(ctx, tx)
 		fnErr = err
 		return resp, err
@@ -73,6 +78,28 @@ func (s *Store[TTx]) runOwn(ctx context.Context, req Request, fn func(ctx contex
 		}
 		return res, fmt.Errorf("sqlonce/dedupe: run key %q: %w", req.Key, err)
 	}
+	var w awaiter
+	for {
+		called = false
+		res, err := s.runOnce(ctx, req, ttl, fn, named, op)
+		switch {
+		case !s.await || called || err == nil:
+			return res, err
+		case errors.Is(err, sqlonce.ErrInProgress):
+			// WithAwaitResult: ask again after a pause.
+			if err := w.wait(ctx, err); err != nil {
+				return sqlonce.Result{}, err
+			}
+		case ctx.Err() != nil:
+			return res, w.ended(err)
+		default:
+			return res, err
+		}
+	}
+}
+
+// runOnce is one attempt of runOwn.
+func (s *Store[TTx]) runOnce(ctx context.Context, req Request, ttl time.Duration, fn func(ctx context.Context, tx TTx) ([]byte, error), named func(sqlonce.Result, error) (sqlonce.Result, error), op *obs.Op) (sqlonce.Result, error) {
 	runner := s.caps.Runner
 	if runner == nil {
 		return named(s.runInTx(ctx, req, fn, op))
@@ -96,7 +123,7 @@ func (s *Store[TTx]) runOwn(ctx context.Context, req Request, fn func(ctx contex
 		NoRecord:    s.noRecord,
 	}
 	var out driver.RunResult
-	err = owntx.Retry(ctx, func() (err error) {
+	err := owntx.Retry(ctx, func() (err error) {
 		out, err = runner.Run(ctx, p, limited)
 		if !errors.Is(err, driver.ErrNoRun) {
 			op.Tried(err)

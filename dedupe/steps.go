@@ -288,7 +288,8 @@ func (op *Operation[TTx]) lease() time.Duration {
 // own: done, given up, running or stopped, the key is never answered
 // from, nor resumed by, another operation; a key done or given up by
 // a pre-release build did not record its operation, and answers any);
-// sqlonce.ErrInProgress while another run of op holds the lease; sqlonce.ErrLeaseLost when this run's
+// sqlonce.ErrInProgress while another run of op holds the lease (a Store
+// built WithAwaitResult waits for the answer instead); sqlonce.ErrLeaseLost when this run's
 // lease was taken over (it stops at once: the other run goes on);
 // ErrOperationFailed once ResumeStuck gave the operation up;
 // sqlonce.ErrInvalidKey, sqlonce.ErrInvalidArgument for bad input, and
@@ -323,7 +324,8 @@ func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op
 	if rec := fresh.encode(); len(rec) > s.maxResponse {
 		return sqlonce.Result{}, fmt.Errorf("%w: input of %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(input), req.Key, s.maxResponse)
 	}
-	for range 3 {
+	var w awaiter
+	for tries := 0; tries < 3 || s.await; tries++ {
 		var row driver.StepRow
 		var found bool
 		err := owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, &o, func(ctx context.Context, tx TTx) (err error) {
@@ -331,7 +333,11 @@ func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op
 			return err
 		})
 		if err != nil {
-			return sqlonce.Result{}, fmt.Errorf("sqlonce/dedupe: run steps of key %q: %w", req.Key, err)
+			err = fmt.Errorf("sqlonce/dedupe: run steps of key %q: %w", req.Key, err)
+			if ctx.Err() != nil {
+				err = w.ended(err)
+			}
+			return sqlonce.Result{}, err
 		}
 		if !found || row.Expired {
 			// A new key, or an expired one: start from the first step.
@@ -358,7 +364,15 @@ func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op
 			if rec, err := decodeRecovery(row.Response); err == nil && rec.op != op.Name {
 				return sqlonce.Result{}, fmt.Errorf("%w: key %q in scope %q runs operation %q, not %q", sqlonce.ErrKeyReuse, req.Key, req.Scope, rec.op, op.Name)
 			}
-			return sqlonce.Result{}, fmt.Errorf("%w: key %q in scope %q is running its steps", sqlonce.ErrInProgress, req.Key, req.Scope)
+			err := fmt.Errorf("%w: key %q in scope %q is running its steps", sqlonce.ErrInProgress, req.Key, req.Scope)
+			if !s.await {
+				return sqlonce.Result{}, err
+			}
+			// WithAwaitResult: read the key again after a pause.
+			if err := w.wait(ctx, err); err != nil {
+				return sqlonce.Result{}, err
+			}
+			continue
 		}
 		rec, err := recoveryOf(k, row, fresh)
 		if err != nil {

@@ -29,6 +29,7 @@ type Options struct {
 	TTL             time.Duration
 	MaxResponseSize int
 	LockWait        time.Duration
+	AwaitResult     bool
 	Favor           driver.Favor
 	// Codec is a dedupe.Codec (the same method set).
 	Codec interface {
