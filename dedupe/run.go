@@ -61,10 +61,8 @@ func (s *Store[TTx]) runOwn(ctx context.Context, req Request, fn func(ctx contex
 		return sqlonce.Result{}, err
 	}
 	var fnErr error // the last error fn returned
-	var called bool // fn ran in this attempt
 	inner := fn
 	fn = func(ctx context.Context, tx TTx) ([]byte, error) {
-		called = true
 		resp, err := inner(ctx, tx)
 		fnErr = err
 		return resp, err
@@ -80,10 +78,11 @@ func (s *Store[TTx]) runOwn(ctx context.Context, req Request, fn func(ctx contex
 	}
 	var w awaiter
 	for {
-		called = false
+		fnErr = nil
 		res, err := s.runOnce(ctx, req, ttl, fn, named, op)
 		switch {
-		case !s.await || called || err == nil:
+		case !s.await || err == nil || (fnErr != nil && errors.Is(err, fnErr)):
+			// fn's own error is never waited on.
 			return res, err
 		case errors.Is(err, sqlonce.ErrInProgress):
 			// WithAwaitResult: ask again after a pause.

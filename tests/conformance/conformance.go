@@ -85,6 +85,7 @@ func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	group(t, "DedupePurger", func(t *testing.T) { runDedupePurger(t, f) })
 	group(t, "DedupeSteps", func(t *testing.T) { runDedupeSteps(t, f) })
 	group(t, "DedupeStepsRetry", func(t *testing.T) { runDedupeStepsRetry(t, f) })
+	group(t, "DedupeAwait", func(t *testing.T) { runDedupeAwait(t, f) })
 	group(t, "Optimistic", func(t *testing.T) { runOptimistic(t, f) })
 	group(t, "StateMachine", func(t *testing.T) { runStateMachine(t, f) })
 	group(t, "Unique", func(t *testing.T) { runUnique(t, f) })
