@@ -104,7 +104,10 @@
 // caller that must not wait builds its Store with [WithNoWait] (or
 // [WithLockWait] for a bounded wait) and gets
 // [github.com/sqlonce/sqlonce.ErrInProgress] instead; its transaction stays
-// usable. What the bound does per database: docs/drivers.md.
+// usable. What the bound does per database: docs/drivers.md. The other
+// way round, [WithAwaitResult] makes a repeat of Run or RunSteps whose
+// work is in progress (a lease, a run of steps, the resumer) wait, bounded
+// by its ctx, for the recorded answer.
 //
 // # Work outside the database: leases
 //
