@@ -134,14 +134,24 @@ func (s *Store[TTx]) resumeOne(ctx context.Context, k driver.Key, maxAttempts in
 	if rec.ttl > 0 {
 		ttl = rec.ttl
 	}
-	var reason string
+	var end []byte
 	switch {
 	case err != nil:
-		reason = err.Error()
+		end = final(rec.op, true, []byte(err.Error()))
 	case rec.attempts > maxAttempts:
-		reason = fmt.Sprintf("operation %q given up after %d attempts", rec.op, rec.attempts-1)
+		// The step it stopped at: the one whose error was recorded, or
+		// else the first not done (a run that crashed, panicked or was
+		// cancelled recorded none).
+		step, text := rec.errStep, rec.errText
+		if op := byName[rec.op]; step == "" && op != nil && len(rec.names) < len(op.Steps) {
+			step = op.Steps[len(rec.names)].Name
+		}
+		if text == "" {
+			text = "no step returned an error: its runs stopped (a crash, a panic, a context ended)"
+		}
+		end = givenUp(row.Response, rec.op, step, rec.attempts-1, ttl, text)
 	}
-	if reason != "" {
+	if end != nil {
 		var ok bool
 		err = owntx.RunObserved(ctx, s.engine, &o, func(ctx context.Context, tx TTx) (err error) {
 			now := testclock.Now(ctx)
@@ -157,7 +167,7 @@ func (s *Store[TTx]) resumeOne(ctx context.Context, k driver.Key, maxAttempts in
 				}
 				token++
 			}
-			ok, err = s.engine.Complete(ctx, tx, k, token, final(rec.op, true, []byte(reason)), ttl, now)
+			ok, err = s.engine.Complete(ctx, tx, k, token, end, ttl, now)
 			return err
 		})
 		if err != nil || !ok {

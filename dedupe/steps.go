@@ -494,6 +494,7 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 			next := rec
 			next.names = append(rec.names[:len(rec.names):len(rec.names)], step.Name)
 			next.results = append(rec.results[:len(rec.results):len(rec.results)], result)
+			next.errStep, next.errText = "", ""
 			var ok bool
 			var err error
 			if last {
@@ -556,9 +557,19 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 		}
 		if err != nil {
 			if stepErr && ctx.Err() == nil {
-				// Let the next call resume at this step at once.
+				// Let the next call resume at this step at once, the
+				// step's error kept in the recovery point (when it fits)
+				// for InspectSteps and the resumer's giving up.
+				stopped := rec.failedAt(step.Name, err)
+				failed := stopped.encode()
 				_ = owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, o, func(ctx context.Context, tx TTx) error {
-					_, err := s.engine.Release(ctx, tx, k, token, testclock.Now(ctx))
+					now := testclock.Now(ctx)
+					if len(failed) <= s.maxResponse {
+						if ok, err := s.engine.StepSave(ctx, tx, k, token, failed, 0, now); err != nil || !ok {
+							return err
+						}
+					}
+					_, err := s.engine.Release(ctx, tx, k, token, now)
 					return err
 				})
 			}

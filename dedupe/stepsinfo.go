@@ -2,6 +2,7 @@ package dedupe
 
 import (
 	"context"
+	"time"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
@@ -22,11 +23,23 @@ type StepsInfo struct {
 	// retry or the resumer goes on after the last.
 	Done []string
 	// Attempts counts the runs of an unfinished operation that held its
-	// lease.
+	// lease, and those of an operation given up.
 	Attempts int
 	// Failed is why ResumeStuck gave the operation up ("" otherwise):
-	// every repeat gets ErrOperationFailed until the key is forgotten.
+	// the text of the error of the step that stopped its last run (at
+	// most 1024 bytes), or, when none was recorded (its runs crashed,
+	// panicked or had their context end), what it found. Every repeat
+	// gets ErrOperationFailed until the key is forgotten.
 	Failed string
+	// FailedStep is the step at which an operation given up stopped:
+	// the step whose error Failed is, or else the first step not done;
+	// "" when unknown (an operation the resumer was not given, or given
+	// up by an earlier build).
+	FailedStep string
+	// FailedAt is when ResumeStuck gave the operation up, by the
+	// database's clock; zero unless given up (and for an operation given
+	// up by an earlier build).
+	FailedAt time.Time
 }
 
 // InspectSteps reads the key of an operation of several steps run by
@@ -52,6 +65,11 @@ func (s *Store[TTx]) InspectSteps(ctx context.Context, scope, key string) (info 
 			info.Operation = end.op
 			if end.failed {
 				info.Failed = string(end.payload)
+				info.FailedStep, info.Attempts = end.step, end.attempts
+				if end.attempts > 0 && !ki.Expires.IsZero() {
+					// The end was recorded for end.ttl from then.
+					info.FailedAt = ki.Expires.Add(-end.ttl)
+				}
 			}
 		}
 	}

@@ -659,6 +659,9 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 				tries.Add(1)
 				return nil, errInjected
 			}},
+			{Name: "after", InTx: func(ctx context.Context, tx TTx, st dedupe.StepState) ([]byte, error) {
+				return nil, db.Tx(tx).LedgerInsert(ctx, "doomed/after", 1)
+			}},
 		}}
 		t0 := clockBase()
 		req := dedupe.Request{Scope: "steps", Key: "doomed"}
@@ -678,11 +681,19 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 		_, err = s.RunSteps(at(ctx, t0, time.Hour), req, nil, op)
 		wantErr(t, "after giving up", err, dedupe.ErrOperationFailed)
-		// InspectSteps tells why, and which operation was given up.
+		if !strings.Contains(err.Error(), `after 3 attempts, stopped at step "fail": `+errInjected.Error()) {
+			t.Fatalf("after giving up: %v; want the attempts, the step and its error", err)
+		}
+		// InspectSteps tells why, where, after how many attempts and when
+		// (the database's clock: pinned at the third round).
 		info, err := s.InspectSteps(at(ctx, t0, time.Hour), "steps", "doomed")
 		must(t, err)
-		if info.State != dedupe.KeyDone || info.Failed == "" || info.Operation != "doomed" || info.Done != nil || info.Attempts != 0 {
-			t.Fatalf("inspect a given-up operation: %+v", info)
+		if info.State != dedupe.KeyDone || info.Failed != errInjected.Error() || info.Operation != "doomed" || info.Done != nil ||
+			info.Attempts != 3 || info.FailedStep != "fail" || !info.FailedAt.Equal(t0.Add(3*time.Second)) {
+			t.Fatalf("inspect a given-up operation: %+v; want failed at step fail after 3 attempts at %v", info, t0.Add(3*time.Second))
+		}
+		if n, err := db.Pool().LedgerCountByRef(ctx, "doomed/after"); err != nil || n != 0 {
+			t.Fatalf("the step after the failing one wrote %d rows (%v), want 0", n, err)
 		}
 		n, err := db.Pool().LedgerCountByRef(ctx, "doomed/write")
 		must(t, err)
