@@ -72,8 +72,10 @@
 //	response_bytes     the recorded response's length
 //	operation          steps kinds: the Operation.Name (none for a key ended by a pre-release build)
 //	steps_done         steps kinds, unfinished: the steps done, in order
-//	attempts           steps kinds, unfinished: the runs that held the lease
-//	failed             steps kinds, given up: why
+//	attempts           steps kinds, unfinished or given up: the runs that held the lease
+//	failed             steps kinds, given up: why, the last step error's text
+//	failed_step        steps kinds, given up: the step it stopped at
+//	failed_at          steps kinds, given up: when (the database's clock)
 //
 // keys forget --json writes {"kind", "scope", "key", "forgotten": true}.
 // No other command writes JSON.

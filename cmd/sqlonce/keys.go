@@ -265,6 +265,8 @@ type keyJSON struct {
 	StepsDone        []string   `json:"steps_done,omitempty"`
 	Attempts         int        `json:"attempts,omitempty"`
 	Failed           string     `json:"failed,omitempty"`
+	FailedStep       string     `json:"failed_step,omitempty"`
+	FailedAt         *time.Time `json:"failed_at,omitempty"`
 }
 
 // forgetJSON is keys forget --json's answer.
@@ -291,8 +293,10 @@ var keyFields = `JSON fields (--json; keys list writes an array of them, keys ge
   response_bytes     the recorded response's length
   operation          steps kinds: the Operation.Name (none for a key ended by a pre-release build)
   steps_done         steps kinds, unfinished: the steps done, in order
-  attempts           steps kinds, unfinished: the runs that held the lease
-  failed             steps kinds, given up: why (repeats get ErrOperationFailed)
+  attempts           steps kinds, unfinished or given up: the runs that held the lease
+  failed             steps kinds, given up: why, the last step error's text (repeats get ErrOperationFailed)
+  failed_step        steps kinds, given up: the step it stopped at
+  failed_at          steps kinds, given up: when (the database's clock)
 `
 
 const forgetFields = `JSON fields (--json):
@@ -312,6 +316,10 @@ func toJSON(f found) keyJSON {
 	if !k.LeaseUntil.IsZero() {
 		j.LeaseUntil = &k.LeaseUntil
 	}
+	if !k.FailedAt.IsZero() {
+		j.FailedAt = &k.FailedAt
+	}
+	j.FailedStep = k.FailedStep
 	return j
 }
 
@@ -341,6 +349,8 @@ func writeKey(out io.Writer, f found) error {
 		fmt.Fprintf(w, "response\tnone\n")
 	}
 	switch {
+	case k.Failed != "" && k.Attempts > 0: // given up after its attempts
+		fmt.Fprintf(w, "operation\t%s\t(%d attempts)\n", k.Operation, k.Attempts)
 	case k.Attempts > 0: // unfinished: only a run that held the lease counts
 		fmt.Fprintf(w, "operation\t%s\t(%d attempts)\n", k.Operation, k.Attempts)
 		done := strings.Join(k.Done, ", ")
@@ -352,6 +362,12 @@ func writeKey(out io.Writer, f found) error {
 		fmt.Fprintf(w, "operation\t%s\n", k.Operation)
 	}
 	if k.Failed != "" {
+		if k.FailedStep != "" {
+			fmt.Fprintf(w, "failed step\t%s\n", k.FailedStep)
+		}
+		if !k.FailedAt.IsZero() {
+			fmt.Fprintf(w, "given up at\t%s\n", k.FailedAt.UTC().Format(timeLayout))
+		}
 		fmt.Fprintf(w, "given up\t%s\t(repeats fail; 'sqlonce keys forget' lets the next one start again)\n", k.Failed)
 	}
 	return w.Flush()

@@ -418,6 +418,24 @@ func kinds[TTx any](t *testing.T, k kindsDB, drv so.Driver[TTx]) {
 			return []byte("paid"), nil
 		}},
 	}}
+	// An operation given up by the resumer after its attempts: which
+	// step stopped it, after how many attempts, its error and when.
+	if _, err := store.RunSteps(ctx, dedupe.Request{Scope: "cust-9", Key: "order-2"}, []byte("in"), op); err == nil {
+		t.Fatal("the failing step did not stop the operation")
+	}
+	if done, failed, err := store.ResumeStuck(ctx, 1, op); done != 0 || failed != 1 || err != nil {
+		t.Fatalf("ResumeStuck: %d done, %d given up, %v", done, failed, err)
+	}
+	reserved = 0
+	gaveUp := decodeKey(t, k.run(t, "keys", "get", "--kind", "steps", "--scope", "cust-9", "order-2", "--json").succeeds(t))
+	if gaveUp["failed_step"] != "charge" || gaveUp["attempts"] != float64(1) || gaveUp["failed"] != "card network down" || gaveUp["failed_at"] == nil || gaveUp["state"] != "done" {
+		t.Fatalf("keys get --kind steps of a given-up operation: %v", gaveUp)
+	}
+	r = k.run(t, "keys", "get", "--kind", "steps", "--scope", "cust-9", "order-2").succeeds(t)
+	if !regexp.MustCompile(`(?m)^failed step\s+charge$`).MatchString(r.stdout) || !regexp.MustCompile(`(?m)^given up at\s+\d{4}-`).MatchString(r.stdout) ||
+		!regexp.MustCompile(`(?m)^operation\s+checkout\s+\(1 attempts\)$`).MatchString(r.stdout) {
+		t.Fatalf("keys get of an operation given up by the resumer:\n%s", r.stdout)
+	}
 	req := dedupe.Request{Scope: "cust-9", Key: "order-1"}
 	if _, err := store.RunSteps(ctx, req, []byte("in"), op); err == nil {
 		t.Fatal("the failing step did not stop the operation")
@@ -458,7 +476,7 @@ func kinds[TTx any](t *testing.T, k kindsDB, drv so.Driver[TTx]) {
 	// The JSON fields printed (a lease, a done and a given-up operation,
 	// the stopped one above) are those -h documents, every one of them.
 	ks = decodeKeys(t, k.run(t, "keys", "list", "--scope", "cust-9", "--json").succeeds(t))
-	if len(ks) != 3 {
+	if len(ks) != 4 {
 		t.Fatalf("keys list --scope cust-9: %v", ks)
 	}
 	if printed, want := fieldsOf(append(ks, stopped)...), documented(t, "keys", "get"); !slices.Equal(printed, want) {
