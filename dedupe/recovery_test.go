@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sqlonce/sqlonce"
 )
@@ -70,6 +72,44 @@ func TestDecodeFinal(t *testing.T) {
 	for _, b := range [][]byte{nil, {0x7f}, {finalResponseOp}, {finalResponseOp, 5, 'a'}} {
 		if _, err := decodeFinal(b); !errors.Is(err, errBadRecovery) {
 			t.Fatalf("decode %x: %v", b, err)
+		}
+	}
+}
+
+// A recovery point keeps the error that stopped its last run (0x02); one
+// without reads as before (0x01). A given-up end (0x14) keeps the step, the
+// attempts, the TTL, the error and the recovery point.
+func TestRecoveryErrorAndGivenUp(t *testing.T) {
+	r := recovery{op: "checkout", attempts: 2, input: []byte("in"), names: []string{"reserve"}, results: [][]byte{[]byte("r")}}
+	if b := r.encode(); b[0] != recoveryV1 {
+		t.Fatalf("no error: encoded as %#x", b[0])
+	}
+	long := strings.Repeat("é", maxErrText) // 2 bytes a rune: cut on a rune boundary
+	f := r.failedAt("charge", errors.New(long))
+	if len(f.errText) > maxErrText || !utf8.ValidString(f.errText) || !strings.HasPrefix(long, f.errText) {
+		t.Fatalf("error text of %d bytes, valid %v", len(f.errText), utf8.ValidString(f.errText))
+	}
+	b := f.encode()
+	got, err := decodeRecovery(b)
+	if err != nil || b[0] != recoveryV2 || got.errStep != "charge" || got.errText != f.errText || got.op != "checkout" || !reflect.DeepEqual(got.names, r.names) {
+		t.Fatalf("decode %#x: %+v, %v", b[0], got, err)
+	}
+	end, err := decodeFinal(givenUp(b, "checkout", "charge", 3, time.Hour, "card declined"))
+	if err != nil || !end.failed || end.op != "checkout" || end.step != "charge" || end.attempts != 3 || end.ttl != time.Hour ||
+		string(end.payload) != "card declined" || !bytes.Equal(end.recovery, b) {
+		t.Fatalf("given-up end: %+v, %v", end, err)
+	}
+	_, err = end.answer("checkout", "s", "k")
+	if !errors.Is(err, ErrOperationFailed) || !strings.Contains(err.Error(), `given up after 3 attempts, stopped at step "charge": card declined`) {
+		t.Fatalf("answer of a given-up end: %v", err)
+	}
+	if _, err := end.answer("refund", "s", "k"); !errors.Is(err, sqlonce.ErrKeyReuse) {
+		t.Fatalf("another operation: %v", err)
+	}
+	g := givenUp(b, "checkout", "charge", 3, time.Hour, "x")
+	for _, bad := range [][]byte{g[:len(g)-1], append(append([]byte{}, g...), 0), {finalGivenUp}} {
+		if _, err := decodeFinal(bad); !errors.Is(err, errBadRecovery) {
+			t.Fatalf("decode %x: %v", bad, err)
 		}
 	}
 }
