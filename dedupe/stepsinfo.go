@@ -2,11 +2,15 @@ package dedupe
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/internal/obs"
+	"github.com/sqlonce/sqlonce/internal/owntx"
+	"github.com/sqlonce/sqlonce/internal/testclock"
 )
 
 // StepsInfo describes the key of an operation of several steps
@@ -87,4 +91,82 @@ func (s *Store[TTx]) ForgetSteps(ctx context.Context, scope, key string, opts ..
 	op := obs.Start(s.observer, "dedupe", "ForgetSteps", scope, key)
 	defer func() { err = op.Done(ctx, err, sqlonce.ErrNotFound) }()
 	return s.forget(ctx, s.stepsKey(scope, key), opts, &op)
+}
+
+// ErrNotRedrivable is Redrive's refusal of a key whose operation was not
+// given up: running, stopped (a retry or the resumer goes on with it) or
+// done; or given up by an earlier build, which kept no recovery point
+// (ForgetSteps lets its next run start from the first step).
+var ErrNotRedrivable = errors.New("sqlonce/dedupe: the operation was not given up with a recovery point")
+
+// Redrive turns the key of an operation given up by ResumeStuck
+// (ErrOperationFailed) back into a stopped operation, on the driver's
+// database handle, once the cause is fixed: the next RunSteps with the
+// key, or the resumer, goes on from its last recovery point (the steps
+// done are not run again), with a fresh count of attempts, and the key
+// lives at least the TTL of its first call (the Store's when it set none)
+// from now.
+//
+// It returns an error matching sqlonce.ErrNotFound for no such key (or an
+// expired one), ErrNotRedrivable for a key not given up, or given up by an
+// earlier build, and sqlonce.ErrInvalidKey for a bad scope or key. Calls
+// racing on one key, here or on other instances, re-drive it once: the
+// others get ErrNotRedrivable.
+func (s *Store[TTx]) Redrive(ctx context.Context, scope, key string) (err error) {
+	o := obs.Start(s.observer, "dedupe", "Redrive", scope, key)
+	defer func() { err = o.Done(ctx, err, sqlonce.ErrNotFound, ErrNotRedrivable) }()
+	if err := checkKey(scope, key); err != nil {
+		return err
+	}
+	k := s.stepsKey(scope, key)
+	var row driver.StepRow
+	var found bool
+	err = owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, &o, func(ctx context.Context, tx TTx) (err error) {
+		row, found, err = s.engine.StepGet(ctx, tx, k, testclock.Now(ctx))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlonce/dedupe: redrive key %q in scope %q: %w", key, scope, err)
+	}
+	if !found || row.Expired {
+		return notFound(scope, key)
+	}
+	if row.State != driver.StateDone {
+		state := "stopped: a retry or the resumer goes on with it"
+		if row.Leased {
+			state = "running"
+		}
+		return fmt.Errorf("%w: key %q in scope %q is %s", ErrNotRedrivable, key, scope, state)
+	}
+	end, err := decodeFinal(row.Response)
+	switch {
+	case err != nil:
+		return fmt.Errorf("sqlonce/dedupe: redrive key %q in scope %q: %w", key, scope, err)
+	case !end.failed:
+		return fmt.Errorf("%w: key %q in scope %q is done", ErrNotRedrivable, key, scope)
+	case end.recovery == nil:
+		return fmt.Errorf("%w: key %q in scope %q was given up by an earlier build, which kept no recovery point: forget it (ForgetSteps) to start it anew", ErrNotRedrivable, key, scope)
+	}
+	rec, err := decodeRecovery(end.recovery)
+	if err != nil {
+		return fmt.Errorf("sqlonce/dedupe: redrive key %q in scope %q: %w", key, scope, err)
+	}
+	// A fresh count: the next run is attempt 1.
+	rec.attempts, rec.errStep, rec.errText = 0, "", ""
+	ttl := s.ttl
+	if rec.ttl > 0 {
+		ttl = rec.ttl
+	}
+	var ok bool
+	err = owntx.RunStatements(ctx, s.engine, s.caps.Autocommitter, &o, func(ctx context.Context, tx TTx) (err error) {
+		ok, err = s.engine.StepRedrive(ctx, tx, k, row.Token, row.Response, rec.encode(), ttl, testclock.Now(ctx))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("sqlonce/dedupe: redrive key %q in scope %q: %w", key, scope, err)
+	}
+	if !ok {
+		return fmt.Errorf("%w: key %q in scope %q changed since it was read (re-driven, forgotten or expired)", ErrNotRedrivable, key, scope)
+	}
+	return nil
 }

@@ -83,6 +83,17 @@ func (e engine) StepSave(ctx context.Context, tx *sql.Tx, k driver.Key, token in
 	return n == 1, err
 }
 
+func (e engine) StepRedrive(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, read, recovery []byte, ttl time.Duration, now time.Time) (bool, error) {
+	if err := e.checkTx(ctx, tx); err != nil {
+		return false, err
+	}
+	n, err := e.q.KeyStepRedrive(ctx, e.on(tx), mysqldb.KeyStepRedriveParams{
+		ReadResponse: read, Recovery: recovery, Now: myNow(now), TtlUs: ttl.Microseconds(),
+		Namespace: int16(k.Namespace), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Token: token,
+	})
+	return n == 1, err
+}
+
 func (e engine) StepStuck(ctx context.Context, tx *sql.Tx, ns driver.Namespace, limit int, now time.Time) ([]driver.Key, error) {
 	if err := e.checkTx(ctx, tx); err != nil {
 		return nil, err

@@ -43,6 +43,15 @@ func (e engine) StepRestart(ctx context.Context, tx *sql.Tx, k driver.Key, token
 	return n == 1, err
 }
 
+func (e engine) StepRedrive(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, read, recovery []byte, ttl time.Duration, now time.Time) (_ bool, err error) {
+	defer func() { err = canceled(ctx, err) }()
+	n, err := e.q.KeyStepRedrive(ctx, e.on(tx), pgsqldb.KeyStepRedriveParams{
+		ReadResponse: read, Recovery: recovery, Now: pgNow(now), TtlUs: ttl.Microseconds(),
+		Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	return n == 1, err
+}
+
 func (e engine) StepResume(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, read, recovery []byte, lease time.Duration, now time.Time) (_ bool, err error) {
 	defer func() { err = canceled(ctx, err) }()
 	n, err := e.q.KeyStepResume(ctx, e.on(tx), pgsqldb.KeyStepResumeParams{

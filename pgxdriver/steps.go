@@ -57,6 +57,14 @@ func (e engine) StepSave(ctx context.Context, tx pgx.Tx, k driver.Key, token int
 	return n == 1, err
 }
 
+func (e engine) StepRedrive(ctx context.Context, tx pgx.Tx, k driver.Key, token int64, read, recovery []byte, ttl time.Duration, now time.Time) (bool, error) {
+	n, err := e.q.KeyStepRedrive(ctx, e.on(tx), pgdb.KeyStepRedriveParams{
+		ReadResponse: read, Recovery: recovery, Now: pgNow(now), TtlUs: ttl.Microseconds(),
+		Namespace: int16(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	return n == 1, err
+}
+
 func (e engine) StepStuck(ctx context.Context, tx pgx.Tx, ns driver.Namespace, limit int, now time.Time) ([]driver.Key, error) {
 	rows, err := e.q.KeyStepStuck(ctx, e.on(tx), pgdb.KeyStepStuckParams{Namespace: int16(ns), Now: pgNow(now), MaxRows: int32(limit)})
 	if err != nil {

@@ -56,6 +56,14 @@ func (e engine) StepSave(ctx context.Context, tx *sql.Tx, k driver.Key, token in
 	return n == 1, err
 }
 
+func (e engine) StepRedrive(ctx context.Context, tx *sql.Tx, k driver.Key, token int64, read, recovery []byte, ttl time.Duration, now time.Time) (bool, error) {
+	n, err := e.q.KeyStepRedrive(ctx, e.on(tx), sqlitedb.KeyStepRedriveParams{
+		ReadResponse: read, Recovery: recovery, Now: liteNow(now), TtlUs: ttl.Microseconds(),
+		Namespace: int64(k.Namespace), Scope: k.Scope, IdempotencyKey: k.Key, Token: token,
+	})
+	return n == 1, err
+}
+
 func (e engine) StepStuck(ctx context.Context, tx *sql.Tx, ns driver.Namespace, limit int, now time.Time) ([]driver.Key, error) {
 	rows, err := e.q.KeyStepStuck(ctx, e.on(tx), sqlitedb.KeyStepStuckParams{Namespace: int64(ns), Now: liteNow(now), MaxRows: int64(limit)})
 	if err != nil {

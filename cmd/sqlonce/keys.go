@@ -351,7 +351,7 @@ func writeKey(out io.Writer, f found) error {
 	switch {
 	case k.Failed != "" && k.Attempts > 0: // given up after its attempts
 		fmt.Fprintf(w, "operation\t%s\t(%d attempts)\n", k.Operation, k.Attempts)
-	case k.Attempts > 0: // unfinished: only a run that held the lease counts
+	case k.Failed == "" && k.Operation != "" && k.State != dedupe.KeyDone: // unfinished
 		fmt.Fprintf(w, "operation\t%s\t(%d attempts)\n", k.Operation, k.Attempts)
 		done := strings.Join(k.Done, ", ")
 		if done == "" {

@@ -262,6 +262,13 @@ func (c Checked) StepStuck(ctx context.Context, tx *sql.Tx, ns Namespace, limit 
 	return c.Engine.StepStuck(ctx, tx, ns, limit, now)
 }
 
+func (c Checked) StepRedrive(ctx context.Context, tx *sql.Tx, k Key, token int64, read, recovery []byte, ttl time.Duration, now time.Time) (bool, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return false, err
+	}
+	return c.Engine.StepRedrive(ctx, tx, k, token, read, recovery, ttl, now)
+}
+
 func (c Checked) StepStart(ctx context.Context, tx *sql.Tx, k Key, fingerprint, recovery []byte, lease, ttl time.Duration, now time.Time) (int64, bool, error) {
 	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
 		return 0, false, err

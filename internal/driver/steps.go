@@ -33,6 +33,13 @@ type Steps[TTx any] interface {
 	// StepStuck lists up to limit keys of namespace ns whose lease lapsed
 	// and that have not expired, longest lapsed first.
 	StepStuck(ctx context.Context, tx TTx, ns Namespace, limit int, now time.Time) ([]Key, error)
+	// StepRedrive turns k's recorded end, read with token and read as its
+	// response, back into a stopped operation (state 2) with recovery as
+	// its recovery point, its lease lapsed as of now, live at least ttl
+	// from now, and reports whether it did; the new token is token+1. A
+	// token or response that moved on, a key not done, an expired key:
+	// false.
+	StepRedrive(ctx context.Context, tx TTx, k Key, token int64, read, recovery []byte, ttl time.Duration, now time.Time) (bool, error)
 }
 
 // StepRow is a key of a namespace of steps as StepGet reads it.

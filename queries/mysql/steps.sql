@@ -89,3 +89,19 @@ SET fingerprint  = sqlc.arg(fingerprint),
     expires_at   = DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(ttl_us) MICROSECOND)
 WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key)
   AND token = sqlc.arg(token) AND response = sqlc.arg(read_recovery) AND expires_at <= COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND);
+
+-- name: KeyStepRedrive :execrows
+-- Turns the recorded end of a step operation given up, read with token and
+-- read as its response, back into a stopped operation: recovery is its
+-- recovery point, its lease lapsed at once for a retry or the resumer, and
+-- the key lives at least ttl from now. The new token is token + 1; the
+-- token's change makes the row count as changed.
+UPDATE sqlonce_keys
+SET state        = 2,
+    token        = token + 1,
+    response     = sqlc.arg(recovery),
+    locked_until = COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
+    expires_at   = GREATEST(expires_at, DATE_ADD(COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL sqlc.arg(ttl_us) MICROSECOND))
+WHERE namespace = sqlc.arg(namespace) AND scope = sqlc.arg(scope) AND idempotency_key = sqlc.arg(idempotency_key)
+  AND token = sqlc.arg(token) AND state = 1 AND response = sqlc.arg(read_response)
+  AND expires_at > COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND);

@@ -87,3 +87,18 @@ SET fingerprint  = sqlc.arg('fingerprint'),
     expires_at   = coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('ttl_us')::bigint * interval '1 microsecond'
 WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key')
   AND token = sqlc.arg('token') AND response = sqlc.arg('read_recovery') AND expires_at <= coalesce(sqlc.narg('now')::timestamptz, now());
+
+-- name: KeyStepRedrive :execrows
+-- Turns the recorded end of a step operation given up, read with token and
+-- read as its response, back into a stopped operation: recovery is its
+-- recovery point, its lease lapsed at once for a retry or the resumer, and
+-- the key lives at least ttl from now. The new token is token + 1.
+UPDATE sqlonce_keys
+SET state        = 2,
+    token        = token + 1,
+    response     = sqlc.arg('recovery'),
+    locked_until = coalesce(sqlc.narg('now')::timestamptz, now()),
+    expires_at   = greatest(expires_at, coalesce(sqlc.narg('now')::timestamptz, now()) + sqlc.arg('ttl_us')::bigint * interval '1 microsecond')
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key')
+  AND token = sqlc.arg('token') AND state = 1 AND response = sqlc.arg('read_response')
+  AND expires_at > coalesce(sqlc.narg('now')::timestamptz, now());

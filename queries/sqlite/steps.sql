@@ -87,3 +87,18 @@ SET fingerprint  = sqlc.arg('fingerprint'),
     expires_at   = coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('ttl_us') AS INTEGER)
 WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key')
   AND token = sqlc.arg('token') AND response = sqlc.arg('read_recovery') AND expires_at <= coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000);
+
+-- name: KeyStepRedrive :execrows
+-- Turns the recorded end of a step operation given up, read with token and
+-- read as its response, back into a stopped operation: recovery is its
+-- recovery point, its lease lapsed at once for a retry or the resumer, and
+-- the key lives at least ttl from now. The new token is token + 1.
+UPDATE sqlonce_keys
+SET state        = 2,
+    token        = token + 1,
+    response     = sqlc.arg('recovery'),
+    locked_until = coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000),
+    expires_at   = max(expires_at, coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000) + CAST(sqlc.arg('ttl_us') AS INTEGER))
+WHERE namespace = sqlc.arg('namespace') AND scope = sqlc.arg('scope') AND idempotency_key = sqlc.arg('idempotency_key')
+  AND token = sqlc.arg('token') AND state = 1 AND response = sqlc.arg('read_response')
+  AND expires_at > coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000);

@@ -66,6 +66,53 @@ func (q *Queries) KeyStepGet(ctx context.Context, db DBTX, arg KeyStepGetParams)
 	return i, err
 }
 
+const keyStepRedrive = `-- name: KeyStepRedrive :execrows
+UPDATE sqlonce_keys
+SET state        = 2,
+    token        = token + 1,
+    response     = ?,
+    locked_until = COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND),
+    expires_at   = GREATEST(expires_at, DATE_ADD(COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), INTERVAL ? MICROSECOND))
+WHERE namespace = ? AND scope = ? AND idempotency_key = ?
+  AND token = ? AND state = 1 AND response = ?
+  AND expires_at > COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND)
+`
+
+type KeyStepRedriveParams struct {
+	Recovery       []byte
+	Now            sql.NullTime
+	TtlUs          interface{}
+	Namespace      int16
+	Scope          []byte
+	IdempotencyKey []byte
+	Token          int64
+	ReadResponse   []byte
+}
+
+// Turns the recorded end of a step operation given up, read with token and
+// read as its response, back into a stopped operation: recovery is its
+// recovery point, its lease lapsed at once for a retry or the resumer, and
+// the key lives at least ttl from now. The new token is token + 1; the
+// token's change makes the row count as changed.
+func (q *Queries) KeyStepRedrive(ctx context.Context, db DBTX, arg KeyStepRedriveParams) (int64, error) {
+	result, err := db.ExecContext(ctx, keyStepRedrive,
+		arg.Recovery,
+		arg.Now,
+		arg.Now,
+		arg.TtlUs,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Token,
+		arg.ReadResponse,
+		arg.Now,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const keyStepRestart = `-- name: KeyStepRestart :execrows
 UPDATE sqlonce_keys
 SET fingerprint  = ?,

@@ -63,6 +63,50 @@ func (q *Queries) KeyStepGet(ctx context.Context, db DBTX, arg KeyStepGetParams)
 	return i, err
 }
 
+const keyStepRedrive = `-- name: KeyStepRedrive :execrows
+UPDATE sqlonce_keys
+SET state        = 2,
+    token        = token + 1,
+    response     = $1,
+    locked_until = coalesce($2::timestamptz, now()),
+    expires_at   = greatest(expires_at, coalesce($2::timestamptz, now()) + $3::bigint * interval '1 microsecond')
+WHERE namespace = $4 AND scope = $5 AND idempotency_key = $6
+  AND token = $7 AND state = 1 AND response = $8
+  AND expires_at > coalesce($2::timestamptz, now())
+`
+
+type KeyStepRedriveParams struct {
+	Recovery       []byte
+	Now            sql.NullTime
+	TtlUs          int64
+	Namespace      int16
+	Scope          string
+	IdempotencyKey string
+	Token          int64
+	ReadResponse   []byte
+}
+
+// Turns the recorded end of a step operation given up, read with token and
+// read as its response, back into a stopped operation: recovery is its
+// recovery point, its lease lapsed at once for a retry or the resumer, and
+// the key lives at least ttl from now. The new token is token + 1.
+func (q *Queries) KeyStepRedrive(ctx context.Context, db DBTX, arg KeyStepRedriveParams) (int64, error) {
+	result, err := db.ExecContext(ctx, keyStepRedrive,
+		arg.Recovery,
+		arg.Now,
+		arg.TtlUs,
+		arg.Namespace,
+		arg.Scope,
+		arg.IdempotencyKey,
+		arg.Token,
+		arg.ReadResponse,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected()
+}
+
 const keyStepRestart = `-- name: KeyStepRestart :execrows
 UPDATE sqlonce_keys
 SET fingerprint  = $1,
