@@ -4,7 +4,7 @@
 //	sqlonce migrate [up|down|status] --db DSN [--schema NAME]          sqlonce's own migrations
 //	sqlonce purge   --db DSN [--schema NAME] [--batch N]               delete expired keys and tokens
 //	sqlonce stats   --db DSN [--schema NAME]                           keys per kind and scope, leased, expired, oldest
-//	sqlonce keys get|forget|list --db DSN --scope S [--kind KIND]      keys of every kind
+//	sqlonce keys get|forget|list|redrive --db DSN --scope S [--kind KIND]  keys of every kind
 //	sqlonce version                                                    the command's module version and Go's
 //
 // 'sqlonce CMD -h' (or 'sqlonce help CMD') shows a command's flags and an
@@ -77,7 +77,8 @@
 //	failed_step        steps kinds, given up: the step it stopped at
 //	failed_at          steps kinds, given up: when (the database's clock)
 //
-// keys forget --json writes {"kind", "scope", "key", "forgotten": true}.
+// keys forget --json writes {"kind", "scope", "key", "forgotten": true};
+// keys redrive --json writes {"kind", "scope", "key", "redriven": true}.
 // No other command writes JSON.
 //
 // Exit status:
@@ -86,6 +87,7 @@
 //	1  operational failure: the database is unreachable, a migration is
 //	   missing, an SQL statement failed, a demo check failed
 //	2  usage error: an unknown command or flag, a missing --db
-//	3  not found: keys get or keys forget named a key that does not exist
-//	4  refused: keys forget named a key a lease still holds (see --leased)
+//	3  not found: keys get, forget or redrive named a key that does not exist
+//	4  refused: keys forget named a key a lease still holds (see --leased),
+//	   or keys redrive a key whose operation was not given up
 package main

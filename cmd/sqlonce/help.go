@@ -86,6 +86,21 @@ refused unless --leased.`,
 		json:    forgetFields,
 		db:      true,
 	},
+	"keys redrive": {
+		short:    "re-drive an operation given up, from its last recovery point",
+		synopsis: "sqlonce keys redrive --db DSN --scope S [--kind steps] KEY [--json]",
+		about: `Turns an operation of several steps that the resumer gave up (repeats get
+ErrOperationFailed) back into a stopped operation, once its cause is
+fixed: its next run (a retry of RunSteps, or the resumer) goes on from its
+last recovery point, the steps done not run again, with a fresh count of
+attempts (dedupe.Store.Redrive). Only --kind steps, the default. A key
+running, stopped or done is refused, as is one given up by an earlier
+build, which kept no recovery point ('sqlonce keys forget' starts it anew).`,
+		example: "sqlonce keys redrive --db postgres://app@db:5432/shop --scope customer-7 order-3",
+		exit:    []string{"3  not found: the key does not exist (as a steps key)", "4  refused: the key's operation was not given up, or kept no recovery point"},
+		json:    redriveFields,
+		db:      true,
+	},
 	"keys list": {
 		short:    "the keys of a scope, with their kind and state",
 		synopsis: "sqlonce keys list --db DSN --scope S [--kind KIND] [--state STATE] [--limit N] [--json]",
@@ -93,7 +108,11 @@ refused unless --leased.`,
 key order, with their state: done (repeats get the recorded answer),
 leased (a holder is at work), lapsed (the lease ran out; the next request
 takes the key over) or expired (counts as absent until purged). With
---kind, a note on stderr counts the scope's keys of the other kinds.`,
+--kind steps (or http-steps), --state also takes running and stopped
+(leased and lapsed: a retry or the resumer goes on) and failed (given up
+by the resumer; 'sqlonce keys redrive' re-drives one), and done leaves
+the failed out. With --kind, a note on stderr counts the scope's keys of
+the other kinds.`,
 		example: "sqlonce keys list --db ./app.db --scope customer-7 --state leased\n  sqlonce keys list --db ./app.db --kind inbox --scope ledger-writer",
 		json:    "JSON: an array of the objects 'sqlonce keys get -h' describes.\n",
 		db:      true,
@@ -130,19 +149,19 @@ var kindsHelp = func() string {
 // keysHelp is 'sqlonce keys -h'.
 func keysHelp() string {
 	var sb strings.Builder
-	sb.WriteString("Usage: sqlonce keys get|forget|list --db DSN --scope S [--kind KIND] ...\n\n")
-	sb.WriteString("Reads, lists and forgets keys of every kind (--kind; default: every kind):\n\n")
+	sb.WriteString("Usage: sqlonce keys get|forget|list|redrive --db DSN --scope S [--kind KIND] ...\n\n")
+	sb.WriteString("Reads, lists, forgets and re-drives keys of every kind (--kind; default: every kind):\n\n")
 	w := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
 	for _, k := range keyKinds {
 		fmt.Fprintf(w, "  %s\t%s\n", k.name, k.help)
 	}
 	w.Flush()
 	sb.WriteString("\n" + findHelp + "\n")
-	for _, sub := range []string{"keys get", "keys forget", "keys list"} {
+	for _, sub := range []string{"keys get", "keys forget", "keys list", "keys redrive"} {
 		h := helps[sub]
 		fmt.Fprintf(&sb, "  %s\n      %s\n", h.synopsis, h.short)
 	}
-	sb.WriteString("\n'sqlonce keys get -h' (forget, list) shows a subcommand's flags.\n\n")
+	sb.WriteString("\n'sqlonce keys get -h' (forget, list, redrive) shows a subcommand's flags.\n\n")
 	sb.WriteString("Example:\n  " + helps["keys get"].example + "\n")
 	return sb.String()
 }

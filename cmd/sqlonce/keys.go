@@ -24,7 +24,7 @@ import (
 // Forget (and InspectSteps, ForgetSteps), inbox.Inbox's, httpidem's.
 func keysCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return cmdUsagef("keys", "keys takes get, forget or list")
+		return cmdUsagef("keys", "keys takes get, forget, list or redrive")
 	}
 	sub, args := args[0], args[1:]
 	if isHelp(sub) {
@@ -44,11 +44,12 @@ func keysCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	case "get":
 	case "forget":
 		leased = fs.Bool("leased", false, "forget a key whose lease still holds (its holder loses it)")
+	case "redrive":
 	case "list":
-		state = fs.String("state", "", "only keys in `STATE`: done, leased, lapsed or expired")
+		state = fs.String("state", "", "only keys in `STATE`: done, leased, lapsed or expired; with --kind steps or http-steps, also running, stopped (their leased and lapsed) and failed (given up; done then leaves them out)")
 		limit = fs.Int("limit", 100, "list at most `N` keys (1..10000)")
 	default:
-		return cmdUsagef("keys", "keys %q: want get, forget or list", sub)
+		return cmdUsagef("keys", "keys %q: want get, forget, list or redrive", sub)
 	}
 	pos, err := flags(fs, args)
 	if err != nil {
@@ -65,12 +66,24 @@ func keysCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		kinds = []keyKind{k}
 	}
+	if sub == "redrive" {
+		if *kind == "" {
+			k, _ := findKind("steps")
+			kinds = []keyKind{k}
+		}
+		if kinds[0].name != "steps" {
+			return cmdUsagef("keys redrive", "--kind %q: only operations of several steps (--kind steps) are re-driven", *kind)
+		}
+	}
 	if sub == "list" {
 		if len(pos) > 0 {
 			return cmdUsagef("keys list", "keys list takes no arguments, got %q", pos)
 		}
 		if _, ok := stateConds[*state]; !ok {
-			return cmdUsagef("keys list", "--state %q: want done, leased, lapsed or expired", *state)
+			return cmdUsagef("keys list", "--state %q: want done, leased, lapsed or expired (or, with --kind steps or http-steps, running, stopped or failed)", *state)
+		}
+		if stepsStates[*state] && (*kind == "" || !kinds[0].steps()) {
+			return cmdUsagef("keys list", "--state %s lists operations of several steps: add --kind steps or --kind http-steps", *state)
 		}
 		if *limit < 1 || *limit > 10000 {
 			return cmdUsagef("keys list", "--limit %d is outside 1..10000", *limit)
@@ -87,6 +100,8 @@ func keysCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return getKey(ctx, b, kinds, *kind != "", *scope, pos[0], *asJSON, stdout)
 		case "forget":
 			return forgetKey(ctx, b, kinds, *kind != "", *scope, pos[0], *leased, *asJSON, stdout)
+		case "redrive":
+			return redriveKey(ctx, b, kinds[0], *scope, pos[0], *asJSON, stdout)
 		}
 		return listKeys(ctx, b, kinds, *kind != "", *scope, *state, *limit, *asJSON, stdout, stderr)
 	}
@@ -269,6 +284,14 @@ type keyJSON struct {
 	FailedAt         *time.Time `json:"failed_at,omitempty"`
 }
 
+// redriveJSON is keys redrive --json's answer.
+type redriveJSON struct {
+	Kind     string `json:"kind"`
+	Scope    string `json:"scope"`
+	Key      string `json:"key"`
+	Redriven bool   `json:"redriven"`
+}
+
 // forgetJSON is keys forget --json's answer.
 type forgetJSON struct {
 	Kind      string `json:"kind"`
@@ -297,6 +320,13 @@ var keyFields = `JSON fields (--json; keys list writes an array of them, keys ge
   failed             steps kinds, given up: why, the last step error's text (repeats get ErrOperationFailed)
   failed_step        steps kinds, given up: the step it stopped at
   failed_at          steps kinds, given up: when (the database's clock)
+`
+
+const redriveFields = `JSON fields (--json):
+  kind               the kind of the key re-driven
+  scope              the scope as --scope names it
+  key                the key
+  redriven           true
 `
 
 const forgetFields = `JSON fields (--json):
@@ -380,21 +410,62 @@ var stateHelp = map[dedupe.KeyState]string{
 	dedupe.KeyExpired: "(counts as absent; 'sqlonce purge' deletes it)",
 }
 
-// stateConds selects the keys of a state, now being the database's "now".
+// stateConds selects the keys of a state, now being the database's "now"
+// and FAILED true for an operation of several steps given up (its recorded
+// end's first byte: dedupe's encodings 0x11, 0x13 and 0x14).
 var stateConds = map[string]string{
 	"":        "1 = 1",
 	"done":    "state = 1 AND expires_at > NOW",
 	"leased":  "state = 2 AND locked_until > NOW",
 	"lapsed":  "state = 2 AND locked_until <= NOW AND expires_at > NOW",
 	"expired": "expires_at <= NOW",
+	"running": "state = 2 AND locked_until > NOW",
+	"stopped": "state = 2 AND locked_until <= NOW AND expires_at > NOW",
+	"failed":  "state = 1 AND expires_at > NOW AND FAILED",
+}
+
+// stepsStates are the states only the steps kinds have; for those kinds,
+// done leaves out failed.
+var stepsStates = map[string]bool{"running": true, "stopped": true, "failed": true}
+
+const stepsDoneCond = "state = 1 AND expires_at > NOW AND NOT (FAILED)"
+
+// inState tells whether info is in state ("" any) as --state names it.
+func inState(state string, k keyKind, info dedupe.StepsInfo) bool {
+	if state == "" {
+		return true
+	}
+	if s := stateOf(k, info); s == "failed" {
+		return state == s
+	} else if s == state {
+		return true
+	}
+	return state == info.State.String()
+}
+
+// stateOf is info's state as --state names it for kind k.
+func stateOf(k keyKind, info dedupe.StepsInfo) string {
+	s := info.State.String()
+	if !k.steps() {
+		return s
+	}
+	switch {
+	case info.State == dedupe.KeyDone && info.Failed != "":
+		return "failed"
+	case info.State == dedupe.KeyLeased:
+		return "running"
+	case info.State == dedupe.KeyLapsed:
+		return "stopped"
+	}
+	return s
 }
 
 // listQuery names the keys of a namespace and scope, in key order; COND
 // is a stateConds entry.
-var listQuery = map[migrations.Dialect]struct{ query, now string }{
-	migrations.Postgres: {`SELECT idempotency_key FROM sqlonce_keys WHERE namespace = $1 AND scope = $2 AND (COND) ORDER BY idempotency_key LIMIT $3`, "now()"},
-	migrations.MySQL:    {`SELECT CAST(idempotency_key AS CHAR) FROM sqlonce_keys WHERE namespace = ? AND scope = ? AND (COND) ORDER BY idempotency_key LIMIT ?`, "UTC_TIMESTAMP(6)"},
-	migrations.SQLite:   {`SELECT idempotency_key FROM sqlonce_keys WHERE namespace = ? AND scope = ? AND (COND) ORDER BY idempotency_key LIMIT ?`, "(CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)"},
+var listQuery = map[migrations.Dialect]struct{ query, now, first string }{
+	migrations.Postgres: {`SELECT idempotency_key FROM sqlonce_keys WHERE namespace = $1 AND scope = $2 AND (COND) ORDER BY idempotency_key LIMIT $3`, "now()", "encode(substring(response FROM 1 FOR 1), 'hex')"},
+	migrations.MySQL:    {`SELECT CAST(idempotency_key AS CHAR) FROM sqlonce_keys WHERE namespace = ? AND scope = ? AND (COND) ORDER BY idempotency_key LIMIT ?`, "UTC_TIMESTAMP(6)", "HEX(LEFT(response, 1))"},
+	migrations.SQLite:   {`SELECT idempotency_key FROM sqlonce_keys WHERE namespace = ? AND scope = ? AND (COND) ORDER BY idempotency_key LIMIT ?`, "(CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000)", "hex(substr(response, 1, 1))"},
 }
 
 // countQuery counts the keys of a namespace and scope.
@@ -406,7 +477,14 @@ var countQuery = map[migrations.Dialect]string{
 
 func listKeys(ctx context.Context, b keysBackend, kinds []keyKind, asked bool, scope, state string, limit int, asJSON bool, out, notes io.Writer) error {
 	q := listQuery[b.dialect]
-	query := b.qualify(strings.Replace(q.query, "COND", strings.ReplaceAll(stateConds[state], "NOW", q.now), 1))
+	queryFor := func(k keyKind) string {
+		cond := stateConds[state]
+		if state == "done" && k.steps() {
+			cond = stepsDoneCond
+		}
+		cond = strings.ReplaceAll(cond, "FAILED", "coalesce("+q.first+", '') IN ('11', '13', '14')")
+		return b.qualify(strings.Replace(q.query, "COND", strings.ReplaceAll(cond, "NOW", q.now), 1))
+	}
 	var keys []found
 	more := false
 	for _, k := range kinds {
@@ -414,7 +492,7 @@ func listKeys(ctx context.Context, b keysBackend, kinds []keyKind, asked bool, s
 			more = true
 			break
 		}
-		rows, err := b.db.QueryContext(ctx, query, int(k.ns), k.stored(scope), limit-len(keys)+1)
+		rows, err := b.db.QueryContext(ctx, queryFor(k), int(k.ns), k.stored(scope), limit-len(keys)+1)
 		if err != nil {
 			return fmt.Errorf("keys list: %v", err)
 		}
@@ -441,7 +519,7 @@ func listKeys(ctx context.Context, b keysBackend, kinds []keyKind, asked bool, s
 				continue // forgotten or purged since
 			case err != nil:
 				return err
-			case state != "" && info.State.String() != state:
+			case !inState(state, k, info):
 				continue // changed since
 			}
 			keys = append(keys, found{k.name, info})
@@ -467,7 +545,11 @@ func listKeys(ctx context.Context, b keysBackend, kinds []keyKind, asked bool, s
 			if k.HasResponse {
 				resp = fmt.Sprintf("%d bytes", k.ResponseSize)
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", f.kind, k.Key, k.State, k.Created.UTC().Format(time.DateTime), k.Expires.UTC().Format(time.DateTime), lease, resp)
+			state := k.State.String()
+			if k.State == dedupe.KeyDone && k.Failed != "" {
+				state = "failed" // an operation of several steps given up
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", f.kind, k.Key, state, k.Created.UTC().Format(time.DateTime), k.Expires.UTC().Format(time.DateTime), lease, resp)
 		}
 		if len(keys) == 0 {
 			fmt.Fprintln(w, "(no keys)\t\t\t\t\t\t\t")
@@ -505,4 +587,23 @@ func plural(n int64, s string) string {
 		return s
 	}
 	return s + "s"
+}
+
+// redriveKey turns a given-up operation back into a stopped one
+// (dedupe.Store.Redrive): exit 3 for no such key, 4 for one not given up.
+func redriveKey(ctx context.Context, b keysBackend, k keyKind, scope, key string, asJSON bool, out io.Writer) error {
+	err := b.ops[k.name].redrive(ctx, scope, key)
+	switch {
+	case isNotFound(err):
+		return notFoundError(ctx, b, []keyKind{k}, true, scope, key)
+	case errors.Is(err, dedupe.ErrNotRedrivable):
+		return exitError{exitRefused, fmt.Sprintf("%s key %q in scope %q: not re-driven: %v", k.name, key, scope, err)}
+	case err != nil:
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(out).Encode(redriveJSON{Kind: k.name, Scope: scope, Key: key, Redriven: true})
+	}
+	fmt.Fprintf(out, "re-drove %s key %q in scope %q: its next run (a retry or the resumer) goes on from its last recovery point\n", k.name, key, scope)
+	return nil
 }

@@ -96,6 +96,8 @@ func kindOf(ns int64, scope string) (kind, userScope string, ok bool) {
 type keyOps struct {
 	inspect func(ctx context.Context, scope, key string) (dedupe.StepsInfo, error)
 	forget  func(ctx context.Context, scope, key string, leased bool) error
+	// redrive re-drives a given-up operation; nil for kinds without.
+	redrive func(ctx context.Context, scope, key string) error
 }
 
 func forgetOpts(leased bool) []dedupe.ForgetOption {
@@ -122,6 +124,7 @@ func opsOf[TTx any](drv sqlonce.Driver[TTx], k keyKind) (keyOps, error) {
 				forget: func(ctx context.Context, scope, key string, leased bool) error {
 					return s.ForgetSteps(ctx, scope, key, forgetOpts(leased)...)
 				},
+				redrive: s.Redrive,
 			}, nil
 		}
 		return keyOps{
@@ -198,3 +201,8 @@ func opsOf[TTx any](drv sqlonce.Driver[TTx], k keyKind) (keyOps, error) {
 
 // isNotFound tells a key that does not exist.
 func isNotFound(err error) bool { return errors.Is(err, sqlonce.ErrNotFound) }
+
+// steps tells the kinds of operations of several steps.
+func (k keyKind) steps() bool {
+	return k.ns == driver.NamespaceSteps || k.ns == driver.NamespaceHTTPSteps
+}

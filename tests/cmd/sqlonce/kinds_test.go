@@ -486,6 +486,86 @@ func kinds[TTx any](t *testing.T, k kindsDB, drv so.Driver[TTx]) {
 	if printed, want := fieldsOf(decodeKey(t, r)), documented(t, "keys", "forget"); !slices.Equal(printed, want) {
 		t.Errorf("keys forget --json prints %v, keys forget -h documents %v", printed, want)
 	}
+
+	stepsStatesAndRedrive(t, k, store, op, &failCharge, &reserved)
+}
+
+// stepsStatesAndRedrive: keys list --kind steps --state lists operations
+// running, stopped, failed (given up) and done; keys redrive turns a
+// given-up one back into a stopped one, once, and its next run goes on
+// from where it stopped; a key not given up is refused (4), none is not
+// found (3).
+func stepsStatesAndRedrive[TTx any](t *testing.T, k kindsDB, store *dedupe.Store[TTx], op *dedupe.Operation[TTx], failCharge *bool, reserved *int) {
+	ctx := context.Background()
+	req := func(key string) dedupe.Request { return dedupe.Request{Scope: "cust-10", Key: key} }
+	*failCharge = true
+	if _, err := store.RunSteps(ctx, req("fail-1"), []byte("in"), op); err == nil {
+		t.Fatal("the failing step did not stop the operation")
+	}
+	if done, failed, err := store.ResumeStuck(ctx, 1, op); done != 0 || failed != 1 || err != nil {
+		t.Fatalf("ResumeStuck: %d done, %d given up, %v", done, failed, err)
+	}
+	if _, err := store.RunSteps(ctx, req("stop-1"), []byte("in"), op); err == nil {
+		t.Fatal("the failing step did not stop the operation")
+	}
+	// A run whose context ends in its step holds its lease until it lapses.
+	runCtx, cancel := context.WithCancel(ctx)
+	hold := &dedupe.Operation[TTx]{Name: "hold", Lease: time.Hour, Steps: []dedupe.Step[TTx]{
+		{Name: "wait", Outside: func(ctx context.Context, _ dedupe.StepState) ([]byte, error) { cancel(); return nil, ctx.Err() }},
+	}}
+	if _, err := store.RunSteps(runCtx, req("run-1"), nil, hold); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the held run: %v", err)
+	}
+	*failCharge = false
+	if _, err := store.RunSteps(ctx, req("done-1"), []byte("in"), op); err != nil {
+		t.Fatal(err)
+	}
+	list := func(state string) []string {
+		var names []string
+		for _, o := range decodeKeys(t, k.run(t, "keys", "list", "--kind", "steps", "--scope", "cust-10", "--state", state, "--json").succeeds(t)) {
+			names = append(names, fmt.Sprint(o["key"]))
+		}
+		return names
+	}
+	for state, want := range map[string][]string{"running": {"run-1"}, "stopped": {"stop-1"}, "failed": {"fail-1"}, "done": {"done-1"}, "": {"done-1", "fail-1", "run-1", "stop-1"}} {
+		if got := list(state); !slices.Equal(got, want) {
+			t.Errorf("keys list --kind steps --state %q: %v, want %v", state, got, want)
+		}
+	}
+	r := k.run(t, "keys", "list", "--kind", "steps", "--scope", "cust-10", "--state", "failed").succeeds(t)
+	if !regexp.MustCompile(`(?m)^steps\s+fail-1\s+failed\s`).MatchString(r.stdout) {
+		t.Errorf("keys list --state failed:\n%s", r.stdout)
+	}
+	k.run(t, "keys", "list", "--scope", "cust-10", "--state", "failed").failsWith(t, 2, "--kind steps")
+
+	// Re-drive the given-up operation: once.
+	r = k.run(t, "keys", "redrive", "--kind", "steps", "--scope", "cust-10", "fail-1", "--json").succeeds(t)
+	got := decodeKey(t, r)
+	if got["redriven"] != true || got["key"] != "fail-1" || got["kind"] != "steps" {
+		t.Fatalf("keys redrive --json: %v", got)
+	}
+	if printed, want := fieldsOf(got), documented(t, "keys", "redrive"); !slices.Equal(printed, want) {
+		t.Errorf("keys redrive --json prints %v, keys redrive -h documents %v", printed, want)
+	}
+	k.run(t, "keys", "redrive", "--scope", "cust-10", "fail-1").failsWith(t, 4, "stopped")
+	for _, key := range []string{"done-1", "run-1", "stop-1"} {
+		k.run(t, "keys", "redrive", "--kind", "steps", "--scope", "cust-10", key).failsWith(t, 4, "not re-driven")
+	}
+	k.run(t, "keys", "redrive", "--kind", "steps", "--scope", "cust-10", "nope").failsWith(t, 3, "not found")
+	k.run(t, "keys", "redrive", "--kind", "dedupe", "--scope", "cust-10", "fail-1").failsWith(t, 2, "--kind steps")
+	if got := list("stopped"); !slices.Equal(got, []string{"fail-1", "stop-1"}) {
+		t.Errorf("keys list --state stopped after the redrive: %v", got)
+	}
+	stopped := decodeKey(t, k.run(t, "keys", "get", "--kind", "steps", "--scope", "cust-10", "fail-1", "--json").succeeds(t))
+	if fmt.Sprint(stopped["steps_done"]) != "[reserve]" || stopped["failed"] != nil || stopped["state"] != "lapsed" {
+		t.Fatalf("keys get of the re-driven operation: %v", stopped)
+	}
+	// Its next run goes on from the charge: the reservation is not made again.
+	before := *reserved
+	res, err := store.RunSteps(ctx, req("fail-1"), []byte("in"), op)
+	if err != nil || res.AlreadyDone() || string(res.Response) != "paid" || *reserved != before {
+		t.Fatalf("RunSteps after redrive: %+v %v, reserved %d more times", res, err, *reserved-before)
+	}
 }
 
 func readAll(t *testing.T, resp *http.Response) string {
