@@ -143,7 +143,7 @@ func keys(t *testing.T, tg target) {
 		args []string
 		want string
 	}{
-		{[]string{"keys"}, "keys takes get, forget or list"},
+		{[]string{"keys"}, "keys takes get, forget, list or redrive"},
 		{[]string{"keys", "drop", "--db", db}, `keys "drop"`},
 		{[]string{"keys", "get", "--db", db, "k"}, "needs --scope"},
 		{[]string{"keys", "get", "--db", db, "--scope", "s"}, "one KEY"},
