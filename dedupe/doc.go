@@ -143,11 +143,12 @@
 // retry get the old answer?". [Store.Forget] deletes it, so that the next
 // request with the key runs the work again. Neither reaches another
 // scope's keys, nor those of RunSteps: [Store.InspectSteps] reads an
-// operation's key with where it stopped ([StepsInfo]), and
-// [Store.ForgetSteps] lets the next RunSteps start it anew. The inbox and
-// httpidem have the same pair for their keys. The sqlonce command does
-// the same from a shell, for every kind of key (sqlonce keys get, forget,
-// list, with --kind).
+// operation's key with where it stopped, or where, why and when it was
+// given up ([StepsInfo]); [Store.ForgetSteps] lets the next RunSteps start
+// it anew, and [Store.Redrive] lets a given-up one go on from its last
+// recovery point. The inbox and httpidem have the same pair for their
+// keys. The sqlonce command does the same from a shell, for every kind of
+// key (sqlonce keys get, forget, list, with --kind; keys redrive).
 //
 // # Choosing a mode
 //

@@ -40,8 +40,11 @@ const resumeBatch = 100
 // call (its Request's, or the Store's), counted from when it finishes the
 // operation, for the response. An operation already run maxAttempts
 // times (the first run counts) is given up instead: its key is recorded
-// failed, for that TTL from then, and RunSteps answers
-// ErrOperationFailed for it until it expires.
+// failed, for that TTL from then, with the step it stopped at, the last
+// step error's text and the attempts (InspectSteps tells them), and
+// RunSteps answers ErrOperationFailed for it until it expires (or
+// Redrive or ForgetSteps). A step's error that stops a run is kept with
+// the recovery point for this, its text cut to 1024 bytes.
 //
 // It reports how many operations it finished and how many it gave up.
 // A key it cannot finish (a step's error, an operation not in ops, a

@@ -24,7 +24,8 @@ const DefaultStepLease = time.Minute
 
 // ErrOperationFailed is returned by RunSteps for a key whose operation
 // ResumeStuck gave up after its attempts, and for every repeat of that
-// key until it expires.
+// key until it expires, is forgotten (Store.ForgetSteps) or re-driven
+// (Store.Redrive).
 var ErrOperationFailed = errors.New("sqlonce/dedupe: the operation was given up")
 
 // Operation is an operation made of named steps, run under one
