@@ -11,6 +11,14 @@
 -- dedupe keys (namespace 0): an inbox or httpidem key recorded before the
 -- upgrade is no longer found by them, and a redelivery or a retry of it
 -- runs again.
+--
+-- The statement below fails ("duplicate column name") when this migration
+-- has already been applied: the rest of it could run twice on its own
+-- result, and two instances running Up at once on a fresh file (goose
+-- decides what is pending before its transaction) would then both record
+-- version 3. The column it adds to the old table goes with that table.
+ALTER TABLE sqlonce_keys ADD COLUMN namespace INTEGER;
+
 CREATE TABLE sqlonce_keys_v3 (
     namespace       INTEGER NOT NULL DEFAULT 0,
     scope           TEXT    NOT NULL,
