@@ -372,8 +372,9 @@ func purgerStalledHolder[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		return stallingDriver[TTx]{stallingEngine[TTx]{e, &armed, stalled, release}}
 	})
 	waitFor("instance 0 to purge", func() bool { return rounds[0].purged.Load() > 0 })
-	// Its next batch stalls, inside the batch's transaction.
-	put("stalled", 8)
+	// Its next batch stalls, inside the batch's transaction; the keys
+	// expire only then (put before the stall, a round of instance 0's
+	// could purge them first, and instance 1 would find none).
 	armed.Store(true)
 	waitFor("instance 0 to stall", func() bool {
 		select {
@@ -384,6 +385,7 @@ func purgerStalledHolder[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 	stalledAt := time.Now()
+	put("stalled", 8)
 	// Rounds instance 0 ended before the stall (one or more: a round may
 	// have ended between its first purge and the arming). Its next round
 	// to end is the stalled one.
