@@ -61,7 +61,6 @@ func (s vitessSkip) match(name string) bool {
 // vitessCannot: the cases that cannot hold through vtgate, and why.
 var vitessCannot = []vitessSkip{
 	{"Token/SessionLastInsertID/", "vtgate answers LAST_INSERT_ID() itself, not from the session's DO LAST_INSERT_ID(x) the case sets; the case checks MariaDB's session state, which through vtgate the driver leaves alone (its Consume is the plain UPDATE there)"},
-	{"DedupePurger/StalledHolder", "not established through vtgate: a purge batch deletes shard by shard in autocommit there (mysqldriver/vtpurge.go), not in the batch's transaction, so the stalled-batch scenario differs; once (CI, 2026-11-28) the new holder's 293 rounds did not purge the stalled keys within 30 s while the same case passed in an earlier run - an open question, not a known limit"},
 	{"*/" + StrictSnapshot + "/", "innodb_snapshot_isolation is a session variable vtgate does not know (1193, VT05006), so the strict snapshot cannot be set"},
 }
 
