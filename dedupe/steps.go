@@ -343,6 +343,14 @@ func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op
 		if !found || row.Expired {
 			// A new key, or an expired one: start from the first step.
 			// Never over a lapsed lease, which holds a recovery point.
+			if op.Steps[0].InTx != nil {
+				// The claim commits with the first step.
+				res, ok, err := s.startWithStep(ctx, k, row, found, req, ttl, fresh, op, &o)
+				if err == nil && !ok {
+					continue // someone else started it: read it again
+				}
+				return res, err
+			}
 			token, ok, err := s.stepStart(ctx, k, row, found, req, ttl, op.lease(), fresh, &o)
 			if err != nil {
 				return sqlonce.Result{}, err
@@ -486,39 +494,11 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 	defer o.WorkEnd()
 	for i := len(rec.names); i < len(op.Steps); i++ {
 		step := op.Steps[i]
-		last := i == len(op.Steps)-1
 		st := StepState{Input: rec.input, Key: StepKey(k.Scope, k.Key, step.Name), Attempt: rec.attempts, Try: 1, names: rec.names, results: rec.results}
 		var pending recovery
-		// record saves the step's result with the lease held (token), or,
-		// for the last step, records the response and ends the lease.
-		record := func(ctx context.Context, tx TTx, result []byte) error {
-			next := rec
-			next.names = append(rec.names[:len(rec.names):len(rec.names)], step.Name)
-			next.results = append(rec.results[:len(rec.results):len(rec.results)], result)
-			next.errStep, next.errText = "", ""
-			var ok bool
-			var err error
-			if last {
-				f := final(op.Name, false, result)
-				if len(f) > s.maxResponse {
-					return fmt.Errorf("%w: response of %d bytes for key %q, the operation's name included, limit %d", sqlonce.ErrResponseTooLarge, len(f), k.Key, s.maxResponse)
-				}
-				ok, err = s.engine.Complete(ctx, tx, k, token, f, ttl, testclock.Now(ctx))
-			} else {
-				b := next.encode()
-				if len(b) > s.maxResponse {
-					return fmt.Errorf("%w: recovery point of %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(b), k.Key, s.maxResponse)
-				}
-				ok, err = s.engine.StepSave(ctx, tx, k, token, b, lease, testclock.Now(ctx))
-			}
-			if err != nil {
-				return err
-			}
-			if !ok {
-				return fmt.Errorf("%w: steps of key %q in scope %q, token %d, at step %q", sqlonce.ErrLeaseLost, k.Key, k.Scope, token, step.Name)
-			}
-			pending = next
-			return nil
+		record := func(ctx context.Context, tx TTx, result []byte) (err error) {
+			pending, err = s.recordStep(ctx, tx, k, token, rec, op, i, result, ttl)
+			return err
 		}
 		var err error
 		var stepErr bool
@@ -583,6 +563,135 @@ func (s *Store[TTx]) runStepsFrom(ctx context.Context, k driver.Key, token int64
 		resp = []byte{}
 	}
 	return sqlonce.Result{Outcome: sqlonce.FirstRun, Response: resp}, nil
+}
+
+// recordStep saves result, that of op's step i, after rec, with k's lease
+// held with token, and returns the recovery point it saved; for the last
+// step it records the response and ends the lease.
+func (s *Store[TTx]) recordStep(ctx context.Context, tx TTx, k driver.Key, token int64, rec recovery, op *Operation[TTx], i int, result []byte, ttl time.Duration) (recovery, error) {
+	step := op.Steps[i]
+	next := rec
+	next.names = append(rec.names[:len(rec.names):len(rec.names)], step.Name)
+	next.results = append(rec.results[:len(rec.results):len(rec.results)], result)
+	next.errStep, next.errText = "", ""
+	var ok bool
+	var err error
+	if i == len(op.Steps)-1 {
+		f := final(op.Name, false, result)
+		if len(f) > s.maxResponse {
+			return next, fmt.Errorf("%w: response of %d bytes for key %q, the operation's name included, limit %d", sqlonce.ErrResponseTooLarge, len(f), k.Key, s.maxResponse)
+		}
+		ok, err = s.engine.Complete(ctx, tx, k, token, f, ttl, testclock.Now(ctx))
+	} else {
+		b := next.encode()
+		if len(b) > s.maxResponse {
+			return next, fmt.Errorf("%w: recovery point of %d bytes for key %q, limit %d", sqlonce.ErrResponseTooLarge, len(b), k.Key, s.maxResponse)
+		}
+		ok, err = s.engine.StepSave(ctx, tx, k, token, b, op.lease(), testclock.Now(ctx))
+	}
+	if err != nil {
+		return next, err
+	}
+	if !ok {
+		return next, fmt.Errorf("%w: steps of key %q in scope %q, token %d, at step %q", sqlonce.ErrLeaseLost, k.Key, k.Scope, token, step.Name)
+	}
+	return next, nil
+}
+
+// startWithStep starts k as stepStart does, for op whose first step is
+// a database step, and runs that step and records its recovery point in
+// the same transaction: one commit for the claim and the step. A
+// duplicate meanwhile waits on the key's row and then finds it in
+// progress, or done. ok is false, and nothing ran, when the key turned
+// out taken. When the step's transaction fails (the step's error, a
+// panic, ctx's end, a database error) it rolled the claim back too: the
+// key is then started as stepStart would have left it before the step,
+// and released on the step's error, so that a retry or the resumer finds
+// the run stopped at its first step, as when the claim commits alone.
+func (s *Store[TTx]) startWithStep(ctx context.Context, k driver.Key, row driver.StepRow, found bool, req Request, ttl time.Duration, rec recovery, op *Operation[TTx], o *obs.Op) (res sqlonce.Result, ok bool, err error) {
+	lease := op.lease()
+	keyTTL := max(ttl, lease) // keeps locked_until <= expires_at
+	step := op.Steps[0]
+	st := StepState{Input: rec.input, Key: StepKey(k.Scope, k.Key, step.Name), Attempt: rec.attempts, Try: 1}
+	var token int64
+	var claimed, stepErr bool
+	var resp []byte
+	var next recovery
+	// stopped leaves the key as a run stopped in its first step leaves
+	// it: claimed; released after the step's error (stepErr), kept in
+	// the recovery point when it fits.
+	stopped := func(stepErr error) {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		start := rec
+		if stepErr != nil {
+			if failed := rec.failedAt(step.Name, stepErr); len(failed.encode()) <= s.maxResponse {
+				start = failed
+			}
+		}
+		tok, ok, err := s.stepStart(sctx, k, row, found, req, ttl, lease, start, o)
+		if err != nil || !ok || stepErr == nil {
+			return
+		}
+		_ = owntx.RunStatements(sctx, s.engine, s.caps.Autocommitter, o, func(ctx context.Context, tx TTx) error {
+			_, err := s.engine.Release(ctx, tx, k, tok, testclock.Now(ctx))
+			return err
+		})
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			if claimed {
+				stopped(nil)
+			}
+			panic(p)
+		}
+	}()
+	err = owntx.RunObserved(ctx, s.engine, o, func(ctx context.Context, tx TTx) (err error) {
+		claimed, stepErr = false, false
+		now := testclock.Now(ctx)
+		if !found {
+			token, claimed, err = s.engine.StepStart(ctx, tx, k, req.Fingerprint, rec.encode(), lease, keyTTL, now)
+		} else {
+			token = row.Token + 1
+			claimed, err = s.engine.StepRestart(ctx, tx, k, row.Token, row.Response, req.Fingerprint, rec.encode(), lease, keyTTL, now)
+		}
+		if err != nil || !claimed {
+			return err
+		}
+		o.WorkStart()
+		result, err := step.InTx(ctx, tx, st)
+		o.WorkEnd()
+		if err != nil {
+			stepErr = true
+			return err
+		}
+		resp = result
+		next, err = s.recordStep(ctx, tx, k, token, rec, op, 0, result, ttl)
+		return err
+	})
+	if err != nil {
+		if !claimed {
+			return sqlonce.Result{}, false, fmt.Errorf("sqlonce/dedupe: start steps of key %q: %w", k.Key, err)
+		}
+		var failed error
+		if stepErr && ctx.Err() == nil {
+			failed = err
+		}
+		stopped(failed)
+		return sqlonce.Result{}, true, err
+	}
+	if !claimed {
+		return sqlonce.Result{}, false, nil
+	}
+	o.Decided()
+	if len(op.Steps) > 1 {
+		res, err = s.runStepsFrom(ctx, k, token, next, op, ttl, o)
+		return res, true, err
+	}
+	if resp == nil {
+		resp = []byte{}
+	}
+	return sqlonce.Result{Outcome: sqlonce.FirstRun, Response: resp}, true, nil
 }
 
 // retryWait extends the lease held on k with token over wait and a whole

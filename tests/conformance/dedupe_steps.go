@@ -346,6 +346,7 @@ func wantKeyReuse(t testing.TB, what string, res sqlonce.Result, err error) {
 func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("InspectForget", func(t *testing.T) { stepsInspectForget(t, f) })
 	t.Run("Redrive", func(t *testing.T) { stepsRedrive(t, f) })
+	runStepsFirstStep(t, f)
 	runStepsContract(t, f)
 	const lease = time.Minute
 	steps := []string{"reserve", "charge", "order", "email"}

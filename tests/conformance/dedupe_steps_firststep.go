@@ -1,0 +1,133 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/tests/internal/harness"
+)
+
+var errFirstStep = errors.New("first step failed")
+
+// runStepsFirstStep: RunSteps claims a key whose operation starts with a
+// database step in that step's transaction. A failed first step commits
+// nothing of it; the key is left as a run stopped at its first step, free
+// at once; racing first runs commit the step once.
+func runStepsFirstStep[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	const lease = time.Minute
+	op := func(db harness.DB[TTx], fail *atomic.Int32, steps int) *dedupe.Operation[TTx] {
+		o := &dedupe.Operation[TTx]{Name: "first", Lease: lease, Steps: []dedupe.Step[TTx]{
+			{Name: "write", InTx: func(ctx context.Context, tx TTx, st dedupe.StepState) ([]byte, error) {
+				if err := db.Tx(tx).LedgerInsert(ctx, string(st.Input)+"/write", 1); err != nil {
+					return nil, err
+				}
+				if fail != nil && fail.Add(-1) >= 0 {
+					return nil, errFirstStep
+				}
+				return []byte(fmt.Sprintf("w%d", st.Attempt)), nil
+			}},
+		}}
+		if steps == 2 {
+			o.Steps = append(o.Steps, dedupe.Step[TTx]{Name: "answer", Outside: func(ctx context.Context, st dedupe.StepState) ([]byte, error) {
+				w, _ := st.Result("write")
+				return []byte("ok " + string(w)), nil
+			}})
+		}
+		return o
+	}
+	ledger := func(t *testing.T, ctx context.Context, db harness.DB[TTx], key string, want int64) {
+		t.Helper()
+		n, err := db.Pool().LedgerCountByRef(ctx, key+"/write")
+		must(t, err)
+		if n != want {
+			t.Fatalf("key %s: %d ledger rows, want %d", key, n, want)
+		}
+	}
+	t.Run("FirstStepFails", func(t *testing.T) {
+		for _, steps := range []int{1, 2} {
+			ctx := ctxT(t)
+			db := f(t, 0)
+			s, err := dedupe.New(db.Driver())
+			must(t, err)
+			var fail atomic.Int32
+			fail.Store(1)
+			o := op(db, &fail, steps)
+			key := fmt.Sprintf("fail-%d", steps)
+			req := dedupe.Request{Scope: "steps", Key: key, Fingerprint: []byte(key)}
+			_, err = s.RunSteps(ctx, req, []byte(key), o)
+			wantErr(t, "failed first step", err, errFirstStep)
+			ledger(t, ctx, db, key, 0) // the step's write rolled back
+			info, err := s.InspectSteps(ctx, req.Scope, req.Key)
+			must(t, err)
+			if info.State != dedupe.KeyLapsed || info.Operation != "first" || len(info.Done) != 0 || info.Attempts != 1 {
+				t.Fatalf("after a failed first step: %+v, want a released key at its first step", info)
+			}
+			res, err := s.RunSteps(ctx, req, []byte(key), o)
+			want := "w2"
+			if steps == 2 {
+				want = "ok w2"
+			}
+			wantOutcome(t, "retry", res, err, sqlonce.FirstRun, &want)
+			ledger(t, ctx, db, key, 1)
+			res, err = s.RunSteps(ctx, req, []byte(key), o)
+			wantOutcome(t, "replay", res, err, sqlonce.AlreadyDone, &want)
+		}
+	})
+	t.Run("RacingFirstRuns", func(t *testing.T) {
+		const workers = 8
+		for _, steps := range []int{1, 2} {
+			for _, await := range []bool{false, true} {
+				ctx := ctxT(t)
+				db := f(t, workers+2)
+				var opts []dedupe.Option
+				if await {
+					opts = append(opts, dedupe.WithAwaitResult())
+				}
+				s, err := dedupe.New(db.Driver(), opts...)
+				must(t, err)
+				o := op(db, nil, steps)
+				key := fmt.Sprintf("race-%d-%v", steps, await)
+				req := dedupe.Request{Scope: "steps", Key: key, Fingerprint: []byte(key)}
+				var first, done, inProgress atomic.Int32
+				var wg sync.WaitGroup
+				errs := make(chan error, workers)
+				start := make(chan struct{})
+				for range workers {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						<-start
+						res, err := s.RunSteps(ctx, req, []byte(key), o)
+						switch {
+						case errors.Is(err, sqlonce.ErrInProgress) && !await:
+							inProgress.Add(1)
+						case err != nil:
+							errs <- err
+						case res.FirstRun():
+							first.Add(1)
+						default:
+							done.Add(1)
+						}
+					}()
+				}
+				close(start)
+				wg.Wait()
+				close(errs)
+				for err := range errs {
+					t.Fatalf("steps %d, await %v: %v", steps, await, err)
+				}
+				if first.Load() != 1 || first.Load()+done.Load()+inProgress.Load() != workers {
+					t.Fatalf("steps %d, await %v: %d first runs, %d done, %d in progress", steps, await, first.Load(), done.Load(), inProgress.Load())
+				}
+				ledger(t, ctx, db, key, 1)
+			}
+		}
+	})
+}
