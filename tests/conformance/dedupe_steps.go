@@ -1003,32 +1003,48 @@ func runDedupeSteps[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			return charge(ctx, st)
 		}
 		req := dedupe.Request{Scope: "steps", Key: "late-step", Fingerprint: []byte("fp")}
-		// A claims the key, then stops before its first step; its lease
-		// lapses at B's clock.
+		// A first run stops in its first step (a database step: its
+		// claim, committed with that step, is then recorded alone, its
+		// lease left to lapse). A resumes it, then stops before its
+		// first step; its lease lapses at B's clock.
+		stopCtx, stop := context.WithCancel(at(ctx, t0, 0))
+		stopOp := *op
+		stopOp.Steps = slices.Clone(op.Steps)
+		stopOp.Steps[0].InTx = func(ctx context.Context, tx TTx, st dedupe.StepState) ([]byte, error) {
+			stop()
+			return nil, ctx.Err()
+		}
+		_, err = slow.RunSteps(stopCtx, req, []byte("late-step"), &stopOp)
+		wantErr(t, "stopped run", err, context.Canceled)
+		stoppedRow, ok, err := db.Key(ctx, "steps", "late-step")
+		must(t, err)
+		if !ok {
+			t.Fatal("the stopped run left no key")
+		}
 		aDone := make(chan error, 1)
 		go func() {
-			_, err := slow.RunSteps(at(ctx, t0, 0), req, []byte("late-step"), &aOp)
+			_, err := slow.RunSteps(at(ctx, t0, lease+time.Second), req, []byte("late-step"), &aOp)
 			aDone <- err
 		}()
 		// B starts once A holds the key.
 		for {
 			row, ok, err := db.Key(ctx, "steps", "late-step")
 			must(t, err)
-			if ok && row.State == 2 {
+			if ok && row.State == 2 && row.Token != stoppedRow.Token {
 				break
 			}
 			time.Sleep(time.Millisecond)
 		}
 		// B resumes after A's reserve (FirstRun), or finds A finished
 		// (AlreadyDone), or still moving (ErrInProgress).
-		_, err = retrier.RunSteps(at(ctx, t0, 2*lease), req, []byte("late-step"), op)
+		_, err = retrier.RunSteps(at(ctx, t0, 3*lease), req, []byte("late-step"), op)
 		if err != nil && !errors.Is(err, sqlonce.ErrInProgress) {
 			t.Fatalf("retry: %v", err)
 		}
 		if err := <-aDone; err != nil && !errors.Is(err, sqlonce.ErrLeaseLost) {
 			t.Fatalf("run A: %v", err)
 		}
-		res, err := retrier.RunSteps(at(ctx, t0, 4*lease), req, []byte("late-step"), op)
+		res, err := retrier.RunSteps(at(ctx, t0, 6*lease), req, []byte("late-step"), op)
 		if err != nil {
 			t.Fatalf("after both: %v, %v", res, err)
 		}
