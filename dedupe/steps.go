@@ -260,7 +260,12 @@ func (op *Operation[TTx]) lease() time.Duration {
 //
 // The first call claims the key with a lease (op.Lease) and stores input
 // and the fingerprint with it, then runs the steps, recording after each
-// one its result as the key's recovery point and extending the lease. A
+// one its result as the key's recovery point and extending the lease.
+// When the first step is a database step, the claim commits in that
+// step's transaction: a duplicate meanwhile waits on the key's row, then
+// finds it running or done; should that transaction fail, the key is
+// then claimed alone, so that it stands as a run stopped in its first
+// step stands (released after the step's error). A
 // call that finds the key's lease lapsed, its run stopped between or
 // inside steps, takes it over and resumes after the last recovery point,
 // with the input stored at the first call (FirstRun: this call finished

@@ -28,6 +28,7 @@ var documented = map[string]struct{ pgRT, pgSt, pgsqlRT, pgsqlSt, myRT, mySt, li
 	"lease Complete":                                        {1, 1, 1, 1, 1, 1, 1},
 	"lease Release":                                         {1, 1, 1, 1, 1, 1, 1},
 	"dedupe.RunSteps first run, two steps":                  {7, 7, 7, 7, 7, 7, 7},
+	"dedupe.RunSteps first run, one database step":          {6, 6, 6, 6, 6, 6, 6},
 	"dedupe.RunSteps replay":                                {1, 1, 1, 1, 1, 1, 1},
 	"unique.Insert first run":                               {4, 4, 4, 4, 4, 4, 5},
 	"unique.Insert duplicate":                               {6, 5, 6, 5, 5, 5, 7},

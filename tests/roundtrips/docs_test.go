@@ -31,6 +31,7 @@ var docRow = map[string]string{
 	"lease Complete":                                        "lease Complete",
 	"lease Release":                                         "lease Release",
 	"dedupe.RunSteps first run, two steps":                  "dedupe.RunSteps, first run: a database and an outside step",
+	"dedupe.RunSteps first run, one database step":          "dedupe.RunSteps, first run: one database step",
 	"dedupe.RunSteps replay":                                "dedupe.RunSteps, replay",
 	"unique.Insert first run":                               "unique.Insert, first run",
 	"unique.Insert duplicate":                               "unique.Insert, duplicate",

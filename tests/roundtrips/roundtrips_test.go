@@ -499,6 +499,14 @@ func paths[TTx any]() []path[TTx] {
 				return want(res, err, true)
 			})
 		}},
+		{"dedupe.RunSteps first run, one database step", func(ctx context.Context, e *env[TTx], n int) error {
+			op := stepsOp(e, n)
+			op.Steps = op.Steps[:1]
+			return e.measure(func() error {
+				res, err := store(e).RunSteps(ctx, req(n), nil, op)
+				return want(res, err, true)
+			})
+		}},
 		{"dedupe.RunSteps replay", func(ctx context.Context, e *env[TTx], n int) error {
 			if _, err := store(e).RunSteps(ctx, req(n), nil, stepsOp(e, n)); err != nil {
 				return err
