@@ -123,6 +123,20 @@ func benchDedupe[TTx any](b *testing.B, f harness.Factory[TTx]) {
 			},
 		},
 		{
+			name: "steps_first_run_one_db_step",
+			op: func(ctx context.Context, db harness.DB[TTx], store *dedupe.Store[TTx], n int64) error {
+				key := fmt.Sprintf("steps-%d", n)
+				op := &dedupe.Operation[TTx]{Name: "bench", Steps: []dedupe.Step[TTx]{{Name: "write", InTx: func(ctx context.Context, tx TTx, st dedupe.StepState) ([]byte, error) {
+					return response, db.Tx(tx).LedgerInsert(ctx, key, 100)
+				}}}}
+				res, err := store.RunSteps(ctx, dedupe.Request{Scope: "bench", Key: key, Fingerprint: dedupe.Fingerprint([]byte(key))}, nil, op)
+				if err == nil && !res.FirstRun() {
+					err = fmt.Errorf("%s: %v, want first run", key, res)
+				}
+				return err
+			},
+		},
+		{
 			name: "lease_claim_complete",
 			op: func(ctx context.Context, db harness.DB[TTx], store *dedupe.Store[TTx], n int64) error {
 				req := dedupe.Request{Scope: "bench", Key: fmt.Sprintf("lease-%d", n)}
