@@ -80,6 +80,32 @@ func runStepsFirstStep[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			wantOutcome(t, "replay", res, err, sqlonce.AlreadyDone, &want)
 		}
 	})
+	// The first step's error is kept with the key as a later step's is:
+	// the resumer's giving up names it.
+	t.Run("FirstStepFailsThenGivenUp", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s, err := dedupe.New(db.Driver())
+		must(t, err)
+		var fail atomic.Int32
+		fail.Store(1 << 20)
+		o := op(db, &fail, 2)
+		req := dedupe.Request{Scope: "steps", Key: "doomed-first"}
+		_, err = s.RunSteps(ctx, req, []byte("doomed-first"), o)
+		wantErr(t, "first run", err, errFirstStep)
+		done, failed, err := s.ResumeStuck(ctx, 1, o)
+		if done != 0 || failed != 1 || err != nil {
+			t.Fatalf("resumer: %d done, %d failed, %v", done, failed, err)
+		}
+		info, err := s.InspectSteps(ctx, req.Scope, req.Key)
+		must(t, err)
+		if info.State != dedupe.KeyDone || info.Failed != errFirstStep.Error() || info.FailedStep != "write" {
+			t.Fatalf("given up: %+v, want failed at step write with its error", info)
+		}
+		_, err = s.RunSteps(ctx, req, []byte("doomed-first"), o)
+		wantErr(t, "after giving up", err, dedupe.ErrOperationFailed)
+		ledger(t, ctx, db, "doomed-first", 0)
+	})
 	t.Run("RacingFirstRuns", func(t *testing.T) {
 		const workers = 8
 		for _, steps := range []int{1, 2} {
