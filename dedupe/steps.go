@@ -354,7 +354,10 @@ func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op
 				if err == nil && !ok {
 					continue // someone else started it: read it again
 				}
-				return res, err
+				if !errors.Is(err, errStartApart) {
+					return res, err
+				}
+				// The driver starts keys in autocommit only: below.
 			}
 			token, ok, err := s.stepStart(ctx, k, row, found, req, ttl, op.lease(), fresh, &o)
 			if err != nil {
@@ -603,6 +606,10 @@ func (s *Store[TTx]) recordStep(ctx context.Context, tx TTx, k driver.Key, token
 	return next, nil
 }
 
+// errStartApart: the driver starts a key in autocommit only (through
+// vtgate, see mysqldriver), so the claim commits before the first step.
+var errStartApart = errors.New("sqlonce/dedupe: the key is started apart")
+
 // startWithStep starts k as stepStart does, for op whose first step is
 // a database step, and runs that step and records its recovery point in
 // the same transaction: one commit for the claim and the step. A
@@ -675,6 +682,9 @@ func (s *Store[TTx]) startWithStep(ctx context.Context, k driver.Key, row driver
 		return err
 	})
 	if err != nil {
+		if !claimed && errors.Is(err, driver.ErrNoRun) {
+			return sqlonce.Result{}, false, errStartApart
+		}
 		if !claimed {
 			return sqlonce.Result{}, false, fmt.Errorf("sqlonce/dedupe: start steps of key %q: %w", k.Key, err)
 		}

@@ -30,6 +30,11 @@ func (e engine) StepStart(ctx context.Context, tx *sql.Tx, k driver.Key, fingerp
 	if err := e.checkTx(ctx, tx); err != nil {
 		return 0, false, err
 	}
+	if tx != driver.AutoTx && e.wsrep.done.Load() && e.wsrep.vtgate && !e.wsrep.inTx {
+		// Through vtgate, no LAST_INSERT_ID(x) in a transaction (see
+		// Claim): start the key in autocommit, which vtgate allows.
+		return 0, false, driver.ErrNoRun
+	}
 	res, err := e.q.KeyStepStart(ctx, e.on(tx), mysqldb.KeyStepStartParams{
 		Namespace: int16(k.Namespace), Scope: []byte(k.Scope), IdempotencyKey: []byte(k.Key), Fingerprint: driver.NonNil(fingerprint),
 		Recovery: recovery, Now: myNow(now), LeaseUs: lease.Microseconds(), TtlUs: ttl.Microseconds(),

@@ -14,7 +14,8 @@ type Steps[TTx any] interface {
 	// StepStart inserts k, leased for lease and live for ttl, with
 	// fingerprint and recovery as its recovery point, and returns its
 	// token; ok is false, and nothing changed, when k exists. It never
-	// takes a row over.
+	// takes a row over. ErrNoRun: the engine starts a key in autocommit
+	// only (tx from its Autocommitter), not in a transaction.
 	StepStart(ctx context.Context, tx TTx, k Key, fingerprint, recovery []byte, lease, ttl time.Duration, now time.Time) (token int64, ok bool, err error)
 	// StepRestart starts k anew, as StepStart, in place of its expired
 	// row read with token and read as its response, and reports whether

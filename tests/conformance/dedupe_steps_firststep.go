@@ -11,10 +11,36 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/dedupe"
+	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 )
 
 var errFirstStep = errors.New("first step failed")
+
+// apartEngine starts step keys in autocommit only, as mysqldriver does
+// through vtgate: its StepStart answers driver.ErrNoRun in a transaction.
+type apartEngine[TTx any] struct {
+	driver.Engine[TTx]
+	refused *atomic.Int32
+}
+
+type inTxKey struct{}
+
+func (e apartEngine[TTx]) InTx(ctx context.Context, fn func(ctx context.Context, tx TTx) error) error {
+	return e.Engine.InTx(ctx, func(ctx context.Context, tx TTx) error { return fn(context.WithValue(ctx, inTxKey{}, true), tx) })
+}
+
+func (e apartEngine[TTx]) StepStart(ctx context.Context, tx TTx, k driver.Key, fingerprint, recovery []byte, lease, ttl time.Duration, now time.Time) (int64, bool, error) {
+	if ctx.Value(inTxKey{}) != nil {
+		e.refused.Add(1)
+		return 0, false, driver.ErrNoRun
+	}
+	return e.Engine.StepStart(ctx, tx, k, fingerprint, recovery, lease, ttl, now)
+}
+
+type apartDriver[TTx any] struct{ e apartEngine[TTx] }
+
+func (d apartDriver[TTx]) Engine() driver.Engine[TTx] { return d.e }
 
 // runStepsFirstStep: RunSteps claims a key whose operation starts with a
 // database step in that step's transaction. A failed first step commits
@@ -105,6 +131,28 @@ func runStepsFirstStep[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		_, err = s.RunSteps(ctx, req, []byte("doomed-first"), o)
 		wantErr(t, "after giving up", err, dedupe.ErrOperationFailed)
 		ledger(t, ctx, db, "doomed-first", 0)
+	})
+	// A driver that starts keys in autocommit only: the claim commits
+	// apart, before the first step, as it did before.
+	t.Run("StartApart", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		var refused atomic.Int32
+		s, err := dedupe.New(apartDriver[TTx]{apartEngine[TTx]{Engine: db.Driver().Engine(), refused: &refused}})
+		must(t, err)
+		var fail atomic.Int32
+		fail.Store(1)
+		o := op(db, &fail, 2)
+		req := dedupe.Request{Scope: "steps", Key: "apart"}
+		_, err = s.RunSteps(ctx, req, []byte("apart"), o)
+		wantErr(t, "failed first step", err, errFirstStep)
+		res, err := s.RunSteps(ctx, req, []byte("apart"), o)
+		want := "ok w2"
+		wantOutcome(t, "retry", res, err, sqlonce.FirstRun, &want)
+		ledger(t, ctx, db, "apart", 1)
+		if refused.Load() == 0 {
+			t.Fatal("the key was never started in a transaction")
+		}
 	})
 	t.Run("RacingFirstRuns", func(t *testing.T) {
 		const workers = 8
