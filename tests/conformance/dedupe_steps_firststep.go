@@ -163,53 +163,57 @@ func runStepsFirstStep[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			t.Fatalf("StepStart refused %d times in a transaction, want once (the first step's)", n)
 		}
 	})
+	// Each its own case, its own database: through vtgate a case has at
+	// most as many as the keyspace has shards.
 	t.Run("RacingFirstRuns", func(t *testing.T) {
 		const workers = 8
 		for _, steps := range []int{1, 2} {
 			for _, await := range []bool{false, true} {
-				ctx := ctxT(t)
-				db := f(t, workers+2)
-				var opts []dedupe.Option
-				if await {
-					opts = append(opts, dedupe.WithAwaitResult())
-				}
-				s, err := dedupe.New(db.Driver(), opts...)
-				must(t, err)
-				o := op(db, nil, steps)
-				key := fmt.Sprintf("race-%d-%v", steps, await)
-				req := dedupe.Request{Scope: "steps", Key: key, Fingerprint: []byte(key)}
-				var first, done, inProgress atomic.Int32
-				var wg sync.WaitGroup
-				errs := make(chan error, workers)
-				start := make(chan struct{})
-				for range workers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						<-start
-						res, err := s.RunSteps(ctx, req, []byte(key), o)
-						switch {
-						case errors.Is(err, sqlonce.ErrInProgress) && !await:
-							inProgress.Add(1)
-						case err != nil:
-							errs <- err
-						case res.FirstRun():
-							first.Add(1)
-						default:
-							done.Add(1)
-						}
-					}()
-				}
-				close(start)
-				wg.Wait()
-				close(errs)
-				for err := range errs {
-					t.Fatalf("steps %d, await %v: %v", steps, await, err)
-				}
-				if first.Load() != 1 || first.Load()+done.Load()+inProgress.Load() != workers {
-					t.Fatalf("steps %d, await %v: %d first runs, %d done, %d in progress", steps, await, first.Load(), done.Load(), inProgress.Load())
-				}
-				ledger(t, ctx, db, key, 1)
+				t.Run(fmt.Sprintf("Steps%dAwait%v", steps, await), func(t *testing.T) {
+					ctx := ctxT(t)
+					db := f(t, workers+2)
+					var opts []dedupe.Option
+					if await {
+						opts = append(opts, dedupe.WithAwaitResult())
+					}
+					s, err := dedupe.New(db.Driver(), opts...)
+					must(t, err)
+					o := op(db, nil, steps)
+					key := fmt.Sprintf("race-%d-%v", steps, await)
+					req := dedupe.Request{Scope: "steps", Key: key, Fingerprint: []byte(key)}
+					var first, done, inProgress atomic.Int32
+					var wg sync.WaitGroup
+					errs := make(chan error, workers)
+					start := make(chan struct{})
+					for range workers {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							<-start
+							res, err := s.RunSteps(ctx, req, []byte(key), o)
+							switch {
+							case errors.Is(err, sqlonce.ErrInProgress) && !await:
+								inProgress.Add(1)
+							case err != nil:
+								errs <- err
+							case res.FirstRun():
+								first.Add(1)
+							default:
+								done.Add(1)
+							}
+						}()
+					}
+					close(start)
+					wg.Wait()
+					close(errs)
+					for err := range errs {
+						t.Fatalf("steps %d, await %v: %v", steps, await, err)
+					}
+					if first.Load() != 1 || first.Load()+done.Load()+inProgress.Load() != workers {
+						t.Fatalf("steps %d, await %v: %d first runs, %d done, %d in progress", steps, await, first.Load(), done.Load(), inProgress.Load())
+					}
+					ledger(t, ctx, db, key, 1)
+				})
 			}
 		}
 	})
