@@ -134,7 +134,9 @@
 // lapses, a retry with the same key resumes there, and
 // [Store.ResumeEvery] finishes runs whose caller went away, or gives
 // them up ([ErrOperationFailed]). The last step's result is the response,
-// replayed byte for byte.
+// replayed byte for byte. A first step that is a database step commits
+// with the key's claim: a process that dies in it leaves no key, and a
+// duplicate waits on the key's row until that transaction ends.
 //
 // # Inspecting and forgetting a key
 //

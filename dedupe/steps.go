@@ -262,10 +262,19 @@ func (op *Operation[TTx]) lease() time.Duration {
 // and the fingerprint with it, then runs the steps, recording after each
 // one its result as the key's recovery point and extending the lease.
 // When the first step is a database step, the claim commits in that
-// step's transaction: a duplicate meanwhile waits on the key's row, then
-// finds it running or done; should that transaction fail, the key is
-// then claimed alone, so that it stands as a run stopped in its first
-// step stands (released after the step's error). A
+// step's transaction, one commit for both: a duplicate meanwhile waits
+// on the key's row (WithNoWait and WithLockWait do not bound it), then
+// finds it running or done; past the database's own lock wait
+// (MariaDB's innodb_lock_wait_timeout, 50 s by default: error 1205; a
+// lock_timeout set on PostgreSQL) it gets an error matching
+// sqlonce.ErrInProgress, and sqlonce.IsRetryable, wrapping the
+// database's (a Store built WithAwaitResult waits on instead). A
+// process that dies inside that transaction leaves no key: the next
+// call starts anew, a first attempt. Should the transaction fail (the
+// step's error, a panic, ctx's end, a database error), the key is then
+// claimed alone, so that it stands as a run stopped in its first step
+// stands (released after the step's error). Through Vitess the key is
+// claimed alone before the step's transaction (see docs/drivers.md). A
 // call that finds the key's lease lapsed, its run stopped between or
 // inside steps, takes it over and resumes after the last recovery point,
 // with the input stored at the first call (FirstRun: this call finished
@@ -338,6 +347,19 @@ func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op
 			row, found, err = s.engine.StepGet(ctx, tx, k, testclock.Now(ctx))
 			return err
 		})
+		if err != nil && ctx.Err() == nil && driver.Classify(err).Has(driver.LockNotAvailable) {
+			// A locking read (MySQL's) gave up waiting on the key's row,
+			// which a step's transaction holds: a first database step's
+			// holds it throughout, its claim with it.
+			err = fmt.Errorf("%w: key %q in scope %q is held by a running step's transaction: %w", sqlonce.ErrInProgress, req.Key, req.Scope, err)
+			if !s.await {
+				return sqlonce.Result{}, err
+			}
+			if err := w.wait(ctx, err); err != nil {
+				return sqlonce.Result{}, err
+			}
+			continue
+		}
 		if err != nil {
 			err = fmt.Errorf("sqlonce/dedupe: run steps of key %q: %w", req.Key, err)
 			if ctx.Err() != nil {
@@ -353,6 +375,20 @@ func (s *Store[TTx]) RunSteps(ctx context.Context, req Request, input []byte, op
 				res, ok, err := s.startWithStep(ctx, k, row, found, req, ttl, fresh, op, &o)
 				if err == nil && !ok {
 					continue // someone else started it: read it again
+				}
+				if !ok && s.await && errors.Is(err, sqlonce.ErrInProgress) {
+					// The key's row stayed locked past the lock wait:
+					// another call's first step runs. Read it again
+					// after a pause.
+					if err := w.wait(ctx, err); err != nil {
+						return sqlonce.Result{}, err
+					}
+					continue
+				}
+				if !ok && err != nil && !errors.Is(err, errStartApart) && ctx.Err() != nil {
+					// ctx ended while the claim waited, maybe after
+					// an ErrInProgress awaited.
+					return sqlonce.Result{}, w.ended(err)
 				}
 				if !errors.Is(err, errStartApart) {
 					return res, err
@@ -684,6 +720,12 @@ func (s *Store[TTx]) startWithStep(ctx context.Context, k driver.Key, row driver
 	if err != nil {
 		if !claimed && errors.Is(err, driver.ErrNoRun) {
 			return sqlonce.Result{}, false, errStartApart
+		}
+		if !claimed && driver.Classify(err).Has(driver.LockNotAvailable) {
+			// Another call's first step holds the key's row longer than
+			// the lock wait (MariaDB's innodb_lock_wait_timeout, 1205;
+			// a lock_timeout set on PostgreSQL): the key is running.
+			return sqlonce.Result{}, false, fmt.Errorf("%w: key %q in scope %q is running its first step in another transaction: %w", sqlonce.ErrInProgress, req.Key, req.Scope, err)
 		}
 		if !claimed {
 			return sqlonce.Result{}, false, fmt.Errorf("sqlonce/dedupe: start steps of key %q: %w", k.Key, err)
