@@ -51,9 +51,9 @@ func (s *Schema) Quoted() string { return s.quoted }
 
 // tableRef finds sqlonce's table names where they are not already
 // qualified: a name preceded by a dot or a quote's closing is left alone.
-var tableRef = regexp.MustCompile("(^|[^.\\w\"`])(sqlonce_(?:keys|tokens|goose_db_version))\\b")
+var tableRef = regexp.MustCompile("(^|[^.\\w\"`])(sqlonce_(?:keys|tokens|outbox|goose_db_version))\\b")
 
-// Qualify returns query with sqlonce's tables (sqlonce_keys,
+// Qualify returns query with sqlonce's tables (sqlonce_keys, sqlonce_outbox,
 // sqlonce_tokens) qualified by the schema; query itself for a nil Schema.
 // The name inside a string literal ('sqlonce_keys'::regclass) is
 // qualified too, which is what a regclass cast wants.

@@ -24,10 +24,10 @@ import (
 )
 
 // latest is the version of sqlonce's newest migration.
-const latest = 3
+const latest = 4
 
 // tables are the tables sqlonce's migrations create.
-var tables = []string{"sqlonce_keys", "sqlonce_tokens"}
+var tables = []string{"sqlonce_keys", "sqlonce_tokens", "sqlonce_outbox"}
 
 // conn is a database/sql handle for goose, and the pgx pool behind it on
 // PostgreSQL.

@@ -85,7 +85,7 @@ func TestSchemaMySQL(t *testing.T) {
 	}{
 		{decoy + ".sqlonce_keys", 0}, {decoy + ".sqlonce_tokens", 0},
 		{own + ".sqlonce_keys", wantKeys}, {own + ".sqlonce_tokens", 1},
-		{own + "." + migrations.TableName + " WHERE version_id > 0", 3},
+		{own + "." + migrations.TableName + " WHERE version_id > 0", 4},
 	} {
 		var n int64
 		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+c.table).Scan(&n); err != nil {
@@ -303,7 +303,7 @@ func countPostgres(t *testing.T, ctx context.Context, decoy, own string) {
 	}{
 		{decoy + ".sqlonce_keys", 0}, {decoy + ".sqlonce_tokens", 0},
 		{own + ".sqlonce_keys", wantKeys}, {own + ".sqlonce_tokens", 1},
-		{own + "." + migrations.TableName + " WHERE version_id > 0", 3},
+		{own + "." + migrations.TableName + " WHERE version_id > 0", 4},
 	} {
 		var n int64
 		if err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+c.table).Scan(&n); err != nil {

@@ -182,7 +182,7 @@ func schemaLifecycle(t *testing.T, k kindsDB) {
 	// Without --schema the command looks where the connection does.
 	sqlonce(t, "stats", "--db", k.tg.dsn).failsWith(t, 1, "sqlonce migrate up")
 	r = k.run(t, "migrate", "status").succeeds(t)
-	if len(regexp.MustCompile(`(?m)\sapplied\s+\d{4}-`).FindAllString(r.stdout, -1)) != 3 {
+	if len(regexp.MustCompile(`(?m)\sapplied\s+\d{4}-`).FindAllString(r.stdout, -1)) != 4 {
 		t.Fatalf("migrate status --schema:\n%s", r.stdout)
 	}
 	k.run(t, "migrate", "down").succeeds(t)
@@ -191,7 +191,7 @@ func schemaLifecycle(t *testing.T, k kindsDB) {
 		t.Fatalf("migrate status --schema after down:\n%s", r.stdout)
 	}
 	r = k.run(t, "migrate", "up").succeeds(t)
-	if !strings.Contains(r.stdout, "applied 00003_sqlonce_keys_namespace.sql") || strings.Contains(r.stdout, "00001") {
+	if !strings.Contains(r.stdout, "applied 00004_sqlonce_outbox.sql") || strings.Contains(r.stdout, "00001") {
 		t.Fatalf("migrate up --schema after down:\n%s", r.stdout)
 	}
 	sqlonce(t, "stats", "--db", k.tg.dsn, "--schema", "Not-A-Name").failsWith(t, 2, "--schema")

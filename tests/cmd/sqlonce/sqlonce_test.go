@@ -164,7 +164,7 @@ func lifecycle(t *testing.T, tg target) {
 	db := tg.dsn
 
 	r := sqlonce(t, "migrate", "status", "--db", db).succeeds(t)
-	if strings.Count(r.stdout, "pending") != 3 {
+	if strings.Count(r.stdout, "pending") != 4 {
 		t.Fatalf("status of an empty database:\n%s", r.stdout)
 	}
 	sqlonce(t, "stats", "--db", db).failsWith(t, 1, "sqlonce migrate up")
@@ -172,7 +172,7 @@ func lifecycle(t *testing.T, tg target) {
 
 	r = sqlonce(t, "migrate", "up", "--db", db).succeeds(t)
 	if !strings.Contains(r.stdout, "applied 00001_sqlonce_keys.sql") || !strings.Contains(r.stdout, "applied 00002_sqlonce_tokens.sql") ||
-		!strings.Contains(r.stdout, "applied 00003_sqlonce_keys_namespace.sql") {
+		!strings.Contains(r.stdout, "applied 00003_sqlonce_keys_namespace.sql") || !strings.Contains(r.stdout, "applied 00004_sqlonce_outbox.sql") {
 		t.Fatalf("migrate up:\n%s", r.stdout)
 	}
 	r = sqlonce(t, "migrate", "--db", db, "up").succeeds(t)
@@ -227,8 +227,9 @@ func lifecycle(t *testing.T, tg target) {
 	sqlonce(t, "migrate", "down", "--db", db).succeeds(t)
 	sqlonce(t, "migrate", "down", "--db", db).succeeds(t)
 	sqlonce(t, "migrate", "down", "--db", db).succeeds(t)
+	sqlonce(t, "migrate", "down", "--db", db).succeeds(t)
 	r = sqlonce(t, "migrate", "status", "--db", db).succeeds(t)
-	if strings.Count(r.stdout, "pending") != 3 {
+	if strings.Count(r.stdout, "pending") != 4 {
 		t.Fatalf("status after migrating down:\n%s", r.stdout)
 	}
 }
