@@ -21,6 +21,24 @@ type SqlonceKey struct {
 	Namespace      int16
 }
 
+type SqlonceOutbox struct {
+	Seq         int64
+	ID          string
+	Topic       string
+	OrderingKey string
+	Payload     []byte
+	Headers     []byte
+	Fingerprint []byte
+	State       int16
+	Attempts    int32
+	LeaseToken  int64
+	LockedUntil pgtype.Timestamptz
+	AvailableAt pgtype.Timestamptz
+	CreatedAt   pgtype.Timestamptz
+	SentAt      pgtype.Timestamptz
+	LastError   string
+}
+
 type SqlonceToken struct {
 	TokenHash  []byte
 	Scope      string

@@ -22,6 +22,24 @@ type SqlonceKey struct {
 	Namespace      int16
 }
 
+type SqlonceOutbox struct {
+	Seq         int64
+	ID          string
+	Topic       string
+	OrderingKey string
+	Payload     []byte
+	Headers     []byte
+	Fingerprint []byte
+	State       int16
+	Attempts    int32
+	LeaseToken  int64
+	LockedUntil sql.NullTime
+	AvailableAt time.Time
+	CreatedAt   time.Time
+	SentAt      sql.NullTime
+	LastError   string
+}
+
 type SqlonceToken struct {
 	TokenHash  []byte
 	Scope      string

@@ -21,6 +21,24 @@ type SqlonceKey struct {
 	ExpiresAt      int64
 }
 
+type SqlonceOutbox struct {
+	Seq         int64
+	ID          string
+	Topic       string
+	OrderingKey string
+	Payload     []byte
+	Headers     []byte
+	Fingerprint []byte
+	State       int64
+	Attempts    int64
+	LeaseToken  int64
+	LockedUntil sql.NullInt64
+	AvailableAt int64
+	CreatedAt   int64
+	SentAt      sql.NullInt64
+	LastError   string
+}
+
 type SqlonceToken struct {
 	TokenHash  []byte
 	Scope      string
