@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/sqlonce/sqlonce/internal/dbsqlc/sqlitedb"
@@ -55,19 +54,8 @@ func (e engine) OutboxClaim(ctx context.Context, tx *sql.Tx, limit int, lease ti
 			Created:  time.UnixMicro(r.CreatedAt).UTC(),
 		}
 	}
-	// RETURNING returns rows in no promised order.
-	slices.SortFunc(out, func(a, b driver.OutboxClaimed) int { return cmpInt64(a.Seq, b.Seq) })
+	driver.SortOutboxClaimed(out)
 	return out, nil
-}
-
-func cmpInt64(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 func (e engine) OutboxSent(ctx context.Context, tx *sql.Tx, leases []driver.OutboxLease, now time.Time) (int64, error) {
@@ -88,7 +76,7 @@ func (e engine) OutboxFailed(ctx context.Context, tx *sql.Tx, lease driver.Outbo
 		state = int64(driver.OutboxParked)
 	}
 	n, err := e.q.OutboxFailed(ctx, e.on(tx), sqlitedb.OutboxFailedParams{
-		NewState: state, LastError: errText, RetryAt: liteNow(retryAt), Now: liteNow(now),
+		NewState: state, LastError: driver.OutboxErrorText(errText), RetryAt: liteNow(retryAt), Now: liteNow(now),
 		Seq: lease.Seq, LeaseToken: lease.Token,
 	})
 	return n == 1, err

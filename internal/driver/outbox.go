@@ -1,8 +1,11 @@
 package driver
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"time"
+	"unicode/utf8"
 )
 
 // Outbox message states, stored in sqlonce_outbox.state. Values are
@@ -130,4 +133,27 @@ type OutboxRow struct {
 type OutboxStats struct {
 	Pending, Parked, Sent int64
 	OldestPending         time.Time
+}
+
+// SortOutboxClaimed sorts claimed messages in seq order, the order
+// OutboxClaim returns them in (RETURNING promises none).
+func SortOutboxClaimed(c []OutboxClaimed) {
+	slices.SortFunc(c, func(a, b OutboxClaimed) int { return cmp.Compare(a.Seq, b.Seq) })
+}
+
+// OutboxMaxError is the most bytes of a failed publish's error text
+// OutboxFailed stores in last_error.
+const OutboxMaxError = 1024
+
+// OutboxErrorText is errText cut to OutboxMaxError bytes, at a rune's
+// start: last_error keeps the start of a long error, valid UTF-8.
+func OutboxErrorText(errText string) string {
+	if len(errText) <= OutboxMaxError {
+		return errText
+	}
+	i := OutboxMaxError
+	for i > 0 && !utf8.RuneStart(errText[i]) {
+		i--
+	}
+	return errText[:i]
 }

@@ -1,0 +1,163 @@
+package pgxdriver
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/sqlonce/sqlonce/internal/dbsqlc/pgdb"
+	"github.com/sqlonce/sqlonce/internal/driver"
+)
+
+// OutboxInsert is one statement: the INSERT ... ON CONFLICT DO NOTHING and
+// the pg_notify beside it (queries/postgres/outbox.sql). Only a taken id
+// costs a second one, the stored fingerprint's read.
+func (e engine) OutboxInsert(ctx context.Context, tx pgx.Tx, m driver.OutboxMessage, now time.Time) (bool, []byte, error) {
+	inserted, err := e.q.OutboxInsert(ctx, e.on(tx), pgdb.OutboxInsertParams{
+		ID: m.ID, Topic: m.Topic, OrderingKey: m.OrderingKey, Payload: nonNil(m.Payload),
+		Headers: nonNil(m.Headers), Fingerprint: nonNil(m.Fingerprint), Now: pgNow(now),
+		Channel: driver.OutboxChannel,
+	})
+	if err != nil || inserted {
+		return inserted, nil, err
+	}
+	stored, err := e.q.OutboxFingerprint(ctx, e.on(tx), m.ID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// The row in the way was deleted since (forgotten, purged): the
+		// caller sees a conflict with no fingerprint, and may retry.
+		return false, nil, nil
+	}
+	return false, stored, err
+}
+
+// nonNil makes a nil slice an empty bytea: the columns are NOT NULL.
+func nonNil(b []byte) []byte {
+	if b == nil {
+		return []byte{}
+	}
+	return b
+}
+
+func (e engine) OutboxClaim(ctx context.Context, tx pgx.Tx, limit int, lease time.Duration, now time.Time) ([]driver.OutboxClaimed, error) {
+	rows, err := e.q.OutboxClaim(ctx, e.on(tx), pgdb.OutboxClaimParams{
+		Now: pgNow(now), LeaseUs: lease.Microseconds(), MaxRows: int32(limit),
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]driver.OutboxClaimed, len(rows))
+	for i, r := range rows {
+		out[i] = driver.OutboxClaimed{
+			OutboxLease: driver.OutboxLease{Seq: r.Seq, Token: r.LeaseToken},
+			OutboxMessage: driver.OutboxMessage{
+				ID: r.ID, Topic: r.Topic, OrderingKey: r.OrderingKey,
+				Payload: r.Payload, Headers: r.Headers, Fingerprint: r.Fingerprint,
+			},
+			Attempts: r.Attempts,
+			Created:  pgTime(r.CreatedAt),
+		}
+	}
+	driver.SortOutboxClaimed(out)
+	return out, nil
+}
+
+func pgTime(t pgtype.Timestamptz) time.Time {
+	if !t.Valid {
+		return time.Time{}
+	}
+	return t.Time
+}
+
+func (e engine) OutboxSent(ctx context.Context, tx pgx.Tx, leases []driver.OutboxLease, now time.Time) (int64, error) {
+	if len(leases) == 0 {
+		return 0, nil
+	}
+	seqs, tokens := make([]int64, len(leases)), make([]int64, len(leases))
+	for i, l := range leases {
+		seqs[i], tokens[i] = l.Seq, l.Token
+	}
+	return e.q.OutboxSent(ctx, e.on(tx), pgdb.OutboxSentParams{Now: pgNow(now), Seqs: seqs, Tokens: tokens})
+}
+
+func (e engine) OutboxFailed(ctx context.Context, tx pgx.Tx, lease driver.OutboxLease, errText string, retryAt time.Time, park bool, now time.Time) (bool, error) {
+	state := driver.OutboxPending
+	if park {
+		state = driver.OutboxParked
+	}
+	n, err := e.q.OutboxFailed(ctx, e.on(tx), pgdb.OutboxFailedParams{
+		NewState: state, LastError: driver.OutboxErrorText(errText), RetryAt: pgNow(retryAt), Now: pgNow(now),
+		Seq: lease.Seq, LeaseToken: lease.Token,
+	})
+	return n == 1, err
+}
+
+func (e engine) OutboxPurge(ctx context.Context, tx pgx.Tx, limit int, sentBefore time.Time) (int64, error) {
+	return e.q.OutboxPurge(ctx, e.on(tx), pgdb.OutboxPurgeParams{
+		SentBefore: pgtype.Timestamptz{Time: sentBefore, Valid: true}, MaxRows: int32(limit),
+	})
+}
+
+func (e engine) OutboxGet(ctx context.Context, tx pgx.Tx, id string, now time.Time) (driver.OutboxRow, bool, error) {
+	r, err := e.q.OutboxGet(ctx, e.on(tx), pgdb.OutboxGetParams{Now: pgNow(now), ID: id})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return driver.OutboxRow{}, false, nil
+	}
+	if err != nil {
+		return driver.OutboxRow{}, false, err
+	}
+	return outboxRow(pgdb.OutboxListRow(r)), true, nil
+}
+
+func (e engine) OutboxList(ctx context.Context, tx pgx.Tx, state int16, afterSeq int64, limit int, now time.Time) ([]driver.OutboxRow, error) {
+	rows, err := e.q.OutboxList(ctx, e.on(tx), pgdb.OutboxListParams{
+		Now: pgNow(now), State: state, AfterSeq: afterSeq, MaxRows: int32(limit),
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]driver.OutboxRow, len(rows))
+	for i, r := range rows {
+		out[i] = outboxRow(r)
+	}
+	return out, nil
+}
+
+func outboxRow(r pgdb.OutboxListRow) driver.OutboxRow {
+	return driver.OutboxRow{
+		Seq: r.Seq,
+		OutboxMessage: driver.OutboxMessage{
+			ID: r.ID, Topic: r.Topic, OrderingKey: r.OrderingKey,
+			Payload: r.Payload, Headers: r.Headers, Fingerprint: r.Fingerprint,
+		},
+		State: r.State, Attempts: r.Attempts, LastError: r.LastError, Leased: r.Leased,
+		Created: pgTime(r.CreatedAt), Available: pgTime(r.AvailableAt),
+		Sent: pgTime(r.SentAt), LockedUntil: pgTime(r.LockedUntil),
+	}
+}
+
+func (e engine) OutboxRedrive(ctx context.Context, tx pgx.Tx, id string, now time.Time) (bool, error) {
+	n, err := e.q.OutboxRedrive(ctx, e.on(tx), pgdb.OutboxRedriveParams{Now: pgNow(now), ID: id})
+	return n == 1, err
+}
+
+func (e engine) OutboxForget(ctx context.Context, tx pgx.Tx, id string, force bool, now time.Time) (bool, error) {
+	n, err := e.q.OutboxForget(ctx, e.on(tx), pgdb.OutboxForgetParams{ID: id, Force: force, Now: pgNow(now)})
+	return n == 1, err
+}
+
+func (e engine) OutboxStats(ctx context.Context, tx pgx.Tx, now time.Time) (driver.OutboxStats, error) {
+	r, err := e.q.OutboxStats(ctx, e.on(tx))
+	if err != nil {
+		return driver.OutboxStats{}, err
+	}
+	s := driver.OutboxStats{Pending: r.Pending, Parked: r.Parked, Sent: r.Sent}
+	if r.Pending > 0 {
+		s.OldestPending = pgTime(r.OldestPending)
+	}
+	return s, nil
+}
+
+var _ driver.Outbox[pgx.Tx] = engine{}
