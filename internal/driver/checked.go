@@ -282,3 +282,73 @@ func (c Checked) StepRestart(ctx context.Context, tx *sql.Tx, k Key, token int64
 	}
 	return c.Engine.StepRestart(ctx, tx, k, token, read, fingerprint, recovery, lease, ttl, now)
 }
+
+func (c Checked) OutboxInsert(ctx context.Context, tx *sql.Tx, m OutboxMessage, now time.Time) (bool, []byte, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return false, nil, err
+	}
+	return c.Engine.OutboxInsert(ctx, tx, m, now)
+}
+
+func (c Checked) OutboxClaim(ctx context.Context, tx *sql.Tx, limit int, lease time.Duration, now time.Time) ([]OutboxClaimed, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return nil, err
+	}
+	return c.Engine.OutboxClaim(ctx, tx, limit, lease, now)
+}
+
+func (c Checked) OutboxSent(ctx context.Context, tx *sql.Tx, leases []OutboxLease, now time.Time) (int64, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return 0, err
+	}
+	return c.Engine.OutboxSent(ctx, tx, leases, now)
+}
+
+func (c Checked) OutboxFailed(ctx context.Context, tx *sql.Tx, lease OutboxLease, errText string, retryAt time.Time, park bool, now time.Time) (bool, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return false, err
+	}
+	return c.Engine.OutboxFailed(ctx, tx, lease, errText, retryAt, park, now)
+}
+
+func (c Checked) OutboxPurge(ctx context.Context, tx *sql.Tx, limit int, sentBefore time.Time) (int64, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return 0, err
+	}
+	return c.Engine.OutboxPurge(ctx, tx, limit, sentBefore)
+}
+
+func (c Checked) OutboxGet(ctx context.Context, tx *sql.Tx, id string, now time.Time) (OutboxRow, bool, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return OutboxRow{}, false, err
+	}
+	return c.Engine.OutboxGet(ctx, tx, id, now)
+}
+
+func (c Checked) OutboxList(ctx context.Context, tx *sql.Tx, state int16, afterSeq int64, limit int, now time.Time) ([]OutboxRow, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return nil, err
+	}
+	return c.Engine.OutboxList(ctx, tx, state, afterSeq, limit, now)
+}
+
+func (c Checked) OutboxRedrive(ctx context.Context, tx *sql.Tx, id string, now time.Time) (bool, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return false, err
+	}
+	return c.Engine.OutboxRedrive(ctx, tx, id, now)
+}
+
+func (c Checked) OutboxForget(ctx context.Context, tx *sql.Tx, id string, force bool, now time.Time) (bool, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return false, err
+	}
+	return c.Engine.OutboxForget(ctx, tx, id, force, now)
+}
+
+func (c Checked) OutboxStats(ctx context.Context, tx *sql.Tx, now time.Time) (OutboxStats, error) {
+	if err := c.Check.Err(ctx, c.on(tx)); err != nil {
+		return OutboxStats{}, err
+	}
+	return c.Engine.OutboxStats(ctx, tx, now)
+}

@@ -67,6 +67,7 @@ type Engine[TTx any] interface {
 
 	Tokens[TTx]
 	Steps[TTx]
+	Outbox[TTx]
 }
 
 // DuplicateInTx is implemented by engines that need the transaction to
