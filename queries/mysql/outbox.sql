@@ -61,7 +61,7 @@ UPDATE sqlonce_outbox
 SET state = 1, sent_at = COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), locked_until = NULL, last_error = ''
 WHERE seq BETWEEN sqlc.arg(first_seq) AND sqlc.arg(last_seq)
   AND FIND_IN_SET(CONCAT(seq, ':', lease_token), sqlc.arg(leases)) > 0
-  AND state = 0;
+  AND state = 0 AND locked_until IS NOT NULL;
 
 -- name: OutboxFailed :execrows
 -- Records a failed publish of a message still leased with the token given.
@@ -71,7 +71,7 @@ SET state = sqlc.arg(new_state),
     last_error = sqlc.arg(last_error),
     locked_until = NULL,
     available_at = COALESCE(CAST(sqlc.narg(retry_at) AS DATETIME(6)), COALESCE(CAST(sqlc.narg(now) AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))
-WHERE seq = sqlc.arg(seq) AND lease_token = sqlc.arg(lease_token) AND state = 0;
+WHERE seq = sqlc.arg(seq) AND lease_token = sqlc.arg(lease_token) AND state = 0 AND locked_until IS NOT NULL;
 
 -- name: OutboxPurge :execrows
 -- Deletes up to the given number of messages sent before sent_before,

@@ -65,7 +65,7 @@ SET state = sqlc.arg('new_state')::smallint,
     last_error = sqlc.arg('last_error')::text,
     locked_until = NULL,
     available_at = coalesce(sqlc.narg('retry_at')::timestamptz, coalesce(sqlc.narg('now')::timestamptz, now()))
-WHERE seq = sqlc.arg('seq') AND lease_token = sqlc.arg('lease_token') AND state = 0;
+WHERE seq = sqlc.arg('seq') AND lease_token = sqlc.arg('lease_token') AND state = 0 AND locked_until IS NOT NULL;
 
 -- name: OutboxPurge :execrows
 -- Deletes up to max_rows messages sent before sent_before, oldest first,

@@ -46,7 +46,7 @@ RETURNING seq, lease_token, id, topic, ordering_key, payload, headers, fingerpri
 -- Marks a message sent if its lease token is still the one given.
 UPDATE sqlonce_outbox
 SET state = 1, sent_at = coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000), locked_until = NULL, last_error = ''
-WHERE seq = sqlc.arg('seq') AND lease_token = sqlc.arg('lease_token') AND state = 0;
+WHERE seq = sqlc.arg('seq') AND lease_token = sqlc.arg('lease_token') AND state = 0 AND locked_until IS NOT NULL;
 
 -- name: OutboxFailed :execrows
 -- Records a failed publish of a message still leased with the token given.
@@ -56,7 +56,7 @@ SET state = CAST(sqlc.arg('new_state') AS INTEGER),
     last_error = sqlc.arg('last_error'),
     locked_until = NULL,
     available_at = coalesce(CAST(sqlc.narg('retry_at') AS INTEGER), coalesce(CAST(sqlc.narg('now') AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000))
-WHERE seq = sqlc.arg('seq') AND lease_token = sqlc.arg('lease_token') AND state = 0;
+WHERE seq = sqlc.arg('seq') AND lease_token = sqlc.arg('lease_token') AND state = 0 AND locked_until IS NOT NULL;
 
 -- name: OutboxPurge :execrows
 -- Deletes up to max_rows messages sent before sent_before, oldest first.

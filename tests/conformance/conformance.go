@@ -101,4 +101,5 @@ func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	group(t, "ZeroValues", func(t *testing.T) { runZeroValues(t, f) })
 	group(t, "Observe", func(t *testing.T) { runObserve(t, f) })
 	group(t, "Namespace", func(t *testing.T) { runNamespace(t, f) })
+	group(t, "OutboxDriver", func(t *testing.T) { runOutboxDriver(t, f) })
 }

@@ -123,7 +123,7 @@ SET state = ?,
     last_error = ?,
     locked_until = NULL,
     available_at = COALESCE(CAST(? AS DATETIME(6)), COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND))
-WHERE seq = ? AND lease_token = ? AND state = 0
+WHERE seq = ? AND lease_token = ? AND state = 0 AND locked_until IS NOT NULL
 `
 
 type OutboxFailedParams struct {
@@ -410,7 +410,7 @@ UPDATE sqlonce_outbox
 SET state = 1, sent_at = COALESCE(CAST(? AS DATETIME(6)), UTC_TIMESTAMP() + INTERVAL MICROSECOND(NOW(6)) MICROSECOND), locked_until = NULL, last_error = ''
 WHERE seq BETWEEN ? AND ?
   AND FIND_IN_SET(CONCAT(seq, ':', lease_token), ?) > 0
-  AND state = 0
+  AND state = 0 AND locked_until IS NOT NULL
 `
 
 type OutboxSentParams struct {

@@ -15,7 +15,7 @@ const outboxSent = `-- name: OutboxSent :execrows
 UPDATE sqlonce_outbox AS o
 SET state = 1, sent_at = coalesce($1::timestamptz, now()), locked_until = NULL, last_error = ''
 FROM (SELECT unnest($2::bigint[]) AS seq, unnest($3::bigint[]) AS token) AS l
-WHERE o.seq = l.seq AND o.lease_token = l.token AND o.state = 0
+WHERE o.seq = l.seq AND o.lease_token = l.token AND o.state = 0 AND o.locked_until IS NOT NULL
 `
 
 type OutboxSentParams struct {

@@ -100,7 +100,7 @@ SET state = $1::smallint,
     last_error = $2::text,
     locked_until = NULL,
     available_at = coalesce($3::timestamptz, coalesce($4::timestamptz, now()))
-WHERE seq = $5 AND lease_token = $6 AND state = 0
+WHERE seq = $5 AND lease_token = $6 AND state = 0 AND locked_until IS NOT NULL
 `
 
 type OutboxFailedParams struct {

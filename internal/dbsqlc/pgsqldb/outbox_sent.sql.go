@@ -15,7 +15,7 @@ UPDATE sqlonce_outbox AS o
 SET state = 1, sent_at = coalesce($1::timestamptz, now()), locked_until = NULL, last_error = ''
 WHERE o.seq = ANY(string_to_array($2::text, ',')::bigint[])
   AND (o.seq::text || ':' || o.lease_token::text) = ANY(string_to_array($3::text, ','))
-  AND o.state = 0
+  AND o.state = 0 AND o.locked_until IS NOT NULL
 `
 
 type OutboxSentParams struct {

@@ -93,7 +93,7 @@ SET state = CAST(?1 AS INTEGER),
     last_error = ?2,
     locked_until = NULL,
     available_at = coalesce(CAST(?3 AS INTEGER), coalesce(CAST(?4 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000))
-WHERE seq = ?5 AND lease_token = ?6 AND state = 0
+WHERE seq = ?5 AND lease_token = ?6 AND state = 0 AND locked_until IS NOT NULL
 `
 
 type OutboxFailedParams struct {
@@ -380,7 +380,7 @@ func (q *Queries) OutboxRedrive(ctx context.Context, db DBTX, arg OutboxRedriveP
 const outboxSent = `-- name: OutboxSent :execrows
 UPDATE sqlonce_outbox
 SET state = 1, sent_at = coalesce(CAST(?1 AS INTEGER), CAST(round(unixepoch('subsec') * 1000) AS INTEGER) * 1000), locked_until = NULL, last_error = ''
-WHERE seq = ?2 AND lease_token = ?3 AND state = 0
+WHERE seq = ?2 AND lease_token = ?3 AND state = 0 AND locked_until IS NOT NULL
 `
 
 type OutboxSentParams struct {
