@@ -6,7 +6,8 @@ import (
 	"github.com/sqlonce/sqlonce/internal/driver"
 )
 
-// Capabilities: Run, ClaimBatch and Autocommit.
+// Capabilities: Run, ClaimBatch, Autocommit and OutboxListen (through
+// pgx's stdlib driver; ErrNoRun otherwise).
 func (e engine) Capabilities() driver.Capabilities[*sql.Tx] {
-	return driver.Capabilities[*sql.Tx]{Runner: e, BatchClaimer: e, Autocommitter: e}
+	return driver.Capabilities[*sql.Tx]{Runner: e, BatchClaimer: e, Autocommitter: e, OutboxListener: e}
 }

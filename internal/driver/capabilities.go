@@ -24,4 +24,6 @@ type Capabilities[TTx any] struct {
 	DuplicateInTx DuplicateInTx[TTx]
 	// ClaimChecker finds a claim lost with the caller's transaction.
 	ClaimChecker ClaimChecker[TTx]
+	// OutboxListener wakes an outbox relay when a message commits.
+	OutboxListener OutboxListener
 }

@@ -14,7 +14,7 @@ type allCaps struct {
 }
 
 func (e allCaps) Capabilities() Capabilities[*sql.Tx] {
-	return Capabilities[*sql.Tx]{Runner: e, BatchClaimer: e, BatchRunner: e, Autocommitter: e, DuplicateInTx: e, ClaimChecker: e}
+	return Capabilities[*sql.Tx]{Runner: e, BatchClaimer: e, BatchRunner: e, Autocommitter: e, DuplicateInTx: e, ClaimChecker: e, OutboxListener: e}
 }
 
 func (e allCaps) Run(context.Context, RunParams, func(context.Context, *sql.Tx) ([]byte, error)) (RunResult, error) {
@@ -44,6 +44,11 @@ func (e allCaps) IsDuplicateInTx(context.Context, *sql.Tx, error, string) (bool,
 
 func (e allCaps) CheckClaim(context.Context, *sql.Tx, Key, int64) error {
 	e.called["ClaimChecker"] = true
+	return nil
+}
+
+func (e allCaps) OutboxListen(context.Context, func(), func()) error {
+	e.called["OutboxListener"] = true
 	return nil
 }
 
@@ -80,6 +85,7 @@ func TestCheckedKeepsCapabilities(t *testing.T) {
 	caps.Autocommitter.Autocommit(ctx, nil)
 	caps.DuplicateInTx.IsDuplicateInTx(ctx, nil, nil, "")
 	caps.ClaimChecker.CheckClaim(ctx, nil, Key{}, 0)
+	caps.OutboxListener.OutboxListen(ctx, nil, nil)
 	for i := range out.NumField() {
 		if name := out.Type().Field(i).Name; !inner.called[name] {
 			t.Errorf("Checked's %s does not reach the engine's", name)

@@ -45,6 +45,9 @@ func (c Checked) Capabilities() Capabilities[*sql.Tx] {
 	if in.ClaimChecker != nil {
 		out.ClaimChecker = checkedClaimChecker{c, in.ClaimChecker}
 	}
+	if in.OutboxListener != nil {
+		out.OutboxListener = checkedOutboxListener{c, in.OutboxListener}
+	}
 	return out
 }
 
@@ -351,4 +354,21 @@ func (c Checked) OutboxStats(ctx context.Context, tx *sql.Tx, now time.Time) (Ou
 		return OutboxStats{}, err
 	}
 	return c.Engine.OutboxStats(ctx, tx, now)
+}
+
+type checkedOutboxListener struct {
+	c Checked
+	l OutboxListener
+}
+
+// OutboxListen runs on the driver's handle: ErrNoRun without one (the
+// relay then polls).
+func (l checkedOutboxListener) OutboxListen(ctx context.Context, ready, wake func()) error {
+	if l.c.DB == nil {
+		return ErrNoRun
+	}
+	if err := l.c.Check.Err(ctx, l.c.DB); err != nil {
+		return err
+	}
+	return l.l.OutboxListen(ctx, ready, wake)
 }

@@ -3,7 +3,9 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +23,60 @@ func runOutboxDriver[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("ClaimOrderLeases", func(t *testing.T) { outboxClaimOrder(t, f) })
 	t.Run("HeldClaimHoldsKey", func(t *testing.T) { outboxHeldClaim(t, f) })
 	t.Run("ConcurrentClaims", func(t *testing.T) { outboxConcurrent(t, f) })
+	t.Run("Listen", func(t *testing.T) { outboxListen(t, f) })
+}
+
+// outboxListen: on PostgreSQL through pgx (pgxdriver, or pgx's stdlib
+// under pgsqldriver), a committed insert wakes the listener; through
+// lib/pq or PgBouncer the listener answers ErrNoRun (the relay polls);
+// elsewhere there is none.
+func outboxListen[TTx any](t *testing.T, f harness.Factory[TTx]) {
+	ctx := ctxT(t)
+	db := f(t, 0)
+	l := db.Driver().Engine().Capabilities().OutboxListener
+	top, _, _ := strings.Cut(t.Name(), "/")
+	if db.Dialect() != "postgres" {
+		if l != nil {
+			t.Fatalf("%s: an OutboxListener on %s", top, db.Dialect())
+		}
+		t.Skip("no LISTEN/NOTIFY on " + db.Dialect())
+	}
+	if l == nil {
+		t.Fatal("no OutboxListener on PostgreSQL")
+	}
+	want := !strings.Contains(top, "PgBouncer") && !strings.HasSuffix(top, "PQ")
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	readyC, wakeC, errC := make(chan struct{}), make(chan struct{}, 1), make(chan error, 1)
+	go func() {
+		errC <- l.OutboxListen(lctx, func() { close(readyC) }, func() {
+			select {
+			case wakeC <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	select {
+	case err := <-errC:
+		if want || !errors.Is(err, driver.ErrNoRun) {
+			t.Fatalf("%s: OutboxListen returned %v before listening", top, err)
+		}
+		return
+	case <-readyC:
+		if !want {
+			t.Fatalf("%s: OutboxListen listens, want ErrNoRun", top)
+		}
+	}
+	obInsert(t, ctx, db, time.Time{}, obMsg("wake-1", ""))
+	select {
+	case <-wakeC:
+	case err := <-errC:
+		t.Fatalf("OutboxListen returned %v before a wake", err)
+	}
+	cancel()
+	if err := <-errC; !errors.Is(err, context.Canceled) {
+		t.Fatalf("OutboxListen after cancel: %v", err)
+	}
 }
 
 // obx runs fn in a transaction of its own on db, committing on nil.

@@ -9,6 +9,20 @@ import (
 	"context"
 )
 
+const backendPID = `-- name: BackendPID :one
+SELECT pg_backend_pid()::integer AS pid
+`
+
+// The server process of the session: an OutboxListener compares it with
+// the one the connection's startup announced (BackendKeyData), which a
+// pooler in between (PgBouncer) makes up, and then listens on nothing.
+func (q *Queries) BackendPID(ctx context.Context, db DBTX) (int32, error) {
+	row := db.QueryRowContext(ctx, backendPID)
+	var pid int32
+	err := row.Scan(&pid)
+	return pid, err
+}
+
 const lockTimeoutSet = `-- name: LockTimeoutSet :one
 SELECT current_setting('lock_timeout')::text AS previous,
        set_config('lock_timeout', $1::text, true)::text AS current
