@@ -87,7 +87,7 @@ func (e engine) OutboxClaim(ctx context.Context, tx *sql.Tx, limit int, lease ti
 	if err := e.checkOutbox(ctx, tx); err != nil {
 		return nil, err
 	}
-	rows, err := e.q.OutboxClaimLock(ctx, e.on(tx), mysqldb.OutboxClaimLockParams{Now: myNow(now), Limit: int32(limit)})
+	rows, err := e.q.OutboxClaimLock(ctx, e.onLimit(tx, limit), mysqldb.OutboxClaimLockParams{Now: myNow(now), Limit: int32(limit)})
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
@@ -120,6 +120,32 @@ func (e engine) OutboxClaim(ctx context.Context, tx *sql.Tx, limit int, lease ti
 		return nil, fmt.Errorf("mysqldriver: outbox claim leased %d of the %d messages it locked", n, len(out))
 	}
 	return out, nil
+}
+
+// literalLimit runs a SELECT whose last placeholder is its LIMIT's with
+// the limit written into the statement, through vtgate: there a prepared
+// SELECT's LIMIT ? reaches the shard as LIMIT null (1064, Vitess v0.24 on
+// a keyspace:shard session), while a DELETE's is bound.
+type literalLimit struct {
+	mysqldb.DBTX
+	limit int
+}
+
+func (l literalLimit) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if i := strings.LastIndex(query, "LIMIT ?"); i >= 0 && len(args) > 0 && strings.LastIndexByte(query, '?') == i+len("LIMIT ?")-1 {
+		query = query[:i] + "LIMIT " + strconv.Itoa(l.limit) + query[i+len("LIMIT ?"):]
+		args = args[:len(args)-1]
+	}
+	return l.DBTX.QueryContext(ctx, query, args...)
+}
+
+// onLimit is e.on(tx), with the limit written into the statement through
+// vtgate (literalLimit).
+func (e engine) onLimit(tx *sql.Tx, limit int) mysqldb.DBTX {
+	if e.wsrep.vtgate {
+		return literalLimit{e.on(tx), limit}
+	}
+	return e.on(tx)
 }
 
 func (e engine) OutboxSent(ctx context.Context, tx *sql.Tx, leases []driver.OutboxLease, now time.Time) (int64, error) {
@@ -180,7 +206,7 @@ func (e engine) OutboxList(ctx context.Context, tx *sql.Tx, state int16, afterSe
 	if err := e.checkOutbox(ctx, tx); err != nil {
 		return nil, err
 	}
-	rows, err := e.q.OutboxList(ctx, e.on(tx), mysqldb.OutboxListParams{
+	rows, err := e.q.OutboxList(ctx, e.onLimit(tx, limit), mysqldb.OutboxListParams{
 		Now: myNow(now), State: state, AfterSeq: afterSeq, Limit: int32(limit),
 	})
 	if err != nil {
