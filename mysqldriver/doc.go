@@ -13,8 +13,11 @@
 //   - on a Galera node, the DSN must set wsrep_sync_wait=1 (or 3) and
 //     interpolateParams=true;
 //   - through Vitess's vtgate, the session's transaction_mode must be
-//     SINGLE or TWOPC, and a claim with a bounded lock wait is refused on a
-//     sharded keyspace.
+//     SINGLE or TWOPC, and a claim with a bounded lock wait and the outbox
+//     (package outbox) are refused on a sharded keyspace.
+//
+// The outbox's relay claims with FOR UPDATE SKIP LOCKED: MariaDB 10.6 or
+// MySQL 8.0 and later.
 //
 // Return every error of the work's statements to sqlonce: after a deadlock
 // (1213) or, through vtgate, a cross-shard statement ([IsCrossShard]),

@@ -38,20 +38,26 @@ type Outbox[TTx any] interface {
 	// message leased, pending or parked holds back its later ones; an
 	// empty ordering key orders nothing). It skips rows other
 	// transactions hold locked (SKIP LOCKED or the dialect's equivalent),
-	// sets each claimed row's lease_token to a new value and
-	// locked_until to now+lease, and returns them in seq order.
+	// sets each claimed row's lease_token to a new value (the old one
+	// plus one) and locked_until to now+lease, and returns them in seq
+	// order. A message of a key whose earlier message another open
+	// claim holds is not claimed: the check reads without a lock. On
+	// Galera a claim's locks are its node's: claims on two nodes may
+	// lease the same row, and one of the two COMMITs fails (1213).
 	OutboxClaim(ctx context.Context, tx TTx, limit int, lease time.Duration, now time.Time) ([]OutboxClaimed, error)
 	// OutboxSent marks as sent each listed message still leased with its
 	// token, and returns how many it marked: one whose lease was taken
-	// over (its token moved on) is left alone.
+	// over (its token moved on) or released (OutboxFailed) is left alone.
+	// A lease that lapsed but was not taken over still marks.
 	OutboxSent(ctx context.Context, tx TTx, leases []OutboxLease, now time.Time) (int64, error)
 	// OutboxFailed records a failed publish of a message leased with its
 	// token: attempts+1, last_error = errText, the lease released, due
-	// again at retryAt, or parked when park is true. It reports whether
-	// the lease was still held.
+	// again at retryAt (a zero retryAt: now), or parked when park is
+	// true. It reports whether the lease was still held (as OutboxSent
+	// judges it). errText is cut to OutboxMaxError bytes.
 	OutboxFailed(ctx context.Context, tx TTx, lease OutboxLease, errText string, retryAt time.Time, park bool, now time.Time) (bool, error)
-	// OutboxPurge deletes up to limit messages sent before sentBefore and
-	// reports how many.
+	// OutboxPurge deletes up to limit messages sent before sentBefore
+	// (the caller's clock: now minus the retention) and reports how many.
 	OutboxPurge(ctx context.Context, tx TTx, limit int, sentBefore time.Time) (int64, error)
 	// OutboxGet reads the message with id; ok is false when there is none.
 	OutboxGet(ctx context.Context, tx TTx, id string, now time.Time) (row OutboxRow, ok bool, err error)
