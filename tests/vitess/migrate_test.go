@@ -129,7 +129,7 @@ func TestMigrationsUpWithoutVindex(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 4 || got[0] != 0 || got[3] != 3 {
-		t.Errorf("versions %v, want 0 to 3", got)
+	if len(got) != 5 || got[0] != 0 || got[4] != 4 {
+		t.Errorf("versions %v, want 0 to 4", got)
 	}
 }
