@@ -6,11 +6,13 @@ SQLC := go tool -modfile=tools/go.mod sqlc
 
 # The one test command (tests/run, after tests/setup installs and starts
 # what is missing; SQLONCE_SETUP=0 skips that): the library's unit tests and examples,
-# the OpenTelemetry module (sqlonceotel) and the gRPC interceptor module
-# (grpcidem), each with its own go.mod, and the tests module: the
+# the OpenTelemetry module (sqlonceotel), the gRPC interceptor module
+# (grpcidem) and the outbox's broker adapters (outbox/natsjs,
+# outbox/rabbitmq), each with its own go.mod, and the tests module: the
 # conformance suite, checker, migration, broker and round-trip tests
-# against PostgreSQL, MariaDB and SQLite, all with the race detector, the
-# four modules at once, with a timing report at the end. test-short is the
+# against PostgreSQL, MariaDB and SQLite (the adapters' against NATS and
+# RabbitMQ servers of their own), all with the race detector, the
+# modules at once, with a timing report at the end. test-short is the
 # inner loop (-short, without -race: SQLite and one configuration of each
 # server kind; no clusters).
 test:
@@ -32,6 +34,8 @@ lint:
 	go vet ./...
 	cd sqlonceotel && go vet ./...
 	cd grpcidem && go vet ./...
+	cd outbox/natsjs && go vet ./...
+	cd outbox/rabbitmq && go vet ./...
 	cd tests && go vet ./...
 	cd tools && go vet ./...
 

@@ -15,9 +15,12 @@ require (
 	github.com/mattn/go-sqlite3 v1.14.53
 	github.com/nats-io/nats.go v1.55.0
 	github.com/pressly/goose/v3 v3.29.0
+	github.com/rabbitmq/amqp091-go v1.16.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/sqlonce/sqlonce v0.1.0
 	github.com/sqlonce/sqlonce/grpcidem v0.1.0
+	github.com/sqlonce/sqlonce/outbox/natsjs v0.1.0
+	github.com/sqlonce/sqlonce/outbox/rabbitmq v0.0.0-00010101000000-000000000000
 	github.com/sqlonce/sqlonce/sqlonceotel v0.1.0
 	github.com/testcontainers/testcontainers-go v0.44.0
 	github.com/testcontainers/testcontainers-go/modules/mariadb v0.44.0
@@ -140,6 +143,10 @@ require (
 replace github.com/sqlonce/sqlonce => ../
 
 replace github.com/sqlonce/sqlonce/grpcidem => ../grpcidem
+
+replace github.com/sqlonce/sqlonce/outbox/natsjs => ../outbox/natsjs
+
+replace github.com/sqlonce/sqlonce/outbox/rabbitmq => ../outbox/rabbitmq
 
 // Refused by the module proxy (403); tidy then picks the next version.
 exclude github.com/Azure/go-ansiterm v0.0.0-20261006220739-8c912ac31dd4
