@@ -16,6 +16,9 @@ var libraries = []string{
 	"modernc.org/sqlite",
 	"github.com/mattn/go-sqlite3",
 	"github.com/ncruces/go-sqlite3",
+	// The brokers' clients: only the outbox's adapter modules link them.
+	natsClient,
+	amqpClient,
 }
 
 const (
@@ -24,6 +27,9 @@ const (
 	modernc = "modernc.org/sqlite"
 	mattn   = "github.com/mattn/go-sqlite3"
 	pq      = "github.com/lib/pq"
+
+	natsClient = "github.com/nats-io/nats.go"
+	amqpClient = "github.com/rabbitmq/amqp091-go"
 )
 
 const mod = "github.com/sqlonce/sqlonce/"
@@ -44,6 +50,11 @@ func TestLinks(t *testing.T) {
 		{mod + "unique", nil},
 		{mod + "token", nil},
 		{mod + "inbox", nil},
+		{mod + "outbox", nil},
+		// The outbox's broker adapters, modules of their own: their
+		// broker's client only.
+		{mod + "outbox/natsjs", []string{natsClient}},
+		{mod + "outbox/rabbitmq", []string{amqpClient}},
 		{mod + "httpidem", nil},
 		{mod + "migrations", nil},
 		// The transport-neutral core of httpidem and grpcidem.
