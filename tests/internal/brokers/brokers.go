@@ -134,7 +134,7 @@ func StartRabbitMQ(t testing.TB) *Server {
 	// An epmd of the node's own, so that nothing of the machine's is
 	// started or used, and it is stopped by pid at the end.
 	epmd := exec.Command(epmdBin, "-port", strconv.Itoa(epmdPort), "-address", "127.0.0.1")
-	epmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	epmd.SysProcAttr = procAttr()
 	if err := epmd.Start(); err != nil {
 		t.Fatalf("epmd: %v", err)
 	}
@@ -209,7 +209,7 @@ func (s *Server) Start() error {
 	cmd := s.command()
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// A process group of its own: a ^C to the test does not reach it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("%s: %w", s.Name, err)
