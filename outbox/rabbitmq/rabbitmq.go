@@ -115,9 +115,9 @@ func WithKeyHeader(name string) Option {
 }
 
 // WithConfig sets the connection's configuration (TLS, SASL, heartbeat,
-// vhost, dialer): amqp.DialConfig(url, cfg). Without it, the heartbeat is
-// 10 s and dialing is bounded by the Publish's context (30 s at most).
-// A cfg with Recovery set is sqlonce.ErrInvalidArgument: the Publisher
+// vhost, dialer): amqp.DialConfig(url, cfg); the client's defaults fill
+// what it leaves zero. Unless cfg.Dial is set, dialing is bounded by the
+// Publish's context (30 s at most). A cfg with Recovery set is sqlonce.ErrInvalidArgument: the Publisher
 // reconnects by itself, and a channel recovered under it would confirm
 // messages it never waited for.
 func WithConfig(cfg amqp.Config) Option {
@@ -187,8 +187,6 @@ func New(url string, opts ...Option) (*Publisher, error) {
 	if o.cfg != nil {
 		p.cfg = *o.cfg
 		p.userDial = p.cfg.Dial != nil
-	} else {
-		p.cfg = amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US"}
 	}
 	return p, nil
 }
@@ -283,8 +281,10 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	select {
 	case r, ok := <-cc.returns:
 		if !ok {
+			// The channel closed after the ack, with no return before
+			// it: the message is confirmed.
 			cc.discard()
-			return fmt.Errorf("rabbitmq: publish %q to %q/%q: channel closed: %w", m.ID, p.exchange, m.Topic, amqp.ErrClosed)
+			return nil
 		}
 		s.put(cc)
 		return fmt.Errorf("%w: %q to exchange %q, routing key %q: %d %s", ErrUnroutable, m.ID, p.exchange, m.Topic, r.ReplyCode, r.ReplyText)
