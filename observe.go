@@ -43,7 +43,7 @@ func Observers(obs ...Observer) Observer {
 // nor the request or the response: only their scope and sizes.
 type Event struct {
 	// Strategy is the package that ran the operation: "dedupe", "unique",
-	// "token", "inbox", "httpidem", "grpcidem", "optimistic" or
+	// "token", "inbox", "outbox", "httpidem", "grpcidem", "optimistic" or
 	// "statemachine".
 	Strategy string
 	// Operation is the method called: "Do", "DoResponse", "Run", "Claim",

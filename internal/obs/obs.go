@@ -100,6 +100,14 @@ func (op *Op) Retried(cause error) {
 	op.e.Attempts++
 }
 
+// Attempt sets the attempt number reported: an outbox publish's, counted
+// over the relay's rounds rather than the operation's transactions.
+func (op *Op) Attempt(n int) {
+	if op.o != nil {
+		op.e.Attempts = n
+	}
+}
+
 // Takeover records that the claim took over an expired key or a lapsed
 // lease.
 func (op *Op) Takeover() { op.takeover = true }
