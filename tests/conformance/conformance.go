@@ -95,6 +95,7 @@ func Run[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	group(t, "HTTPIdemSteps", func(t *testing.T) { runHTTPIdemSteps(t, f) })
 	group(t, "GRPCIdem", func(t *testing.T) { runGRPCIdem(t, f) })
 	group(t, "HTTPContract", func(t *testing.T) { runHTTPContract(t, f) })
+	group(t, "Outbox", func(t *testing.T) { runOutbox(t, f) })
 	group(t, "Inbox", func(t *testing.T) { runInbox(t, f) })
 	group(t, "InboxBatch", func(t *testing.T) { runInboxBatch(t, f) })
 	group(t, "NilTx", func(t *testing.T) { runNilTx(t, f) })
