@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sqlonce/sqlonce"
@@ -320,11 +321,13 @@ func (r *relay[TTx]) signal() {
 // each notification, and restarts it after a failure with a growing
 // pause. The loop polls meanwhile.
 func (r *relay[TTx]) listen(ctx context.Context, l driver.OutboxListener) {
-	pause := 100 * time.Millisecond
-	const maxPause = 30 * time.Second
+	const minPause, maxPause = 100 * time.Millisecond, 30 * time.Second
+	var listening atomic.Bool
+	pause := minPause
 	for {
+		listening.Store(false)
 		err := l.OutboxListen(ctx, func() {
-			pause = 100 * time.Millisecond
+			listening.Store(true)
 			// Messages committed while no one listened: claim them now.
 			r.signal()
 		}, r.signal)
@@ -333,6 +336,9 @@ func (r *relay[TTx]) listen(ctx context.Context, l driver.OutboxListener) {
 		}
 		if err == nil {
 			err = errors.New("the listener stopped")
+		}
+		if listening.Load() {
+			pause = minPause // it listened: a new failure, not the same one again
 		}
 		op := obs.Start(r.s.observer, "outbox", "Listen", driver.OutboxChannel, "")
 		op.Done(ctx, fmt.Errorf("sqlonce/outbox: listen: %w", err))
@@ -501,6 +507,9 @@ func (r *relay[TTx]) backoff(attempt int) time.Duration {
 // otherwise every tenth of the retention (at least the poll interval, at
 // most maxPurgeInterval).
 func (r *relay[TTx]) purge(ctx context.Context, sent bool) {
+	if ctx.Err() != nil {
+		return
+	}
 	every := min(max(r.o.retention/10, r.o.poll), maxPurgeInterval)
 	t := time.Now()
 	if !(sent && r.o.retention == 0) && !r.lastPurge.IsZero() && t.Sub(r.lastPurge) < every {
