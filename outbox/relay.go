@@ -300,12 +300,7 @@ func (r *relay[TTx]) run(ctx context.Context) error {
 		case <-r.wake:
 		case <-poll.C:
 		}
-		if !poll.Stop() {
-			select {
-			case <-poll.C:
-			default:
-			}
-		}
+		poll.Stop() // since Go 1.23, Reset after Stop sees no stale tick
 	}
 }
 
