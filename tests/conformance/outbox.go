@@ -17,11 +17,11 @@ import (
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 )
 
-// recorder is the Publisher of the outbox cases: it stands for the user's
+// outboxRecorder is the Publisher of the outbox cases: it stands for the user's
 // code in front of a broker. It records every message it confirms, fails
 // those fail says to fail, and counts a publish of a message, or of a
 // key, that begins while another of the same is in flight.
-type recorder struct {
+type outboxRecorder struct {
 	mu        sync.Mutex
 	published []outbox.Message
 	calls     map[string]int // publishes per id, failed ones too
@@ -33,11 +33,11 @@ type recorder struct {
 	hold      func(ctx context.Context, m outbox.Message)
 }
 
-func newRecorder() *recorder {
-	return &recorder{calls: map[string]int{}, inFlight: map[string]bool{}, keys: map[string]bool{}, changed: make(chan struct{}, 1)}
+func newOutboxRecorder() *outboxRecorder {
+	return &outboxRecorder{calls: map[string]int{}, inFlight: map[string]bool{}, keys: map[string]bool{}, changed: make(chan struct{}, 1)}
 }
 
-func (r *recorder) Publish(ctx context.Context, m outbox.Message) error {
+func (r *outboxRecorder) Publish(ctx context.Context, m outbox.Message) error {
 	r.mu.Lock()
 	r.calls[m.ID]++
 	call := r.calls[m.ID]
@@ -77,7 +77,7 @@ func (r *recorder) Publish(ctx context.Context, m outbox.Message) error {
 }
 
 // setFail sets the failures, safely while relays run.
-func (r *recorder) setFail(fail func(m outbox.Message, call int) error) {
+func (r *outboxRecorder) setFail(fail func(m outbox.Message, call int) error) {
 	r.mu.Lock()
 	r.fail = fail
 	r.mu.Unlock()
@@ -85,7 +85,7 @@ func (r *recorder) setFail(fail func(m outbox.Message, call int) error) {
 
 // count returns how many times id was confirmed, and how many publishes
 // of it were made.
-func (r *recorder) count(id string) (confirmed, calls int) {
+func (r *outboxRecorder) count(id string) (confirmed, calls int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, m := range r.published {
@@ -96,15 +96,15 @@ func (r *recorder) count(id string) (confirmed, calls int) {
 	return confirmed, r.calls[id]
 }
 
-func (r *recorder) snapshot() []outbox.Message {
+func (r *outboxRecorder) snapshot() []outbox.Message {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.published)
 }
 
-// waitFor waits until cond holds, re-checking after each publish and every
+// waitOutbox waits until cond holds, re-checking after each publish and every
 // few milliseconds; it fails t when ctx ends first.
-func waitFor(ctx context.Context, t testing.TB, what string, cond func() bool) {
+func waitOutbox(ctx context.Context, t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
@@ -140,12 +140,12 @@ func startRelay[TTx any](ctx context.Context, t testing.TB, s *outbox.Store[TTx]
 // enqueue enqueues m in a transaction of its own, with an order row
 // beside it, and commits (rolls back when rollback is set, after the
 // enqueue succeeded); it retries while sqlonce.IsRetryable.
-func enqueue[TTx any](ctx context.Context, db harness.DB[TTx], s *outbox.Store[TTx], m outbox.Message, rollback bool) (sqlonce.Result, error) {
+func outboxEnqueue[TTx any](ctx context.Context, db harness.DB[TTx], s *outbox.Store[TTx], m outbox.Message, rollback bool) (sqlonce.Result, error) {
 	var res sqlonce.Result
 	errRollback := errors.New("rolled back on purpose")
 	_, err := retryTx(ctx, db, harness.Default, func(tx TTx) error {
 		code := fmt.Sprintf("ord-%s-%d", m.ID, orderSeq.Add(1))
-		if _, err := db.Tx(tx).OrderInsert(ctx, code, "c", 1); err != nil {
+		if _, err := db.Tx(tx).OrderInsert(ctx, code, code, 1); err != nil {
 			return err
 		}
 		var err error
@@ -166,13 +166,13 @@ func enqueue[TTx any](ctx context.Context, db harness.DB[TTx], s *outbox.Store[T
 // orderSeq numbers the orders enqueue writes, whose codes are unique.
 var orderSeq atomic.Int64
 
-// eventLog collects the outbox events an Observer receives.
-type eventLog struct {
+// outboxEvents collects the outbox events an Observer receives.
+type outboxEvents struct {
 	mu     sync.Mutex
 	events []sqlonce.Event
 }
 
-func (l *eventLog) Observe(_ context.Context, e sqlonce.Event) {
+func (l *outboxEvents) Observe(_ context.Context, e sqlonce.Event) {
 	if e.Strategy != "outbox" {
 		return
 	}
@@ -182,7 +182,7 @@ func (l *eventLog) Observe(_ context.Context, e sqlonce.Event) {
 }
 
 // find returns the events of operation op with status st.
-func (l *eventLog) find(op string, st sqlonce.EventStatus) []sqlonce.Event {
+func (l *outboxEvents) find(op string, st sqlonce.EventStatus) []sqlonce.Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []sqlonce.Event
@@ -194,7 +194,7 @@ func (l *eventLog) find(op string, st sqlonce.EventStatus) []sqlonce.Event {
 	return out
 }
 
-func msg(id, key string, seq int) outbox.Message {
+func outboxMsg(id, key string, seq int) outbox.Message {
 	return outbox.Message{
 		ID: id, Topic: "orders.placed", Key: key,
 		Payload: []byte(strconv.Itoa(seq)),
@@ -204,7 +204,7 @@ func msg(id, key string, seq int) outbox.Message {
 
 // fast are the relay options of the cases: a short poll, so that a case
 // waits little where no notification wakes the relay.
-func fast(opts ...outbox.RelayOption) []outbox.RelayOption {
+func fastRelay(opts ...outbox.RelayOption) []outbox.RelayOption {
 	return append([]outbox.RelayOption{outbox.WithPollInterval(10 * time.Millisecond)}, opts...)
 }
 
@@ -240,11 +240,11 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			}
 		}
 		for name, tx := range nilTxs[TTx]() {
-			if _, err := s.Enqueue(ctx, tx, msg("a", "", 1)); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+			if _, err := s.Enqueue(ctx, tx, outboxMsg("a", "", 1)); !errors.Is(err, sqlonce.ErrInvalidArgument) {
 				t.Errorf("Enqueue with a %s tx: %v, want ErrInvalidArgument", name, err)
 			}
 		}
-		p := newRecorder()
+		p := newOutboxRecorder()
 		for name, opts := range map[string][]outbox.RelayOption{
 			"nil option":        {nil},
 			"batch -1":          {outbox.WithBatchSize(-1)},
@@ -284,11 +284,11 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		db := f(t, 0)
 		s, err := outbox.New(db.Driver())
 		must(t, err)
-		res, err := enqueue(ctx, db, s, msg("kept", "k", 1), false)
+		res, err := outboxEnqueue(ctx, db, s, outboxMsg("kept", "k", 1), false)
 		wantOutcome(t, "committed", res, err, sqlonce.FirstRun, nil)
-		res, err = enqueue(ctx, db, s, msg("dropped", "k", 2), true)
+		res, err = outboxEnqueue(ctx, db, s, outboxMsg("dropped", "k", 2), true)
 		wantOutcome(t, "rolled back", res, err, sqlonce.FirstRun, nil)
-		res, err = enqueue(ctx, db, s, msg("kept-2", "k", 3), false)
+		res, err = outboxEnqueue(ctx, db, s, outboxMsg("kept-2", "k", 3), false)
 		wantOutcome(t, "committed", res, err, sqlonce.FirstRun, nil)
 		if _, err := s.Get(ctx, "dropped"); !errors.Is(err, sqlonce.ErrNotFound) {
 			t.Fatalf("Get of a rolled-back message: %v, want ErrNotFound", err)
@@ -304,9 +304,9 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			t.Fatalf("Stats before the relay: %+v, want 2 pending", st)
 		}
 
-		p := newRecorder()
-		stop := startRelay(ctx, t, s, p, fast()...)
-		waitFor(ctx, t, "2 messages published", func() bool { return len(p.snapshot()) >= 2 })
+		p := newOutboxRecorder()
+		stop := startRelay(ctx, t, s, p, fastRelay()...)
+		waitOutbox(ctx, t, "2 messages published", func() bool { return len(p.snapshot()) >= 2 })
 		stop()
 		var ids []string
 		for _, m := range p.snapshot() {
@@ -345,7 +345,7 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		db := f(t, 0)
 		s, err := outbox.New(db.Driver())
 		must(t, err)
-		m := msg("dup", "k", 1)
+		m := outboxMsg("dup", "k", 1)
 		must(t, harness.WithTx(ctx, db, harness.Default, func(tx TTx) error {
 			res, err := s.Enqueue(ctx, tx, m)
 			wantOutcome(t, "first", res, err, sqlonce.FirstRun, nil)
@@ -353,7 +353,7 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			wantOutcome(t, "same tx", res, err, sqlonce.AlreadyDone, nil)
 			return nil
 		}))
-		res, err := enqueue(ctx, db, s, m, false)
+		res, err := outboxEnqueue(ctx, db, s, m, false)
 		wantOutcome(t, "retried producer", res, err, sqlonce.AlreadyDone, nil)
 		for name, other := range map[string]outbox.Message{
 			"payload": {ID: "dup", Topic: m.Topic, Key: m.Key, Payload: []byte("2"), Headers: m.Headers},
@@ -361,7 +361,7 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			"key":     {ID: "dup", Topic: m.Topic, Key: "other", Payload: m.Payload, Headers: m.Headers},
 			"headers": {ID: "dup", Topic: m.Topic, Key: m.Key, Payload: m.Payload, Headers: map[string]string{"seq": "1"}},
 		} {
-			if _, err := enqueue(ctx, db, s, other, false); !errors.Is(err, sqlonce.ErrKeyReuse) {
+			if _, err := outboxEnqueue(ctx, db, s, other, false); !errors.Is(err, sqlonce.ErrKeyReuse) {
 				t.Errorf("same id, other %s: %v, want ErrKeyReuse", name, err)
 			}
 		}
@@ -369,11 +369,14 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		// Racers enqueue the same message at once: one inserts it.
 		var c counter
 		errs := race(Racers, func(i int) error {
-			res, err := enqueue(ctx, db, s, msg("raced", "", 7), false)
+			res, err := outboxEnqueue(ctx, db, s, outboxMsg("raced", "", 7), false)
 			c.add(res)
 			return err
 		})
 		noErrors(t, errs)
+		if t.Failed() {
+			t.FailNow()
+		}
 		if c.first.Load() != 1 || c.done.Load() != int64(Racers-1) {
 			t.Fatalf("racers: %v, want first=1 done=%d", &c, Racers-1)
 		}
@@ -395,38 +398,41 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		db := f(t, 32)
 		s, err := outbox.New(db.Driver())
 		must(t, err)
-		p := newRecorder()
+		p := newOutboxRecorder()
 		for range relays {
-			startRelay(ctx, t, s, p, fast(outbox.WithBatchSize(4), outbox.WithConcurrency(3))...)
+			startRelay(ctx, t, s, p, fastRelay(outbox.WithBatchSize(4), outbox.WithConcurrency(3))...)
 		}
 		// One producer per key, enqueuing its messages in order while the
 		// relays run; a producer of unkeyed messages beside them.
 		errs := race(keys+1, func(i int) error {
 			if i == keys {
 				for j := range unkeyed {
-					if _, err := enqueue(ctx, db, s, msg(fmt.Sprintf("u-%d", j), "", j), false); err != nil {
+					if _, err := outboxEnqueue(ctx, db, s, outboxMsg(fmt.Sprintf("u-%d", j), "", j), false); err != nil {
 						return err
 					}
 				}
 				return nil
 			}
 			for j := range perKey {
-				if _, err := enqueue(ctx, db, s, msg(fmt.Sprintf("k%d-%d", i, j), fmt.Sprintf("key-%d", i), j), false); err != nil {
+				if _, err := outboxEnqueue(ctx, db, s, outboxMsg(fmt.Sprintf("k%d-%d", i, j), fmt.Sprintf("key-%d", i), j), false); err != nil {
 					return err
 				}
 			}
 			return nil
 		})
 		noErrors(t, errs)
+		if t.Failed() {
+			t.FailNow()
+		}
 		total := keys*perKey + unkeyed
-		waitFor(ctx, t, "every message published", func() bool {
+		waitOutbox(ctx, t, "every message published", func() bool {
 			seen := map[string]bool{}
 			for _, m := range p.snapshot() {
 				seen[m.ID] = true
 			}
 			return len(seen) == total
 		})
-		waitFor(ctx, t, "every message marked sent", func() bool {
+		waitOutbox(ctx, t, "every message marked sent", func() bool {
 			st, err := s.Stats(ctx)
 			must(t, err)
 			return st.Sent == int64(total)
@@ -464,10 +470,10 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("ParkRedrive", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
-		log := &eventLog{}
+		log := &outboxEvents{}
 		s, err := outbox.New(sqlonce.Observe(db.Driver(), log))
 		must(t, err)
-		p := newRecorder()
+		p := newOutboxRecorder()
 		p.setFail(func(m outbox.Message, call int) error {
 			switch {
 			case m.ID == "bad":
@@ -477,16 +483,16 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			}
 			return nil
 		})
-		for i, m := range []outbox.Message{msg("bad", "k", 1), msg("after-bad", "k", 2), msg("poison", "p", 1)} {
-			res, err := enqueue(ctx, db, s, m, false)
+		for i, m := range []outbox.Message{outboxMsg("bad", "k", 1), outboxMsg("after-bad", "k", 2), outboxMsg("poison", "p", 1)} {
+			res, err := outboxEnqueue(ctx, db, s, m, false)
 			wantOutcome(t, fmt.Sprint("enqueue ", i), res, err, sqlonce.FirstRun, nil)
 		}
-		stop := startRelay(ctx, t, s, p, fast(outbox.WithRetry(3, time.Millisecond, 4*time.Millisecond))...)
-		waitFor(ctx, t, "2 messages parked", func() bool { return len(log.find("Park", sqlonce.EventError)) == 2 })
+		stop := startRelay(ctx, t, s, p, fastRelay(outbox.WithRetry(3, time.Millisecond, 4*time.Millisecond))...)
+		waitOutbox(ctx, t, "2 messages parked", func() bool { return len(log.find("Park", sqlonce.EventError)) == 2 })
 		// A message of another key enqueued now leaves while k is held.
-		res, err := enqueue(ctx, db, s, msg("other", "o", 1), false)
+		res, err := outboxEnqueue(ctx, db, s, outboxMsg("other", "o", 1), false)
 		wantOutcome(t, "other", res, err, sqlonce.FirstRun, nil)
-		waitFor(ctx, t, "other published", func() bool { n, _ := p.count("other"); return n == 1 })
+		waitOutbox(ctx, t, "other published", func() bool { n, _ := p.count("other"); return n == 1 })
 		if n, calls := p.count("bad"); n != 0 || calls != 3 {
 			t.Fatalf("bad: confirmed %d, published %d times, want 0 and 3", n, calls)
 		}
@@ -521,7 +527,7 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		// Redrive: bad goes, then after-bad, in order.
 		p.setFail(nil)
 		must(t, s.Redrive(ctx, "bad"))
-		waitFor(ctx, t, "after-bad published", func() bool { n, _ := p.count("after-bad"); return n == 1 })
+		waitOutbox(ctx, t, "after-bad published", func() bool { n, _ := p.count("after-bad"); return n == 1 })
 		var order []string
 		for _, m := range p.snapshot() {
 			if m.Key == "k" {
@@ -546,21 +552,21 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		if err := s.Forget(ctx, "poison"); !errors.Is(err, sqlonce.ErrNotFound) {
 			t.Errorf("Forget again: %v, want ErrNotFound", err)
 		}
-		res, err = enqueue(ctx, db, s, msg("poison", "p", 2), false)
+		res, err = outboxEnqueue(ctx, db, s, outboxMsg("poison", "p", 2), false)
 		wantOutcome(t, "poison enqueued again", res, err, sqlonce.FirstRun, nil)
 	})
 
 	t.Run("LeaseLost", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
-		logA := &eventLog{}
+		logA := &outboxEvents{}
 		a, err := outbox.New(sqlonce.Observe(db.Driver(), logA))
 		must(t, err)
 		b, err := outbox.New(db.Driver())
 		must(t, err)
-		res, err := enqueue(ctx, db, a, msg("slow", "k", 1), false)
+		res, err := outboxEnqueue(ctx, db, a, outboxMsg("slow", "k", 1), false)
 		wantOutcome(t, "enqueue", res, err, sqlonce.FirstRun, nil)
-		res, err = enqueue(ctx, db, a, msg("next", "k", 2), false)
+		res, err = outboxEnqueue(ctx, db, a, outboxMsg("next", "k", 2), false)
 		wantOutcome(t, "enqueue", res, err, sqlonce.FirstRun, nil)
 
 		// Relay A stalls in its publish of slow, past its lease and its
@@ -568,26 +574,26 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		stalled, release := make(chan struct{}), make(chan struct{})
 		var releaseOnce sync.Once
 		free := func() { releaseOnce.Do(func() { close(release) }) }
-		pa := newRecorder()
+		pa := newOutboxRecorder()
 		pa.hold = func(ctx context.Context, m outbox.Message) {
 			close(stalled)
 			<-ctx.Done() // the deadline four fifths into the lease
 			<-release
 		}
 		lease := outbox.WithLease(300 * time.Millisecond)
-		startRelay(ctx, t, a, pa, fast(lease)...)
+		startRelay(ctx, t, a, pa, fastRelay(lease)...)
 		t.Cleanup(free) // before A's stop, registered earlier, runs
 		<-stalled
 		// Relay B takes slow over once A's lease lapsed, and goes on to
 		// the next message of its key.
-		pb := newRecorder()
-		startRelay(ctx, t, b, pb, fast(lease)...)
-		waitFor(ctx, t, "B published slow and next", func() bool { return len(pb.snapshot()) == 2 })
+		pb := newOutboxRecorder()
+		startRelay(ctx, t, b, pb, fastRelay(lease)...)
+		waitOutbox(ctx, t, "B published slow and next", func() bool { return len(pb.snapshot()) == 2 })
 		if ids := []string{pb.snapshot()[0].ID, pb.snapshot()[1].ID}; !slices.Equal(ids, []string{"slow", "next"}) {
 			t.Fatalf("B published %v, want [slow next]", ids)
 		}
 		free()
-		waitFor(ctx, t, "A's mark fenced", func() bool { return len(logA.find("LeaseLost", sqlonce.EventLeaseLost)) == 1 })
+		waitOutbox(ctx, t, "A's mark fenced", func() bool { return len(logA.find("LeaseLost", sqlonce.EventLeaseLost)) == 1 })
 		if e := logA.find("LeaseLost", sqlonce.EventLeaseLost)[0]; e.Rows != 1 || !errors.Is(e.Err, sqlonce.ErrLeaseLost) {
 			t.Fatalf("LeaseLost event: rows %d err %v", e.Rows, e.Err)
 		}
@@ -604,15 +610,15 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	t.Run("Purge", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
-		log := &eventLog{}
+		log := &outboxEvents{}
 		s, err := outbox.New(sqlonce.Observe(db.Driver(), log))
 		must(t, err)
 		t0 := clockBase()
-		res, err := enqueue(at(ctx, t0, 0), db, s, msg("old", "k", 1), false)
+		res, err := outboxEnqueue(at(ctx, t0, 0), db, s, outboxMsg("old", "k", 1), false)
 		wantOutcome(t, "enqueue", res, err, sqlonce.FirstRun, nil)
-		p := newRecorder()
-		stop := startRelay(at(ctx, t0, time.Second), t, s, p, fast()...)
-		waitFor(ctx, t, "old sent", func() bool {
+		p := newOutboxRecorder()
+		stop := startRelay(at(ctx, t0, time.Second), t, s, p, fastRelay()...)
+		waitOutbox(ctx, t, "old sent", func() bool {
 			st, err := s.Stats(ctx)
 			must(t, err)
 			return st.Sent == 1
@@ -627,8 +633,8 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			kept bool
 		}{{30 * time.Minute, true}, {2 * time.Hour, false}} {
 			before := purges()
-			stop := startRelay(at(ctx, t0, c.at), t, s, p, fast(outbox.WithRetention(time.Hour))...)
-			waitFor(ctx, t, "a purge", func() bool { return purges() > before })
+			stop := startRelay(at(ctx, t0, c.at), t, s, p, fastRelay(outbox.WithRetention(time.Hour))...)
+			waitOutbox(ctx, t, "a purge", func() bool { return purges() > before })
 			stop()
 			_, err := s.Get(ctx, "old")
 			if c.kept && err != nil || !c.kept && !errors.Is(err, sqlonce.ErrNotFound) {
@@ -637,11 +643,11 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 
 		// A retention of 0 purges a message once it is sent.
-		res, err = enqueue(ctx, db, s, msg("now", "k", 2), false)
+		res, err = outboxEnqueue(ctx, db, s, outboxMsg("now", "k", 2), false)
 		wantOutcome(t, "enqueue", res, err, sqlonce.FirstRun, nil)
-		stop = startRelay(ctx, t, s, p, fast(outbox.WithRetention(0))...)
-		waitFor(ctx, t, "now published", func() bool { n, _ := p.count("now"); return n == 1 })
-		waitFor(ctx, t, "now purged", func() bool {
+		stop = startRelay(ctx, t, s, p, fastRelay(outbox.WithRetention(0))...)
+		waitOutbox(ctx, t, "now published", func() bool { n, _ := p.count("now"); return n == 1 })
+		waitOutbox(ctx, t, "now purged", func() bool {
 			_, err := s.Get(ctx, "now")
 			return errors.Is(err, sqlonce.ErrNotFound)
 		})
@@ -660,7 +666,7 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		must(t, err)
 		dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		defer cancel()
-		if err := s.Relay(dctx, newRecorder()); !errors.Is(err, context.DeadlineExceeded) {
+		if err := s.Relay(dctx, newOutboxRecorder()); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Relay returned %v, want context.DeadlineExceeded", err)
 		}
 	})
@@ -673,15 +679,15 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		ctx := ctxT(t)
 		s, err := outbox.New(db.Driver())
 		must(t, err)
-		p := newRecorder()
+		p := newOutboxRecorder()
 		// A poll interval far longer than the case's context: a message
 		// leaves only when the notification of its commit wakes the relay.
 		startRelay(ctx, t, s, p, outbox.WithPollInterval(time.Hour))
 		for i := range 3 {
 			id := fmt.Sprint("m", i)
-			res, err := enqueue(ctx, db, s, msg(id, "k", i), false)
+			res, err := outboxEnqueue(ctx, db, s, outboxMsg(id, "k", i), false)
 			wantOutcome(t, id, res, err, sqlonce.FirstRun, nil)
-			waitFor(ctx, t, id+" published", func() bool { n, _ := p.count(id); return n == 1 })
+			waitOutbox(ctx, t, id+" published", func() bool { n, _ := p.count(id); return n == 1 })
 		}
 	})
 }
