@@ -226,7 +226,7 @@ func WithRetention(d time.Duration) RelayOption {
 // message over), "Park" for a message parked (Err its last error),
 // "LeaseLost" when messages p confirmed could not be marked sent because
 // another relay took them over (Rows how many), "Purge" with the rows
-// deleted, and "Claim" and "Listen" for their failures.
+// deleted, and "Claim", "MarkSent" and "Listen" for their failures.
 func (s *Store[TTx]) Relay(ctx context.Context, p Publisher, opts ...RelayOption) error {
 	if p == nil {
 		return fmt.Errorf("%w: outbox relay: nil Publisher", sqlonce.ErrInvalidArgument)
