@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/outbox"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
 )
@@ -677,10 +678,27 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 
 	t.Run("Listen", func(t *testing.T) {
 		db := f(t, 0)
-		if db.Driver().Engine().Capabilities().OutboxListener == nil {
+		ctx := ctxT(t)
+		l := db.Driver().Engine().Capabilities().OutboxListener
+		if l == nil {
 			t.Skip("the engine has no OutboxListener: the relay polls")
 		}
-		ctx := ctxT(t)
+		// Through lib/pq or a pooler the listener cannot listen
+		// (ErrNoRun): the relay polls there too.
+		lctx, cancel := context.WithCancel(ctx)
+		ready, listened := make(chan struct{}), make(chan error, 1)
+		go func() { listened <- l.OutboxListen(lctx, func() { close(ready) }, func() {}) }()
+		select {
+		case err := <-listened:
+			cancel()
+			if errors.Is(err, driver.ErrNoRun) {
+				t.Skip("the listener cannot listen here: the relay polls")
+			}
+			t.Fatalf("OutboxListen: %v", err)
+		case <-ready:
+			cancel()
+			<-listened
+		}
 		s, err := outbox.New(db.Driver())
 		must(t, err)
 		p := newOutboxRecorder()
