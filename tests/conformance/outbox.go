@@ -612,6 +612,43 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 
+	t.Run("ForgetLeased", func(t *testing.T) {
+		ctx := ctxT(t)
+		db := f(t, 0)
+		log := &outboxEvents{}
+		s, err := outbox.New(sqlonce.Observe(db.Driver(), log))
+		must(t, err)
+		res, err := outboxEnqueue(ctx, db, s, outboxMsg("held", "k", 1), false)
+		wantOutcome(t, "enqueue", res, err, sqlonce.FirstRun, nil)
+		// The relay holds the message for a minute, its publish stalled.
+		stalled, release := make(chan struct{}), make(chan struct{})
+		var releaseOnce sync.Once
+		free := func() { releaseOnce.Do(func() { close(release) }) }
+		p := newOutboxRecorder()
+		p.hold = func(ctx context.Context, m outbox.Message) {
+			close(stalled)
+			<-release
+		}
+		startRelay(ctx, t, s, p, fastRelay(outbox.WithLease(time.Minute))...)
+		t.Cleanup(free)
+		<-stalled
+		inf, err := s.Get(ctx, "held")
+		must(t, err)
+		if !inf.Leased || inf.State != outbox.Pending {
+			t.Fatalf("Get while published: leased %v, state %v", inf.Leased, inf.State)
+		}
+		if err := s.Forget(ctx, "held"); !errors.Is(err, sqlonce.ErrInProgress) {
+			t.Fatalf("Forget of a leased message: %v, want ErrInProgress", err)
+		}
+		must(t, s.Forget(ctx, "held", outbox.ForgetLeased()))
+		free()
+		// The relay's mark finds the message gone: fenced, reported.
+		waitOutbox(ctx, t, "the mark fenced", func() bool { return len(log.find("LeaseLost", sqlonce.EventLeaseLost)) == 1 })
+		if _, err := s.Get(ctx, "held"); !errors.Is(err, sqlonce.ErrNotFound) {
+			t.Fatalf("Get after Forget: %v, want ErrNotFound", err)
+		}
+	})
+
 	t.Run("Purge", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
