@@ -61,6 +61,7 @@ func (s vitessSkip) match(name string) bool {
 // vitessCannot: the cases that cannot hold through vtgate, and why.
 var vitessCannot = []vitessSkip{
 	{"Token/SessionLastInsertID/", "vtgate answers LAST_INSERT_ID() itself, not from the session's DO LAST_INSERT_ID(x) the case sets; the case checks MariaDB's session state, which through vtgate the driver leaves alone (its Consume is the plain UPDATE there)"},
+	{"Outbox/", "the harness's keyspace is sharded, where mysqldriver refuses the outbox (see OutboxDriver/ below): package outbox's cases need its table"},
 	{"OutboxDriver/", "the harness's keyspace is sharded, where mysqldriver refuses the outbox (errVtgateOutbox: its claim reads the messages of every shard in seq order in one transaction, and seq is per shard); tests/vitess's TestOutboxShardedRefused checks the refusal, and the outbox on a keyspace:shard session"},
 	{"*/" + StrictSnapshot + "/", "innodb_snapshot_isolation is a session variable vtgate does not know (1193, VT05006), so the strict snapshot cannot be set"},
 }
