@@ -13,6 +13,7 @@ import (
 	"github.com/sqlonce/sqlonce/dedupe"
 	"github.com/sqlonce/sqlonce/inbox"
 	"github.com/sqlonce/sqlonce/mysqldriver"
+	"github.com/sqlonce/sqlonce/outbox"
 	"github.com/sqlonce/sqlonce/pgsqldriver"
 	"github.com/sqlonce/sqlonce/pgxdriver"
 	"github.com/sqlonce/sqlonce/sqlitedriver"
@@ -43,6 +44,7 @@ func checkZero[TTx any](t *testing.T, name string, zero sqlonce.Driver[TTx]) {
 			"token.New":  func() error { _, err := token.New(d); return err }(),
 			"unique.New": func() error { _, err := unique.New(d); return err }(),
 			"inbox.New":  func() error { _, err := inbox.New(d, "consumer"); return err }(),
+			"outbox.New": func() error { _, err := outbox.New(d); return err }(),
 		} {
 			if !errors.Is(err, sqlonce.ErrInvalidArgument) || !strings.Contains(err.Error(), name+".New") {
 				t.Errorf("%s %s: %v, want ErrInvalidArgument saying to build it with %s.New", name, what, err, name)
