@@ -361,10 +361,13 @@ type outcome struct {
 // message sent.
 func (r *relay[TTx]) round(ctx context.Context) (full, sent bool) {
 	e := r.s.engine
-	start := time.Now()
-	var claimed []driver.OutboxClaimed
+	var (
+		start   time.Time // before the claim's attempt that succeeded
+		claimed []driver.OutboxClaimed
+	)
 	op := obs.Start(r.s.observer, "outbox", "Claim", "", "")
 	err := owntx.RunObserved(ctx, e, &op, func(ctx context.Context, tx TTx) error {
+		start = time.Now()
 		var err error
 		claimed, err = e.OutboxClaim(ctx, tx, r.o.batch, r.o.lease, testclock.Now(ctx))
 		return err
@@ -380,7 +383,7 @@ func (r *relay[TTx]) round(ctx context.Context) (full, sent bool) {
 	}
 
 	// Publish, at most concurrency at once, each within four fifths of
-	// the lease as it stood before the claim began.
+	// the lease, counted from before the claim's transaction began.
 	pctx, cancel := context.WithDeadline(ctx, start.Add(r.o.lease-r.o.lease/5))
 	defer cancel()
 	outs := make([]outcome, len(claimed))
