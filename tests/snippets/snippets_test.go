@@ -97,6 +97,7 @@ var imports = map[string]string{
 	"github.com/sqlonce/sqlonce/migrations":           "migrations.Up",
 	"github.com/sqlonce/sqlonce/mysqldriver":          "mysqldriver.New",
 	"github.com/sqlonce/sqlonce/optimistic":           "optimistic.Update[int64]",
+	"github.com/sqlonce/sqlonce/outbox":               "outbox.New[pgx.Tx]",
 	"github.com/sqlonce/sqlonce/sqlonceotel":          "sqlonceotel.New",
 	"github.com/sqlonce/sqlonce/sqlitedriver/mattn":   "mattn.Open",
 	"github.com/sqlonce/sqlonce/pgsqldriver":          "pgsqldriver.New",
