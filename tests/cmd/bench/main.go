@@ -20,6 +20,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -43,6 +44,8 @@ func main() {
 		csvPath = flag.String("csv", "", "also write the results as CSV to this file")
 		jsPath  = flag.String("json", "", "also write the full report as JSON to this file")
 		quiet   = flag.Bool("q", false, "no progress lines on stderr")
+		peers   = flag.Bool("peers", false, "run the peers comparison instead (PostgreSQL only): the bare transaction, dedupe.Do, RunSteps, DBOS Transact and River, first runs with 1 and -clients clients, repeats, and per operation round trips, WAL and commits")
+		countOp = flag.Int("count-ops", DefaultPeersConfig().CountOps, "with -peers: operations per technique in the untimed count phase")
 	)
 	flag.StringVar(&cfg.PostgresDSN, "postgres", cfg.PostgresDSN, "PostgreSQL server DSN (default $"+PostgresEnv+" or the local server)")
 	flag.StringVar(&cfg.MySQLDSN, "mysql", cfg.MySQLDSN, "MySQL/MariaDB server DSN (default $"+MySQLEnv+" or the local server)")
@@ -70,6 +73,44 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *peers {
+		pc := PeersConfig{PostgresDSN: cfg.PostgresDSN, Clients: cfg.Clients, Rounds: cfg.Rounds, Duration: cfg.Duration,
+			Warmup: cfg.Warmup, CountOps: *countOp, Seed: cfg.Seed, Progress: cfg.Progress}
+		if cfg.Latency > 0 {
+			cfg.MySQLDSN, cfg.RedisAddr = "", ""
+			stopNet, err := network(&cfg)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+				os.Exit(1)
+			}
+			defer stopNet()
+			pc.PostgresDSN = cfg.PostgresDSN
+		}
+		rep, err := RunPeers(ctx, pc)
+		if err != nil {
+			// The database is dropped by RunPeers even on failure.
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		rep.Command = strings.TrimSpace("go run ./cmd/bench " + strings.Join(os.Args[1:], " "))
+		_ = WritePeersTable(os.Stdout, rep)
+		if *jsPath != "" {
+			f, err := os.Create(*jsPath)
+			if err == nil {
+				enc := json.NewEncoder(f)
+				enc.SetIndent("", "  ")
+				err = enc.Encode(rep)
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+			}
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "bench:", err)
+				os.Exit(1)
+			}
+		}
+		return
+	}
 	rep, err := Run(ctx, cfg)
 	if err != nil {
 		// The schema and database are dropped by Run even on failure.
