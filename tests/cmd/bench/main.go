@@ -10,12 +10,15 @@
 //	go run ./cmd/bench -rounds 9 -duration 2s -faults 400   # longer, steadier
 //	go run ./cmd/bench -csv out.csv -json out.json
 //	go run ./cmd/bench -latency 250us                 # as across a LAN (0.5 ms round trips)
+//	go run ./cmd/bench -peers                         # against DBOS Transact and River (PostgreSQL)
 //
 // The servers: SQLONCE_POSTGRES_DSN and SQLONCE_MYSQL_DSN, else the local
 // services (PostgreSQL on 127.0.0.1:5432, MariaDB on 127.0.0.1:3306);
 // Redis at -redis (127.0.0.1:6379; "off" leaves the Redis techniques
 // out). Each run creates a schema (PostgreSQL) and a database (MariaDB)
-// of its own and drops them at the end. See docs/benchmarks.md.
+// of its own and drops them at the end; -peers creates a PostgreSQL
+// database of its own, with DBOS's and River's schemas, and drops it. See
+// docs/benchmarks.md.
 package main
 
 import (
