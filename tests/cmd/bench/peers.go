@@ -196,9 +196,10 @@ const ledgerInsertSQL = "INSERT INTO ledger (ref, amount) VALUES ($1, $2)"
 // newPeerSet builds the techniques on pool, whose search_path is the
 // run's business schema; dbosSchema and riverSchema hold the peers'
 // tables (migrated by the caller). executor names this set's DBOS
-// executor. want, if not nil, says which of DBOS and River to build
-// (the others cost nothing idle; DBOS's background work commits a few
-// transactions a second on pool).
+// executor. want, if not nil, says which of DBOS and River to build:
+// sqlonce and River do nothing while idle, but DBOS's background loops
+// commit a few transactions a second on pool, which would count in the
+// other techniques' commits.
 func newPeerSet(ctx context.Context, pool *pgxpool.Pool, dbosSchema, riverSchema, executor string, want func(id string) bool) (*peerSet, error) {
 	if want == nil {
 		want = func(string) bool { return true }
@@ -295,9 +296,6 @@ func newPeerSet(ctx context.Context, pool *pgxpool.Pool, dbosSchema, riverSchema
 // transaction. stop shuts DBOS down (and closes pool).
 func newDBOSPeer(ctx context.Context, pool *pgxpool.Pool, dbosSchema, executor string) (p *peer, stop func(), err error) {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	// DBOS: the system database is pool, its tables in dbosSchema; the
-	// data source is the same pool, so RunAsTransaction writes the step's
-	// checkpoint in the step's own transaction.
 	dctx, err := dbos.NewContext(context.WithoutCancel(ctx), dbos.Config{
 		AppName: "sqlonce-bench", SystemDBPool: pool, DatabaseSchema: dbosSchema,
 		Logger: logger, ExecutorID: executor, ApplicationVersion: "bench",

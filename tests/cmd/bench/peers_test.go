@@ -28,7 +28,8 @@ func TestPeers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// round trips, first run / repeat (0: none)
+	// round trips, first run / repeat; -1: not held here (the peers'
+	// own counts are the page's, not a contract of this repository)
 	want := map[string][2]float64{
 		"bare":      {3, 0},
 		"dedupe-do": {4, 3},
