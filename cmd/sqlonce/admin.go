@@ -344,5 +344,5 @@ func stats[TTx any](ctx context.Context, b *backend[TTx], out io.Writer) error {
 	if expired+te > 0 {
 		fmt.Fprintln(out, "expired keys and tokens count as absent; 'sqlonce purge' deletes them")
 	}
-	return nil
+	return outboxStatsLine(ctx, b, out)
 }

@@ -3,8 +3,9 @@
 //	sqlonce demo    [--db DSN] [--schema NAME] [--orders N] [--keep]   a checkout service hammered by repeats
 //	sqlonce migrate [up|down|status] --db DSN [--schema NAME]          sqlonce's own migrations
 //	sqlonce purge   --db DSN [--schema NAME] [--batch N]               delete expired keys and tokens
-//	sqlonce stats   --db DSN [--schema NAME]                           keys per kind and scope, leased, expired, oldest
+//	sqlonce stats   --db DSN [--schema NAME]                           keys per kind and scope, tokens, outbox messages
 //	sqlonce keys get|forget|list|redrive --db DSN --scope S [--kind KIND]  keys of every kind
+//	sqlonce outbox stats|list|get|redrive|forget --db DSN ...           the transactional outbox's messages
 //	sqlonce version                                                    the command's module version and Go's
 //
 // 'sqlonce CMD -h' (or 'sqlonce help CMD') shows a command's flags and an
@@ -54,6 +55,25 @@
 // the kinds that do hold the key, and keys list notes on stderr the
 // scope's keys of the other kinds.
 //
+// # The outbox
+//
+// outbox looks at the transactional outbox's messages (package outbox)
+// through outbox.Store's Stats, List, Get, Redrive and Forget, and mends a
+// parked message: one a relay failed to publish for good, which holds back
+// the later messages of its ordering key.
+//
+//	sqlonce outbox stats   --db DSN [--json]               pending (the backlog), the oldest's age, parked, sent
+//	sqlonce outbox list    --db DSN --state pending|sent|parked [--after SEQ] [--limit N] [--json]
+//	sqlonce outbox get     --db DSN ID [--json]            state, topic, key, times, attempts, last error, payload
+//	sqlonce outbox redrive --db DSN ID [--json]            a parked message pending again, due at once
+//	sqlonce outbox forget  --db DSN ID [--leased] [--json] delete it, whatever its state
+//
+// list reads a page of --limit messages in enqueue order; a last line
+// gives the --after (the last seq listed) that reads the next page.
+// redrive refuses a message that is not parked, naming its state; forget
+// refuses one a relay is publishing unless --leased. 'sqlonce stats'
+// counts the outbox's messages too.
+//
 // # JSON
 //
 // keys get --json writes one object per line, one per kind holding the
@@ -79,7 +99,31 @@
 //
 // keys forget --json writes {"kind", "scope", "key", "forgotten": true};
 // keys redrive --json writes {"kind", "scope", "key", "redriven": true}.
-// No other command writes JSON.
+//
+// outbox get --json writes one object, outbox list --json an array of
+// them:
+//
+//	seq            the message's place in the outbox, in enqueue order (--after takes it)
+//	id             the message id (the consumer's inbox key)
+//	topic          the topic
+//	key            the ordering key ("" for none)
+//	state          pending, sent or parked
+//	attempts       the publishes that failed since it was enqueued or re-driven
+//	last_error     the last failed publish's error ("" for none)
+//	leased         whether a relay is publishing it now
+//	locked_until   the relay's lease's deadline (only while leased)
+//	created        when it was enqueued (RFC 3339, the database's clock)
+//	available      pending: when it is due
+//	sent           sent: when the broker confirmed it
+//	headers        the headers, an object of strings
+//	payload        the payload, base64
+//	payload_bytes  the payload's length
+//
+// outbox stats --json writes {"pending", "oldest_pending",
+// "oldest_pending_age_seconds", "parked", "sent"} (oldest_pending and its
+// age only while a message is pending); outbox redrive --json {"id",
+// "redriven": true}; outbox forget --json {"id", "forgotten": true, "was"}
+// (the state it was in). No other command writes JSON.
 //
 // Exit status:
 //
@@ -87,7 +131,10 @@
 //	1  operational failure: the database is unreachable, a migration is
 //	   missing, an SQL statement failed, a demo check failed
 //	2  usage error: an unknown command or flag, a missing --db
-//	3  not found: keys get, forget or redrive named a key that does not exist
+//	3  not found: keys get, forget or redrive named a key that does not exist,
+//	   or outbox get, redrive or forget a message not in the outbox
 //	4  refused: keys forget named a key a lease still holds (see --leased),
-//	   or keys redrive a key whose operation was not given up
+//	   keys redrive a key whose operation was not given up, outbox redrive
+//	   a message that is not parked, or outbox forget one a relay is
+//	   publishing (see --leased)
 package main

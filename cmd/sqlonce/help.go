@@ -53,9 +53,11 @@ absent; purging frees their space.`,
 	"stats": {
 		synopsis: "sqlonce stats --db DSN [--schema NAME]",
 		about: `Counts the keys of every kind and scope: all, leased (a holder is at
-work), expired (purge deletes them), and the oldest; then the tokens. The
-kind and scope columns are what 'sqlonce keys' takes as --kind and --scope
-(election rows are the leases that elect one purger or resumer).`,
+work), expired (purge deletes them), and the oldest; then the tokens, and
+the transactional outbox's messages: pending (with the age of the oldest),
+parked and sent ('sqlonce outbox stats' details them). The kind and scope
+columns are what 'sqlonce keys' takes as --kind and --scope (election rows
+are the leases that elect one purger or resumer).`,
 		example: "sqlonce stats --db ./app.db",
 		db:      true,
 	},
@@ -117,6 +119,68 @@ the other kinds.`,
 		json:    "JSON: an array of the objects 'sqlonce keys get -h' describes.\n",
 		db:      true,
 	},
+	"outbox stats": {
+		short:    "the backlog, the age of its oldest message, parked and sent messages",
+		synopsis: "sqlonce outbox stats --db DSN [--json]",
+		about: `Counts the transactional outbox's messages (outbox.Store.Stats): the
+pending ones (the backlog: due, waiting for a retry, being published, or
+held back behind a parked message of their key) and when the oldest of
+them was enqueued; the parked ones (failed for good, each holding back the
+later messages of its ordering key); the sent ones not purged yet. An age
+of the oldest pending message that keeps growing is a relay that does not
+run, or a key held back: alert on it, and on parked above 0.`,
+		example: "sqlonce outbox stats --db postgres://app@db:5432/shop",
+		json:    outboxStatsFields,
+		db:      true,
+	},
+	"outbox list": {
+		short:    "the messages in a state, in enqueue order, a page at a time",
+		synopsis: "sqlonce outbox list --db DSN --state pending|sent|parked [--after SEQ] [--limit N] [--json]",
+		about: `Lists the messages in one state (outbox.Store.List), in the order they were
+enqueued: their seq, id, topic, ordering key, times, failed attempts and
+last error. A page holds --limit messages; when there are more, a last
+line gives the --after that lists the next page (the last seq listed).`,
+		example: "sqlonce outbox list --db ./app.db --state parked\n  sqlonce outbox list --db ./app.db --state pending --after 1200 --limit 50",
+		json:    "JSON: an array of the objects 'sqlonce outbox get -h' describes.\n",
+		db:      true,
+	},
+	"outbox get": {
+		short:    "one message: state, topic, key, times, attempts, last error, payload",
+		synopsis: "sqlonce outbox get --db DSN ID [--json]",
+		about: `Shows the message with id ID (outbox.Store.Get): its state (pending, sent
+or parked), topic, ordering key, when it was enqueued and is due or was
+sent, whether a relay is publishing it now, its failed attempts and last
+error, its headers, and its payload (quoted when it is text).`,
+		example: "sqlonce outbox get --db postgres://app@db:5432/shop invoice-1",
+		exit:    []string{"3  not found: no message ID in the outbox (never enqueued, not committed, forgotten or purged)"},
+		json:    messageFields,
+		db:      true,
+	},
+	"outbox redrive": {
+		short:    "make a parked message pending again, once its cause is fixed",
+		synopsis: "sqlonce outbox redrive --db DSN ID [--json]",
+		about: `Makes a parked message pending again, due at once with its attempts back
+to 0 (outbox.Store.Redrive), once the cause of its failures is fixed: a
+relay publishes it next, then the later messages of its ordering key it
+held back. A message pending or sent is refused, naming its state.`,
+		example: "sqlonce outbox redrive --db postgres://app@db:5432/shop invoice-1",
+		exit:    []string{"3  not found: no message ID in the outbox", "4  refused: the message is not parked (its state is named)"},
+		json:    outboxRedriveFields,
+		db:      true,
+	},
+	"outbox forget": {
+		short:    "delete a message: a parked one lets its key go on, a pending one is never published",
+		synopsis: "sqlonce outbox forget --db DSN ID [--leased] [--json]",
+		about: `Deletes the message with id ID, whatever its state (outbox.Store.Forget):
+a parked one, to let the later messages of its ordering key go; a pending
+one, never to publish it; a sent one, before its retention. A message a
+relay is publishing is refused unless --leased (it may then reach the
+broker all the same). Once forgotten, its id can be enqueued again.`,
+		example: "sqlonce outbox forget --db 'root@tcp(127.0.0.1:3306)/shop' invoice-1",
+		exit:    []string{"3  not found: no message ID in the outbox", "4  refused: a relay is publishing the message and --leased is not given"},
+		json:    outboxForgetFields,
+		db:      true,
+	},
 	"version": {
 		synopsis: "sqlonce version",
 		about: `Prints the version of the sqlonce module the command was built from (a
@@ -163,6 +227,27 @@ func keysHelp() string {
 	}
 	sb.WriteString("\n'sqlonce keys get -h' (forget, list, redrive) shows a subcommand's flags.\n\n")
 	sb.WriteString("Example:\n  " + helps["keys get"].example + "\n")
+	return sb.String()
+}
+
+// outboxHelp is 'sqlonce outbox -h'.
+func outboxHelp() string {
+	var sb strings.Builder
+	sb.WriteString("Usage: sqlonce outbox stats|list|get|redrive|forget --db DSN ...\n\n")
+	sb.WriteString(`Looks at the transactional outbox's messages (package outbox: Enqueue in
+the caller's transaction, a Relay publishes them) and mends the parked
+ones, through outbox.Store's Stats, List, Get, Redrive and Forget. A
+message a relay failed to publish for good (a permanent error, or its
+attempts spent) is parked: it holds back the later messages of its
+ordering key until re-driven (once its cause is fixed) or forgotten.
+
+`)
+	for _, sub := range outboxSubs {
+		h := helps["outbox "+sub]
+		fmt.Fprintf(&sb, "  %s\n      %s\n", h.synopsis, h.short)
+	}
+	sb.WriteString("\n'sqlonce outbox get -h' (stats, list, redrive, forget) shows a subcommand's flags.\n\n")
+	sb.WriteString("Example:\n  " + helps["outbox list"].example + "\n")
 	return sb.String()
 }
 

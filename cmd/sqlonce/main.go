@@ -21,12 +21,20 @@ Usage:
   sqlonce keys get    --db DSN --scope S [--kind KIND] KEY [--json]
   sqlonce keys forget --db DSN --scope S [--kind KIND] KEY [--leased] [--json]
   sqlonce keys list   --db DSN --scope S [--kind KIND] [--state done|leased|lapsed|expired] [--limit N] [--json]
+  sqlonce keys redrive --db DSN --scope S [--kind steps] KEY [--json]
+  sqlonce outbox stats   --db DSN [--json]
+  sqlonce outbox list    --db DSN --state pending|sent|parked [--after SEQ] [--limit N] [--json]
+  sqlonce outbox get     --db DSN ID [--json]
+  sqlonce outbox redrive --db DSN ID [--json]
+  sqlonce outbox forget  --db DSN ID [--leased] [--json]
   sqlonce version
 
 --schema names the PostgreSQL schema (MySQL/MariaDB database) of sqlonce's
 tables when the application keeps them apart (WithSchema, WithDatabase).
 keys reach every kind of key: dedupe, steps, inbox, http, http-steps,
-http-norepeat, grpc ('sqlonce keys -h').
+http-norepeat, grpc ('sqlonce keys -h'). outbox looks at the transactional
+outbox's messages (package outbox) and re-drives or forgets parked ones
+('sqlonce outbox -h').
 
 'sqlonce CMD -h' or 'sqlonce help CMD' shows a command's flags and an example.
 
@@ -50,8 +58,11 @@ const exitHelp = `Exit status:
   1  operational failure: database unreachable, migrations missing, SQL error,
      a demo check failed
   2  usage error: unknown command or flag, missing --db
-  3  not found: keys get/forget named a key that does not exist
-  4  refused: keys forget named a key a lease still holds (see --leased)
+  3  not found: keys get/forget/redrive named a key that does not exist, or
+     outbox get/redrive/forget a message that is not in the outbox
+  4  refused: keys forget named a key a lease still holds (see --leased),
+     keys redrive a key whose operation was not given up, outbox redrive a
+     message that is not parked, or outbox forget one a relay is publishing
 `
 
 // Exit statuses; see the package documentation.
@@ -152,6 +163,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return statsCmd(ctx, args, stdout)
 	case "keys":
 		return keysCmd(ctx, args, stdout, stderr)
+	case "outbox":
+		return outboxCmd(ctx, args, stdout)
 	case "version", "-version", "--version":
 		return versionCmd(args, stdout)
 	}

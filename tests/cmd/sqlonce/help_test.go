@@ -21,6 +21,11 @@ func TestCommandHelp(t *testing.T) {
 		{[]string{"keys", "get"}, []string{"--db DSN", "--scope S", "--json"}},
 		{[]string{"keys", "forget"}, []string{"--db DSN", "--scope S", "--leased", "--json"}},
 		{[]string{"keys", "list"}, []string{"--db DSN", "--scope S", "--state STATE", "--limit N", "--json"}},
+		{[]string{"outbox", "stats"}, []string{"--db DSN", "--schema NAME", "--json"}},
+		{[]string{"outbox", "list"}, []string{"--db DSN", "--state STATE", "--after SEQ", "--limit N", "--json"}},
+		{[]string{"outbox", "get"}, []string{"--db DSN", "--json"}},
+		{[]string{"outbox", "redrive"}, []string{"--db DSN", "--json"}},
+		{[]string{"outbox", "forget"}, []string{"--db DSN", "--leased", "--json"}},
 		{[]string{"version"}, nil},
 	} {
 		name := strings.Join(tc.cmd, " ")
@@ -77,9 +82,19 @@ func TestCommandHelp(t *testing.T) {
 	if r2 := sqlonce(t, "help", "keys").succeeds(t); r2.stdout != r.stdout {
 		t.Errorf("help keys differs from keys -h:\n%s", r2.stdout)
 	}
+	// outbox alone lists its subcommands.
+	r = sqlonce(t, "outbox", "-h").succeeds(t)
+	for _, sub := range []string{"stats", "list", "get", "redrive", "forget"} {
+		if !strings.Contains(r.stdout, "sqlonce outbox "+sub+" --db DSN") {
+			t.Errorf("outbox -h does not list %s:\n%s", sub, r.stdout)
+		}
+	}
+	if r2 := sqlonce(t, "help", "outbox").succeeds(t); r2.stdout != r.stdout {
+		t.Errorf("help outbox differs from outbox -h:\n%s", r2.stdout)
+	}
 	// The global usage documents the exit statuses and the DSN forms.
 	r = sqlonce(t, "--help").succeeds(t)
-	for _, want := range []string{"sqlonce version", "3  not found", "2  usage error", "user:pass@tcp(host:3306)/db", "host=localhost"} {
+	for _, want := range []string{"sqlonce version", "sqlonce outbox list", "3  not found", "2  usage error", "user:pass@tcp(host:3306)/db", "host=localhost"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Errorf("sqlonce --help does not say %q:\n%s", want, r.stdout)
 		}

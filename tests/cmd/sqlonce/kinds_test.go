@@ -173,6 +173,13 @@ func schemaLifecycle(t *testing.T, k kindsDB) {
 		!strings.Contains(r.stdout, "sqlonce's tables in "+k.schema) {
 		t.Fatalf("stats --schema:\n%s", r.stdout)
 	}
+	// The outbox's commands reach its table in the schema too.
+	r = k.run(t, "outbox", "stats").succeeds(t)
+	if !regexp.MustCompile(`(?m)^pending\s+0\s`).MatchString(r.stdout) {
+		t.Fatalf("outbox stats --schema:\n%s", r.stdout)
+	}
+	k.run(t, "outbox", "get", "m-1").failsWith(t, 3, "not in the outbox")
+	sqlonce(t, "outbox", "stats", "--db", k.tg.dsn).failsWith(t, 1, "sqlonce migrate up")
 	r = k.run(t, "purge").succeeds(t)
 	if !strings.Contains(r.stdout, "purged 1 expired keys") {
 		t.Fatalf("purge --schema:\n%s", r.stdout)
@@ -600,6 +607,29 @@ func TestJSONFieldsInPackageDoc(t *testing.T) {
 	for _, f := range documented(t, "keys", "forget") {
 		if !strings.Contains(sec+string(b), `"`+f+`"`) {
 			t.Errorf("the package doc does not name keys forget's field %q", f)
+		}
+	}
+
+	// The outbox's message fields, then the other outbox commands'.
+	_, sec, ok = strings.Cut(string(b), "// outbox get --json writes")
+	if !ok {
+		t.Fatal("cmd/sqlonce/doc.go does not document outbox get --json")
+	}
+	rest := sec
+	sec, _, _ = strings.Cut(sec, "// outbox stats --json")
+	names = nil
+	for _, m := range regexp.MustCompile(`(?m)^//\t([a-z_]+)\s`).FindAllStringSubmatch(sec, -1) {
+		names = append(names, m[1])
+	}
+	sort.Strings(names)
+	if want := documented(t, "outbox", "get"); !slices.Equal(names, want) {
+		t.Errorf("the package doc lists %v for outbox get, its -h %v", names, want)
+	}
+	for _, cmd := range []string{"stats", "redrive", "forget"} {
+		for _, f := range documented(t, "outbox", cmd) {
+			if !strings.Contains(strings.Join(strings.Fields(strings.ReplaceAll(rest, "//", "")), " "), `"`+f+`"`) {
+				t.Errorf("the package doc does not name outbox %s's field %q", cmd, f)
+			}
 		}
 	}
 }

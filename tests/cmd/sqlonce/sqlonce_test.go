@@ -203,6 +203,9 @@ func lifecycle(t *testing.T, tg target) {
 	if !strings.Contains(r.stdout, "tokens: 6 issued and kept, 6 consumed, 0 expired") {
 		t.Fatalf("stats, tokens:\n%s", r.stdout)
 	}
+	if !strings.Contains(r.stdout, "outbox: 0 pending, 0 parked, 0 sent") {
+		t.Fatalf("stats, outbox:\n%s", r.stdout)
+	}
 
 	r = sqlonce(t, "purge", "--db", db, "--batch", "10").succeeds(t)
 	if !strings.Contains(r.stdout, "purged 25 expired keys") || !strings.Contains(r.stdout, "purged 0 expired tokens") {
