@@ -26,8 +26,9 @@ type Settings struct {
 	// Postgres are run-time parameters set on every connection.
 	Postgres map[string]string
 	// Addr, when set, is the "host:port" the pool dials instead of the
-	// server's: a proxy in front of it (tests/internal/faultproxy). DSN()
-	// still names the server itself.
+	// server's (or, behind a PgBouncer, the bouncer's): a proxy in front
+	// of it (tests/internal/faultproxy). DSN() still names the server
+	// itself, except behind a PgBouncer.
 	Addr string
 }
 
@@ -42,7 +43,17 @@ func Reopen[TTx any](t testing.TB, db DB[TTx], maxConns int, s Settings) (DB[TTx
 	switch d := any(db).(type) {
 	case *pgDB:
 		if d.reopenDSN != nil {
-			r := bouncedPgx(t, d.reopenDSN(t, s.Postgres), d.db.Schema, maxConns)
+			dsn := d.reopenDSN(t, s.Postgres)
+			if s.Addr != "" {
+				// The bouncer seen through a proxy in front of it.
+				u, err := url.Parse(dsn)
+				if err != nil {
+					return nil, err
+				}
+				u.Host = s.Addr
+				dsn = u.String()
+			}
+			r := bouncedPgx(t, dsn, d.db.Schema, maxConns)
 			r.reopenDSN = d.reopenDSN
 			if err := r.db.Pool.Ping(ctx); err != nil {
 				return nil, err

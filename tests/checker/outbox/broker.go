@@ -1,0 +1,228 @@
+package outbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sqlonce/sqlonce/outbox"
+)
+
+// delivery is a message as the consumer gets it from the broker.
+type delivery struct {
+	ID, Key string
+	Seq     int64
+}
+
+// broker is the broker of a run: the relays publish to it, the consumer
+// reads from it, and the faults restart it.
+type broker interface {
+	Name() string
+	// RelayEnv is the environment a relay process builds its publisher
+	// from (childPublisher).
+	RelayEnv() []string
+	// Restart kills the broker with SIGKILL and starts it again on the
+	// same port and store.
+	Restart(ctx context.Context) error
+	// Consume hands apply each delivery, one at a time in the order of
+	// delivery, until ctx ends; a delivery is acked once apply returns
+	// nil. A broker that is down is waited for.
+	Consume(ctx context.Context, apply func(ctx context.Context, d delivery) error) error
+	// Published counts the messages the broker stored (after its own
+	// dedupe of ids).
+	Published(ctx context.Context) (int64, error)
+	// FetchFailures counts the consumer's fetches that failed (the broker
+	// down or restarting).
+	FetchFailures() int
+	Close()
+}
+
+// The environment of a relay process's publisher.
+const (
+	brokerEnv  = "SQLONCE_OUTBOX_BROKER"
+	natsURLEnv = "SQLONCE_OUTBOX_NATS_URL"
+)
+
+const (
+	streamName    = "OUTBOX_CHECKER"
+	subjectPrefix = "ck."
+	durable       = "checker"
+	keyHeader     = "Sqlonce-Key"
+)
+
+// natsBroker is NATS JetStream: a nats-server of the run's own, a file
+// stream on ck.>, and a durable pull consumer that has one message
+// unacked at a time, so that the consumer sees the stream's order.
+type natsBroker struct {
+	srv      *natsServer
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	fetchErr int
+}
+
+// newNATS starts a nats-server in dir and sets up the stream and the
+// consumer.
+func newNATS(dir string) (*natsBroker, error) {
+	srv, err := startNATS(dir)
+	if err != nil {
+		return nil, err
+	}
+	b := &natsBroker{srv: srv}
+	b.nc, err = nats.Connect(srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
+	if err != nil {
+		srv.Stop()
+		return nil, err
+	}
+	b.js, err = jetstream.New(b.nc)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	s, err := b.js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: streamName, Subjects: []string{subjectPrefix + ">"}, Storage: jetstream.FileStorage,
+		Duplicates: 2 * time.Minute,
+	})
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("create stream: %w", err)
+	}
+	if _, err := s.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable: durable, AckPolicy: jetstream.AckExplicitPolicy, AckWait: 2 * time.Second,
+		MaxAckPending: 1, MaxDeliver: -1,
+	}); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("create consumer: %w", err)
+	}
+	return b, nil
+}
+
+func (b *natsBroker) Name() string { return "NATS JetStream (nats-server " + b.srv.URL() + ")" }
+
+func (b *natsBroker) RelayEnv() []string {
+	return []string{brokerEnv + "=nats", natsURLEnv + "=" + b.srv.URL()}
+}
+
+func (b *natsBroker) Restart(ctx context.Context) error { return b.srv.Restart(ctx) }
+
+func (b *natsBroker) Close() {
+	if b.nc != nil {
+		b.nc.Close()
+	}
+	b.srv.Stop()
+}
+
+func (b *natsBroker) FetchFailures() int { return b.fetchErr }
+
+func (b *natsBroker) Published(ctx context.Context) (int64, error) {
+	for {
+		s, err := b.js.Stream(ctx, streamName)
+		if err == nil {
+			var info *jetstream.StreamInfo
+			if info, err = s.Info(ctx); err == nil {
+				return int64(info.State.Msgs), nil
+			}
+		}
+		if ctx.Err() != nil {
+			return 0, err
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (b *natsBroker) Consume(ctx context.Context, apply func(ctx context.Context, d delivery) error) error {
+	var cons jetstream.Consumer
+	for ctx.Err() == nil {
+		if cons == nil {
+			c, err := b.js.Consumer(ctx, streamName, durable)
+			if err != nil {
+				b.fetchErr++
+				time.Sleep(100 * time.Millisecond)
+				continue
+			}
+			cons = c
+		}
+		batch, err := cons.Fetch(1, jetstream.FetchMaxWait(500*time.Millisecond))
+		if err != nil {
+			b.fetchErr++
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		for msg := range batch.Messages() {
+			d, err := parseNATS(msg)
+			if err != nil {
+				d = delivery{ID: "unparsable: " + err.Error()}
+			}
+			if err := apply(ctx, d); err != nil {
+				return nil // ctx ended: the message is left unacked
+			}
+			// A lost ack (the broker restarting) redelivers the message:
+			// the inbox drops it.
+			_ = msg.Ack()
+		}
+		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			b.fetchErr++
+		}
+	}
+	return nil
+}
+
+func parseNATS(msg jetstream.Msg) (delivery, error) {
+	d := delivery{ID: msg.Headers().Get(jetstream.MsgIDHeader), Key: msg.Headers().Get(keyHeader)}
+	f := strings.Fields(string(msg.Data()))
+	if len(f) != 2 || f[0] != d.Key {
+		return d, fmt.Errorf("payload %q of message %q, key %q", msg.Data(), d.ID, d.Key)
+	}
+	seq, err := strconv.ParseInt(f[1], 10, 64)
+	if err != nil {
+		return d, err
+	}
+	d.Seq = seq
+	return d, nil
+}
+
+// childPublisher builds a relay process's publisher from its environment.
+func childPublisher(ctx context.Context) (outbox.Publisher, func(), error) {
+	switch b := os.Getenv(brokerEnv); b {
+	case "nats":
+		nc, err := nats.Connect(os.Getenv(natsURLEnv), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
+		if err != nil {
+			return nil, nil, err
+		}
+		js, err := jetstream.New(nc)
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		return natsPublisher(js), nc.Close, nil
+	default:
+		return nil, nil, fmt.Errorf("%s=%q: no such broker", brokerEnv, b)
+	}
+}
+
+// natsPublisher publishes to JetStream as outbox/natsjs does: subject
+// ck.<topic>, the id as Nats-Msg-Id, the key in Sqlonce-Key, nil once the
+// publish is acked.
+func natsPublisher(js jetstream.JetStream) outbox.Publisher {
+	return outbox.PublisherFunc(func(ctx context.Context, m outbox.Message) error {
+		msg := nats.NewMsg(subjectPrefix + m.Topic)
+		msg.Data = m.Payload
+		for k, v := range m.Headers {
+			msg.Header.Set(k, v)
+		}
+		msg.Header.Set(keyHeader, m.Key)
+		msg.Header.Set(jetstream.MsgIDHeader, m.ID)
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_, err := js.PublishMsg(ctx, msg)
+		return err
+	})
+}

@@ -1,0 +1,57 @@
+// Package outbox is the checker's outbox workload: the proof that the
+// transactional outbox (package outbox) paired with the inbox (package
+// inbox) makes each committed message's effect happen once, across a
+// broker, whatever is killed on the way.
+//
+// # The run
+//
+// Producers run business transactions: an order row (the business table,
+// orders: code = the message id, customer = the ordering key, amount = the
+// key's sequence number) and outbox.Store.Enqueue of the message that
+// announces it, in one transaction. A share of them is rolled back on
+// purpose. Each key is written by one producer at a time, so that its
+// messages are enqueued in the order of their sequence numbers. The
+// producers write through a tests/internal/faultproxy that cuts a COMMIT
+// now and then: the reply lost (the server committed) or the COMMIT lost
+// (it rolled back). The producer cannot tell which: it reads the business
+// table to learn whether its transaction, and so its message, exists.
+//
+// Relays run as processes of their own (the test binary started again,
+// TestRelayChild, with the environment RelayMain reads), several at once
+// on the same outbox; they are killed with SIGKILL and started again
+// during the run. The broker (NATS JetStream, a nats-server of the run's
+// own with a file store) is killed with SIGKILL and started again too.
+//
+// The consumer reads the broker's stream in order, one unacked message at
+// a time, and applies each delivery with inbox.HandleTx and a row of the
+// effects table (outbox_ck_effects: key, n, message id, seq; n numbers a
+// key's effects in the order they were applied) in one transaction,
+// retried until it commits, then acks.
+//
+// # The checks
+//
+// When the producers are done the run waits for the outbox to drain, then
+// checks from the database (the business table is the truth of what
+// committed; verify.go):
+//   - every committed message was applied exactly once (one effect row per
+//     message id) and so delivered at least once;
+//   - no message of a rolled-back transaction was delivered or applied,
+//     and the outbox does not hold it;
+//   - per key, the applied sequence numbers are the committed ones,
+//     ascending, with no gap;
+//   - the outbox holds no pending or parked message, and every committed
+//     message is sent;
+//   - every failed COMMIT was read back as what the table says.
+//
+// Each configuration (TestPostgres, TestMySQL, TestSQLite, TestPgBouncer,
+// TestGalera) logs its counts: transactions committed and rolled back,
+// COMMITs cut, relay kills, broker restarts, messages in the stream,
+// deliveries and duplicates the inbox dropped.
+//
+//	go test -race -count=1 ./checker/outbox/ -v
+//	go test -count=1 ./checker/outbox/ -run TestPostgres -v -outbox.messages=2000
+//
+// Without nats-server the tests skip, naming it (CI=true: they fail);
+// TestGalera needs root, galera-4 and rsync, and TestPgBouncer pgbouncer,
+// as their packages say.
+package outbox

@@ -1,0 +1,210 @@
+package outbox
+
+import (
+	"database/sql"
+	"flag"
+	"io"
+	"log"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/jackc/pgx/v5"
+	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver "pgx", for the checks' reads
+
+	"github.com/sqlonce/sqlonce/tests/internal/faultproxy"
+	"github.com/sqlonce/sqlonce/tests/internal/galera"
+	"github.com/sqlonce/sqlonce/tests/internal/harness"
+	"github.com/sqlonce/sqlonce/tests/internal/pgbouncer"
+	"github.com/sqlonce/sqlonce/tests/internal/testdb"
+)
+
+var messagesFlag = flag.Int("outbox.messages", 0, "business transactions per configuration (default 300; 100 under -short)")
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	if IsRelayChild() {
+		os.Exit(m.Run())
+	}
+	// Connections cut at COMMIT are the point; the driver's log of each
+	// one is noise.
+	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
+	code := m.Run()
+	galera.StopShared()
+	pgbouncer.Stop()
+	os.Exit(code)
+}
+
+// TestRelayChild is a relay process of a run (RelayMain): the test binary
+// started again by the run with the environment that names its database
+// and broker. Run on its own, it does nothing.
+func TestRelayChild(t *testing.T) {
+	if !IsRelayChild() {
+		t.Skip("a relay process of the outbox checker's runs")
+	}
+	if err := RelayMain(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// poolSize is each pool's bound: the producers', the consumer's.
+const poolSize = 16
+
+func TestPostgres(t *testing.T) {
+	db := harness.Postgres(t, poolSize)
+	via, p := throughProxy(t, db, db.DSN())
+	check(t, Config[pgx.Tx]{
+		DB: db, Producers: []harness.DB[pgx.Tx]{via}, Proxies: []*faultproxy.Proxy{p},
+		Reader: reader(t, "pgx", db.DSN()),
+		Relay:  RelayTarget{Dialect: "postgres", DSNs: []string{db.DSN()}},
+	})
+}
+
+func TestMySQL(t *testing.T) {
+	db := harness.MySQL(t, poolSize)
+	via, p := throughProxy(t, db, db.DSN())
+	check(t, Config[*sql.Tx]{
+		DB: db, Producers: []harness.DB[*sql.Tx]{via}, Proxies: []*faultproxy.Proxy{p},
+		Reader: reader(t, "mysql", db.DSN()),
+		Relay:  RelayTarget{Dialect: "mysql", DSNs: []string{db.DSN()}},
+	})
+}
+
+// TestSQLite runs the relays as processes of their own on the database
+// file the producers and the consumer write: SQLite has no connection to
+// cut, so no COMMIT is cut.
+func TestSQLite(t *testing.T) {
+	db := harness.SQLite(t, poolSize)
+	check(t, Config[*sql.Tx]{
+		DB:     db,
+		Reader: reader(t, testdb.Modernc.DriverName, db.DSN()),
+		Relay:  RelayTarget{Dialect: "sqlite", DSNs: []string{db.DSN()}, SQLDriver: testdb.Modernc.DriverName},
+	})
+}
+
+// TestPgBouncer runs producers, relays and consumer through a PgBouncer
+// in transaction pooling mode (pgx in exec mode), the producers' COMMITs
+// cut by a proxy between them and the bouncer.
+func TestPgBouncer(t *testing.T) {
+	testdb.Long(t)
+	db := harness.PgBouncerPgx("exec")(t, poolSize)
+	via, p := throughProxy(t, db, db.DSN())
+	check(t, Config[pgx.Tx]{
+		DB: db, Producers: []harness.DB[pgx.Tx]{via}, Proxies: []*faultproxy.Proxy{p},
+		Reader: reader(t, "pgx", db.DSN()),
+		Relay:  RelayTarget{Dialect: "postgres", DSNs: []string{db.DSN()}},
+	})
+}
+
+// TestGalera runs on a three-node MariaDB Galera cluster: producer i
+// writes through node i%3, each node behind a proxy that cuts COMMITs,
+// relay i reads and marks through node i%3, the consumer applies through
+// node 1. Sessions read with wsrep_sync_wait=1 (galera.Params).
+func TestGalera(t *testing.T) {
+	c := galera.Shared(t)
+	nodes := harness.MySQLNodes(t, poolSize, c.DSNs("", galera.Params...)...)
+	cfg := Config[*sql.Tx]{DB: nodes[0], Reader: reader(t, "mysql", nodes[0].DSN())}
+	for _, n := range nodes {
+		via, p := throughProxy(t, n, n.DSN())
+		cfg.Producers = append(cfg.Producers, via)
+		cfg.Proxies = append(cfg.Proxies, p)
+		cfg.Relay.DSNs = append(cfg.Relay.DSNs, n.DSN())
+	}
+	cfg.Relay.Dialect = "mysql"
+	check(t, cfg)
+}
+
+// check runs the workload on cfg with NATS JetStream as the broker and
+// fails t on any violation, or when a fault meant to fire did not.
+func check[TTx any](t *testing.T, cfg Config[TTx]) {
+	t.Helper()
+	b, err := newNATS(t.TempDir())
+	if err != nil {
+		if testdb.InCI() {
+			t.Fatalf("CI=true and no NATS JetStream: %v", err)
+		}
+		t.Skipf("no NATS JetStream (apt-get install nats-server, or set %s): %v", natsBinEnv, err)
+	}
+	defer b.Close()
+	cfg.Messages = *messagesFlag
+	if testing.Short() {
+		if cfg.Messages == 0 {
+			cfg.Messages = 100
+		}
+		cfg.Duration, cfg.RelayKills, cfg.Cuts = 2*time.Second, 2, 8
+	}
+	rep := Run(t, b, cfg)
+	rep.Log(t.Logf, 50)
+	if len(rep.Violations) > 0 {
+		t.Errorf("%d violations of the outbox's guarantees", len(rep.Violations))
+	}
+	want := cfg.RelayKills
+	if want == 0 {
+		want = 4
+	}
+	if n := rep.Counts[cRelayKills]; n < want {
+		t.Errorf("%d relay kills, want %d", n, want)
+	}
+	if rep.Counts[cBrokerRestarts] < 1 {
+		t.Errorf("the broker was not restarted")
+	}
+	if len(cfg.Proxies) > 0 {
+		if rep.Counts[cCutReply] == 0 || rep.Counts[cCutCommit] == 0 {
+			t.Errorf("COMMITs cut: %d with the reply lost, %d lost: want some of each", rep.Counts[cCutReply], rep.Counts[cCutCommit])
+		}
+		if rep.Counts[cUnknownCommit] == 0 {
+			t.Errorf("no COMMIT whose reply was lost was read back as committed: the cuts proved nothing")
+		}
+	}
+	if rep.Counts[cRolledBack] == 0 || rep.Counts[cCommitted] == 0 {
+		t.Errorf("%d committed, %d rolled back on purpose: want both", rep.Counts[cCommitted], rep.Counts[cRolledBack])
+	}
+}
+
+// reader opens a database/sql handle for the checks' reads, closed when t
+// ends.
+func reader(t *testing.T, driverName, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open(driverName, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(2)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// throughProxy returns db seen through a fault proxy of its own in front
+// of the server (or bouncer) dsn names.
+func throughProxy[TTx any](t *testing.T, db harness.DB[TTx], dsn string) (harness.DB[TTx], *faultproxy.Proxy) {
+	t.Helper()
+	var (
+		d      faultproxy.Dialect
+		target string
+	)
+	switch db.Dialect() {
+	case "postgres":
+		cfg, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, target = faultproxy.Postgres, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
+	case "mysql":
+		cfg, err := mysql.ParseDSN(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, target = faultproxy.MySQL, cfg.Addr
+	default:
+		t.Fatalf("no proxy for %s", db.Dialect())
+	}
+	p := faultproxy.Start(t, d, target, 600*time.Millisecond)
+	via, err := harness.Reopen(t, db, poolSize, harness.Settings{Addr: p.Addr()})
+	if err != nil {
+		t.Fatalf("through the proxy: %v", err)
+	}
+	return via, p
+}
