@@ -181,7 +181,9 @@ func (p *relayProc) start() error {
 		return err
 	}
 	exited := make(chan struct{})
+	p.rs.mu.Lock()
 	p.cmd, p.exited, p.expected = cmd, exited, false
+	p.rs.mu.Unlock()
 	go func() {
 		err := cmd.Wait()
 		out.Close()

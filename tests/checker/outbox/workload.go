@@ -315,7 +315,7 @@ func Run[TTx any](t testing.TB, b broker, cfg Config[TTx]) *Report {
 			break
 		}
 	}
-	r.counts[cDrainMillis] = int(time.Since(produced).Milliseconds())
+	r.count(cDrainMillis, int(time.Since(produced).Milliseconds()))
 	if !drained {
 		r.rep.violate("not drained %v after the producers: %d pending (oldest %v old), %d parked, %d of %d committed messages applied",
 			cfg.Drain, st.Pending, st.OldestPendingAge.Round(time.Millisecond), st.Parked, r.applied.Load(), want)
