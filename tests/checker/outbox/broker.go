@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strconv"
 	"strings"
@@ -28,9 +29,9 @@ type broker interface {
 	// RelayEnv is the environment a relay process builds its publisher
 	// from (childPublisher).
 	RelayEnv() []string
-	// Restart kills the broker with SIGKILL and starts it again on the
-	// same port and store.
-	Restart(ctx context.Context) error
+	// Restart kills the broker with SIGKILL, leaves it down for down,
+	// and starts it again on the same port and store.
+	Restart(ctx context.Context, down time.Duration) error
 	// Consume hands apply each delivery, one at a time in the order of
 	// delivery, until ctx ends; a delivery is acked once apply returns
 	// nil. A broker that is down is waited for.
@@ -89,7 +90,10 @@ func newNATS(dir string) (*natsBroker, error) {
 	defer cancel()
 	s, err := b.js.CreateStream(ctx, jetstream.StreamConfig{
 		Name: streamName, Subjects: []string{subjectPrefix + ">"}, Storage: jetstream.FileStorage,
-		Duplicates: 2 * time.Minute,
+		// JetStream's own dedupe of message ids, at its shortest: the
+		// republishes of a relay that died before marking a message
+		// sent reach the consumer, whose inbox must drop them.
+		Duplicates: 100 * time.Millisecond,
 	})
 	if err != nil {
 		b.Close()
@@ -111,7 +115,9 @@ func (b *natsBroker) RelayEnv() []string {
 	return []string{brokerEnv + "=nats", natsURLEnv + "=" + b.srv.URL()}
 }
 
-func (b *natsBroker) Restart(ctx context.Context) error { return b.srv.Restart(ctx) }
+func (b *natsBroker) Restart(ctx context.Context, down time.Duration) error {
+	return b.srv.Restart(ctx, down)
+}
 
 func (b *natsBroker) Close() {
 	if b.nc != nil {
@@ -220,9 +226,14 @@ func natsPublisher(js jetstream.JetStream) outbox.Publisher {
 		}
 		msg.Header.Set(keyHeader, m.Key)
 		msg.Header.Set(jetstream.MsgIDHeader, m.ID)
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		_, err := js.PublishMsg(ctx, msg)
-		return err
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			return err
+		}
+		// A relay that is slow to mark the message sent after the ack:
+		// a SIGKILL lands between the two more often.
+		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
+		return nil
 	})
 }

@@ -119,12 +119,13 @@ func (s *natsServer) stop(sig syscall.Signal) error {
 // Kill kills the server with SIGKILL and waits for it to exit.
 func (s *natsServer) Kill() error { return s.stop(syscall.SIGKILL) }
 
-// Restart kills the server with SIGKILL and starts it again on the same
-// port and store.
-func (s *natsServer) Restart(context.Context) error {
+// Restart kills the server with SIGKILL, leaves it down for down, and
+// starts it again on the same port and store.
+func (s *natsServer) Restart(_ context.Context, down time.Duration) error {
 	if err := s.Kill(); err != nil {
 		return err
 	}
+	time.Sleep(down)
 	return s.start()
 }
 

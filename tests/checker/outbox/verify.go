@@ -203,6 +203,8 @@ func (r *run[TTx]) verify(ctx context.Context, store *outbox.Store[TTx]) {
 			rep.violate("outbox Get(%s), a committed message: %v", id, err)
 		case inf.State != outbox.Sent:
 			rep.violate("outbox Get(%s), a committed message: state %v after the drain", id, inf.State)
+		default:
+			c[cPublishFailures] += inf.Attempts
 		}
 	}
 	for _, id := range notCommitted {
@@ -213,6 +215,7 @@ func (r *run[TTx]) verify(ctx context.Context, store *outbox.Store[TTx]) {
 
 	if n, err := r.broker.Published(ctx); err == nil {
 		c[cPublished] = int(n)
+		c[cBrokerDups] = max(int(n)-len(orders), 0)
 	} else {
 		rep.violate("count the broker's messages: %v", err)
 	}

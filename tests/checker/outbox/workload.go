@@ -111,6 +111,10 @@ func (c *Config[TTx]) defaults() {
 	}
 }
 
+// brokerDown is how long the broker stays down when it is restarted:
+// long enough for the relays' publishes to fail and back off.
+const brokerDown = 1500 * time.Millisecond
+
 // The topic every message goes to, under the broker's subject prefix.
 const topic = "orders"
 
@@ -198,6 +202,8 @@ const (
 	cOutboxSent      = "outbox: sent (not purged)"
 	cDrainMillis     = "ms to drain after the producers"
 	cBrokerDownFetch = "consumer fetches failed (broker down)"
+	cPublishFailures = "publishes failed, retried (outbox attempts)"
+	cBrokerDups      = "duplicates stored by the broker"
 )
 
 // run is one run's state.
@@ -450,7 +456,7 @@ func (r *run[TTx]) faults(ctx context.Context, relays *relays) {
 	for i := range r.cfg.BrokerRestarts {
 		evs = append(evs, event{d * time.Duration(2*i+1) / time.Duration(2*r.cfg.BrokerRestarts), func() {
 			began := time.Now()
-			if err := r.broker.Restart(ctx); err != nil {
+			if err := r.broker.Restart(ctx, brokerDown); err != nil {
 				r.t.Errorf("broker restart: %v", err)
 				return
 			}
