@@ -395,9 +395,7 @@ func (r *run[TTx]) transact(ctx context.Context, db harness.DB[TTx], store *outb
 		a.end, a.err = rolledBack, err
 		if err != nil {
 			a.end = failed
-			if !sqlonce.IsRetryable(err) && !strings.Contains(err.Error(), "enqueue of a new") {
-				r.count("failed before COMMIT, not retryable: "+errClass(err), 1)
-			}
+			r.count("failed before COMMIT: "+errClass(err), 1)
 		}
 		return
 	}
@@ -558,11 +556,18 @@ func safeID(s string) bool {
 
 // errClass is a short name for an error's kind, for the counts.
 func errClass(err error) string {
-	s := err.Error()
-	if len(s) > 60 {
-		s = s[:60]
+	kind := "not retryable"
+	if sqlonce.IsRetryable(err) {
+		kind = "retryable"
 	}
-	return s
+	s := err.Error()
+	if i := strings.LastIndex(s, ": "); i >= 0 && len(s)-i > 12 {
+		s = s[i+2:]
+	}
+	if len(s) > 50 {
+		s = s[:50]
+	}
+	return kind + ", " + s
 }
 
 func countRows(ctx context.Context, db *sql.DB, table string) (int64, error) {
