@@ -1,6 +1,7 @@
 package outbox
 
 import (
+	"context"
 	"database/sql"
 	"flag"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // the database/sql driver "pgx", for the checks' reads
 
+	"github.com/sqlonce/sqlonce"
+	"github.com/sqlonce/sqlonce/outbox"
 	"github.com/sqlonce/sqlonce/tests/internal/faultproxy"
 	"github.com/sqlonce/sqlonce/tests/internal/galera"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
@@ -117,9 +121,45 @@ func TestGalera(t *testing.T) {
 	check(t, cfg)
 }
 
-// check runs the workload on cfg with NATS JetStream as the broker and
-// fails t on any violation, or when a fault meant to fire did not.
-func check[TTx any](t *testing.T, cfg Config[TTx]) {
+// TestDualWriteIsCaught shows that the checks can fail: producers that
+// publish each message to the broker inside their transaction, before
+// COMMIT, instead of enqueueing it (the dual write the outbox replaces),
+// are caught delivering and applying the messages of transactions that
+// rolled back, and the outbox holds none of the committed ones.
+func TestDualWriteIsCaught(t *testing.T) {
+	db := harness.SQLite(t, poolSize)
+	b := natsOrSkip(t)
+	pub := natsPublisher(b.js)
+	rep := Run(t, b, Config[*sql.Tx]{
+		DB:     db,
+		Reader: reader(t, testdb.Modernc.DriverName, db.DSN()),
+		Relay:  RelayTarget{Dialect: "sqlite", DSNs: []string{db.DSN()}, SQLDriver: testdb.Modernc.DriverName},
+		Enqueue: func(ctx context.Context, _ *sql.Tx, m outbox.Message) (sqlonce.Result, error) {
+			return sqlonce.Result{Outcome: sqlonce.FirstRun}, pub.Publish(ctx, m)
+		},
+		Messages: 60, Duration: time.Second, Relays: 1, RelayKills: -1, BrokerRestarts: -1, Drain: 10 * time.Second,
+	})
+	rep.Log(t.Logf, 5)
+	var delivered, notInOutbox int
+	for _, v := range rep.Violations {
+		switch {
+		case strings.Contains(v, "of a transaction that rolled back was delivered"):
+			delivered++
+		case strings.Contains(v, "a committed message: sqlonce: row not found"):
+			notInOutbox++
+		}
+	}
+	if delivered == 0 || delivered != rep.Counts[cRolledBack] {
+		t.Errorf("%d rolled-back messages found delivered, want all %d", delivered, rep.Counts[cRolledBack])
+	}
+	if notInOutbox == 0 || notInOutbox != rep.Counts[cCommitted] {
+		t.Errorf("%d committed messages found missing from the outbox, want all %d", notInOutbox, rep.Counts[cCommitted])
+	}
+}
+
+// natsOrSkip starts the run's broker, or skips t naming what to install
+// (fails it under CI=true).
+func natsOrSkip(t *testing.T) *natsBroker {
 	t.Helper()
 	b, err := newNATS(t.TempDir())
 	if err != nil {
@@ -128,7 +168,15 @@ func check[TTx any](t *testing.T, cfg Config[TTx]) {
 		}
 		t.Skipf("no NATS JetStream (apt-get install nats-server, or set %s): %v", natsBinEnv, err)
 	}
-	defer b.Close()
+	t.Cleanup(b.Close)
+	return b
+}
+
+// check runs the workload on cfg with NATS JetStream as the broker and
+// fails t on any violation, or when a fault meant to fire did not.
+func check[TTx any](t *testing.T, cfg Config[TTx]) {
+	t.Helper()
+	b := natsOrSkip(t)
 	cfg.Messages = *messagesFlag
 	if testing.Short() {
 		if cfg.Messages == 0 {

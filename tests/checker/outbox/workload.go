@@ -58,7 +58,8 @@ type Config[TTx any] struct {
 	// Relays is how many relay processes run at once (3).
 	Relays int
 	// RelayKills is how many times a relay process is killed with SIGKILL
-	// and started again during Duration (4).
+	// and started again during Duration (4; negative: none). So are
+	// BrokerRestarts and Cuts.
 	RelayKills int
 	// BrokerRestarts is how many times the broker is killed with SIGKILL
 	// and started again during Duration (1).
@@ -66,6 +67,9 @@ type Config[TTx any] struct {
 	// Cuts is how many COMMITs the proxies are armed to cut (16), half
 	// with the reply lost, half with the COMMIT lost.
 	Cuts int
+	// Enqueue replaces outbox.Store.Enqueue in the producers' transactions:
+	// tests swap in a broken producer to show that the checks notice.
+	Enqueue func(ctx context.Context, tx TTx, m outbox.Message) (sqlonce.Result, error)
 	// Drain bounds the wait, after Duration, for every committed message
 	// to be applied and the outbox to be empty of pending and parked
 	// messages (90s).
@@ -94,15 +98,9 @@ func (c *Config[TTx]) defaults() {
 	if c.Relays <= 0 {
 		c.Relays = 3
 	}
-	if c.RelayKills == 0 {
-		c.RelayKills = 4
-	}
-	if c.BrokerRestarts == 0 {
-		c.BrokerRestarts = 1
-	}
-	if c.Cuts == 0 {
-		c.Cuts = 16
-	}
+	c.RelayKills = orDefault(c.RelayKills, 4)
+	c.BrokerRestarts = orDefault(c.BrokerRestarts, 1)
+	c.Cuts = orDefault(c.Cuts, 16)
 	if c.Drain <= 0 {
 		c.Drain = 90 * time.Second
 	}
@@ -114,6 +112,17 @@ func (c *Config[TTx]) defaults() {
 // brokerDown is how long the broker stays down when it is restarted:
 // long enough for the relays' publishes to fail and back off.
 const brokerDown = 1500 * time.Millisecond
+
+// orDefault is n, def when n is 0, 0 when n is negative.
+func orDefault(n, def int) int {
+	switch {
+	case n == 0:
+		return def
+	case n < 0:
+		return 0
+	}
+	return n
+}
 
 // The topic every message goes to, under the broker's subject prefix.
 const topic = "orders"
@@ -203,7 +212,7 @@ const (
 	cDrainMillis     = "ms to drain after the producers"
 	cBrokerDownFetch = "consumer fetches failed (broker down)"
 	cPublishFailures = "publishes failed, retried (outbox attempts)"
-	cBrokerDups      = "duplicates stored by the broker"
+	cBrokerDups      = "stream messages beyond one per committed"
 )
 
 // run is one run's state.
@@ -236,7 +245,7 @@ func (r *run[TTx]) violate(format string, args ...any) {
 }
 
 func (r *run[TTx]) logf(format string, args ...any) {
-	r.t.Logf("%s: "+format, append([]any{r.cfg.DB.Dialect()}, args...)...)
+	r.t.Logf(format, args...)
 }
 
 // effectsTable is the consumer's effects: one row per message applied,
@@ -308,7 +317,7 @@ func Run[TTx any](t testing.TB, b broker, cfg Config[TTx]) *Report {
 	var st outbox.Stats
 	drained := false
 	for deadline := time.Now().Add(cfg.Drain); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		n, err := countRows(ctx, cfg.Reader, effectsTable)
+		n, err := countApplied(ctx, cfg.Reader)
 		if err != nil {
 			continue
 		}
@@ -347,6 +356,10 @@ func (r *run[TTx]) produce(ctx context.Context, db harness.DB[TTx], keys []strin
 		r.t.Error(err)
 		return
 	}
+	enqueue := store.Enqueue
+	if r.cfg.Enqueue != nil {
+		enqueue = r.cfg.Enqueue
+	}
 	pace := r.cfg.Duration / time.Duration(max(quota, 1))
 	next := map[string]int64{}
 	began := time.Now()
@@ -354,7 +367,7 @@ func (r *run[TTx]) produce(ctx context.Context, db harness.DB[TTx], keys []strin
 		key := keys[i%len(keys)]
 		next[key]++
 		a := &attempt{id: fmt.Sprintf("%s-%04d", key, next[key]), key: key, seq: next[key]}
-		r.transact(ctx, db, store, a, rng.Float64() < r.cfg.RollbackRate)
+		r.transact(ctx, db, enqueue, a, rng.Float64() < r.cfg.RollbackRate)
 		r.mu.Lock()
 		r.attempts = append(r.attempts, a)
 		r.mu.Unlock()
@@ -367,7 +380,7 @@ func (r *run[TTx]) produce(ctx context.Context, db harness.DB[TTx], keys []strin
 // transact runs a's business transaction: the order row, then the
 // message, then COMMIT (or ROLLBACK when rollback). A failed COMMIT is
 // resolved from the business table, read through DB.
-func (r *run[TTx]) transact(ctx context.Context, db harness.DB[TTx], store *outbox.Store[TTx], a *attempt, rollback bool) {
+func (r *run[TTx]) transact(ctx context.Context, db harness.DB[TTx], enqueue func(context.Context, TTx, outbox.Message) (sqlonce.Result, error), a *attempt, rollback bool) {
 	tx, err := beginRetry(ctx, db)
 	if err != nil {
 		a.end, a.err = failed, err
@@ -377,7 +390,7 @@ func (r *run[TTx]) transact(ctx context.Context, db harness.DB[TTx], store *outb
 		if _, err := db.Tx(tx).OrderInsert(ctx, a.id, a.key, a.seq); err != nil {
 			return fmt.Errorf("insert order: %w", err)
 		}
-		res, err := store.Enqueue(ctx, tx, outbox.Message{
+		res, err := enqueue(ctx, tx, outbox.Message{
 			ID: a.id, Topic: topic, Key: a.key,
 			Payload: []byte(a.key + " " + strconv.FormatInt(a.seq, 10)),
 			Headers: map[string]string{"Seq": strconv.FormatInt(a.seq, 10)},
@@ -570,8 +583,9 @@ func errClass(err error) string {
 	return kind + ", " + s
 }
 
-func countRows(ctx context.Context, db *sql.DB, table string) (int64, error) {
+// countApplied counts the effects of committed messages.
+func countApplied(ctx context.Context, db *sql.DB) (int64, error) {
 	var n int64
-	err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+table).Scan(&n)
+	err := db.QueryRowContext(ctx, "SELECT count(*) FROM "+effectsTable+" e JOIN orders o ON o.code = e.msg_id").Scan(&n)
 	return n, err
 }
