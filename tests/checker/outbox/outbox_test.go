@@ -55,9 +55,10 @@ func TestRelayChild(t *testing.T) {
 }
 
 // poolSize is each pool's bound: the producers', the consumer's.
-const poolSize = 16
+const poolSize = 8
 
 func TestPostgres(t *testing.T) {
+	t.Parallel()
 	db := harness.Postgres(t, poolSize)
 	via, p := throughProxy(t, db, db.DSN())
 	check(t, Config[pgx.Tx]{
@@ -68,6 +69,7 @@ func TestPostgres(t *testing.T) {
 }
 
 func TestMySQL(t *testing.T) {
+	t.Parallel()
 	db := harness.MySQL(t, poolSize)
 	via, p := throughProxy(t, db, db.DSN())
 	check(t, Config[*sql.Tx]{
@@ -81,6 +83,7 @@ func TestMySQL(t *testing.T) {
 // file the producers and the consumer write: SQLite has no connection to
 // cut, so no COMMIT is cut.
 func TestSQLite(t *testing.T) {
+	t.Parallel()
 	db := harness.SQLite(t, poolSize)
 	check(t, Config[*sql.Tx]{
 		DB:     db,
@@ -94,6 +97,7 @@ func TestSQLite(t *testing.T) {
 // cut by a proxy between them and the bouncer.
 func TestPgBouncer(t *testing.T) {
 	testdb.Long(t)
+	t.Parallel()
 	db := harness.PgBouncerPgx("exec")(t, poolSize)
 	via, p := throughProxy(t, db, db.DSN())
 	check(t, Config[pgx.Tx]{
@@ -108,6 +112,7 @@ func TestPgBouncer(t *testing.T) {
 // relay i reads and marks through node i%3, the consumer applies through
 // node 1. Sessions read with wsrep_sync_wait=1 (galera.Params).
 func TestGalera(t *testing.T) {
+	t.Parallel()
 	c := galera.Shared(t)
 	nodes := harness.MySQLNodes(t, poolSize, c.DSNs("", galera.Params...)...)
 	cfg := Config[*sql.Tx]{DB: nodes[0], Reader: reader(t, "mysql", nodes[0].DSN())}
@@ -127,6 +132,7 @@ func TestGalera(t *testing.T) {
 // are caught delivering and applying the messages of transactions that
 // rolled back, and the outbox holds none of the committed ones.
 func TestDualWriteIsCaught(t *testing.T) {
+	t.Parallel()
 	db := harness.SQLite(t, poolSize)
 	b := natsOrSkip(t)
 	pub := natsPublisher(b.js)

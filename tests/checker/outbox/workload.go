@@ -52,7 +52,7 @@ type Config[TTx any] struct {
 	Messages int
 	// RollbackRate is the share of them rolled back on purpose (0.2).
 	RollbackRate float64
-	// Duration is how long the producers take to run them (6s): the faults
+	// Duration is how long the producers take to run them (5s): the faults
 	// are spread over it.
 	Duration time.Duration
 	// Relays is how many relay processes run at once (3).
@@ -93,7 +93,7 @@ func (c *Config[TTx]) defaults() {
 		c.RollbackRate = 0.2
 	}
 	if c.Duration <= 0 {
-		c.Duration = 6 * time.Second
+		c.Duration = 5 * time.Second
 	}
 	if c.Relays <= 0 {
 		c.Relays = 3
