@@ -8,12 +8,16 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sqlonce/sqlonce/outbox"
+	"github.com/sqlonce/sqlonce/outbox/natsjs"
+	"github.com/sqlonce/sqlonce/outbox/rabbitmq"
+	"github.com/sqlonce/sqlonce/tests/internal/brokers"
 )
 
 // delivery is a message as the consumer gets it from the broker.
@@ -55,30 +59,27 @@ const (
 	streamName    = "OUTBOX_CHECKER"
 	subjectPrefix = "ck."
 	durable       = "checker"
-	keyHeader     = "Sqlonce-Key"
 )
 
-// natsBroker is NATS JetStream: a nats-server of the run's own, a file
-// stream on ck.>, and a durable pull consumer that has one message
-// unacked at a time, so that the consumer sees the stream's order.
+// natsBroker is NATS JetStream: a nats-server of the run's own
+// (tests/internal/brokers, its streams on disk), a stream on ck.>, and a
+// durable pull consumer that has one message unacked at a time, so that
+// the consumer sees the stream's order.
 type natsBroker struct {
-	srv      *natsServer
+	srv      *brokers.Server
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	fetchErr int
 }
 
-// newNATS starts a nats-server in dir and sets up the stream and the
+// newNATS starts a nats-server (stopped when t ends; t is skipped, or
+// failed under CI=true, without one) and sets up the stream and the
 // consumer.
-func newNATS(dir string) (*natsBroker, error) {
-	srv, err := startNATS(dir)
+func newNATS(t testing.TB) (*natsBroker, error) {
+	b := &natsBroker{srv: brokers.StartNATS(t)}
+	var err error
+	b.nc, err = nats.Connect(b.srv.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
 	if err != nil {
-		return nil, err
-	}
-	b := &natsBroker{srv: srv}
-	b.nc, err = nats.Connect(srv.URL(), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
-	if err != nil {
-		srv.Stop()
 		return nil, err
 	}
 	b.js, err = jetstream.New(b.nc)
@@ -109,21 +110,25 @@ func newNATS(dir string) (*natsBroker, error) {
 	return b, nil
 }
 
-func (b *natsBroker) Name() string { return "NATS JetStream (nats-server " + b.srv.URL() + ")" }
+func (b *natsBroker) Name() string { return "NATS JetStream (" + b.srv.URL + ")" }
 
 func (b *natsBroker) RelayEnv() []string {
-	return []string{brokerEnv + "=nats", natsURLEnv + "=" + b.srv.URL()}
+	return []string{brokerEnv + "=nats", natsURLEnv + "=" + b.srv.URL}
 }
 
-func (b *natsBroker) Restart(ctx context.Context, down time.Duration) error {
-	return b.srv.Restart(ctx, down)
+func (b *natsBroker) Restart(_ context.Context, down time.Duration) error {
+	if err := b.srv.Kill(); err != nil {
+		return err
+	}
+	time.Sleep(down)
+	return b.srv.Start()
 }
 
 func (b *natsBroker) Close() {
 	if b.nc != nil {
 		b.nc.Close()
 	}
-	b.srv.Stop()
+	_ = b.srv.Kill()
 }
 
 func (b *natsBroker) FetchFailures() int { return b.fetchErr }
@@ -182,7 +187,7 @@ func (b *natsBroker) Consume(ctx context.Context, apply func(ctx context.Context
 }
 
 func parseNATS(msg jetstream.Msg) (delivery, error) {
-	d := delivery{ID: msg.Headers().Get(jetstream.MsgIDHeader), Key: msg.Headers().Get(keyHeader)}
+	d := delivery{ID: msg.Headers().Get(jetstream.MsgIDHeader), Key: msg.Headers().Get(natsjs.KeyHeader)}
 	f := strings.Fields(string(msg.Data()))
 	if len(f) != 2 || f[0] != d.Key {
 		return d, fmt.Errorf("payload %q of message %q, key %q", msg.Data(), d.ID, d.Key)
@@ -195,8 +200,15 @@ func parseNATS(msg jetstream.Msg) (delivery, error) {
 	return d, nil
 }
 
-// childPublisher builds a relay process's publisher from its environment.
-func childPublisher(ctx context.Context) (outbox.Publisher, func(), error) {
+// childPublisher builds a relay process's publisher from its environment:
+// the broker's adapter (outbox/natsjs, outbox/rabbitmq), each publish
+// bounded to a second, and slow to return after the broker's ack, so that
+// a SIGKILL lands between the ack and the message marked sent more often.
+func childPublisher() (outbox.Publisher, func(), error) {
+	var (
+		pub   outbox.Publisher
+		close func()
+	)
 	switch b := os.Getenv(brokerEnv); b {
 	case "nats":
 		nc, err := nats.Connect(os.Getenv(natsURLEnv), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond), nats.RetryOnFailedConnect(true))
@@ -208,31 +220,33 @@ func childPublisher(ctx context.Context) (outbox.Publisher, func(), error) {
 			nc.Close()
 			return nil, nil, err
 		}
-		return natsPublisher(js), nc.Close, nil
+		p, err := natsjs.New(js, natsjs.WithSubjectPrefix(subjectPrefix))
+		if err != nil {
+			nc.Close()
+			return nil, nil, err
+		}
+		pub, close = p, nc.Close
+	case "rabbitmq":
+		p, err := rabbitmq.New(os.Getenv(rabbitURLEnv), rabbitmq.WithExchange(rabbitExchange), rabbitmq.WithTimeout(time.Second))
+		if err != nil {
+			return nil, nil, err
+		}
+		pub, close = p, func() { _ = p.Close() }
 	default:
 		return nil, nil, fmt.Errorf("%s=%q: no such broker", brokerEnv, b)
 	}
+	return slowAck(pub), close, nil
 }
 
-// natsPublisher publishes to JetStream as outbox/natsjs does: subject
-// ck.<topic>, the id as Nats-Msg-Id, the key in Sqlonce-Key, nil once the
-// publish is acked.
-func natsPublisher(js jetstream.JetStream) outbox.Publisher {
+// slowAck bounds each publish to a second and sleeps up to 20 ms after
+// the broker's ack.
+func slowAck(p outbox.Publisher) outbox.Publisher {
 	return outbox.PublisherFunc(func(ctx context.Context, m outbox.Message) error {
-		msg := nats.NewMsg(subjectPrefix + m.Topic)
-		msg.Data = m.Payload
-		for k, v := range m.Headers {
-			msg.Header.Set(k, v)
-		}
-		msg.Header.Set(keyHeader, m.Key)
-		msg.Header.Set(jetstream.MsgIDHeader, m.ID)
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
-		if _, err := js.PublishMsg(ctx, msg); err != nil {
+		if err := p.Publish(ctx, m); err != nil {
 			return err
 		}
-		// A relay that is slow to mark the message sent after the ack:
-		// a SIGKILL lands between the two more often.
 		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)
 		return nil
 	})

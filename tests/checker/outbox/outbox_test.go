@@ -19,6 +19,7 @@ import (
 
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/outbox"
+	"github.com/sqlonce/sqlonce/outbox/natsjs"
 	"github.com/sqlonce/sqlonce/tests/internal/faultproxy"
 	"github.com/sqlonce/sqlonce/tests/internal/galera"
 	"github.com/sqlonce/sqlonce/tests/internal/harness"
@@ -61,7 +62,26 @@ func TestPostgres(t *testing.T) {
 	t.Parallel()
 	db := harness.Postgres(t, poolSize)
 	via, p := throughProxy(t, db, db.DSN())
-	check(t, Config[pgx.Tx]{
+	check(t, natsOrSkip(t), Config[pgx.Tx]{
+		DB: db, Producers: []harness.DB[pgx.Tx]{via}, Proxies: []*faultproxy.Proxy{p},
+		Reader: reader(t, "pgx", db.DSN()),
+		Relay:  RelayTarget{Dialect: "postgres", DSNs: []string{db.DSN()}},
+	})
+}
+
+// TestPostgresRabbitMQ is TestPostgres with RabbitMQ as the broker: the
+// relays publish with publisher confirms (outbox/rabbitmq) to a durable
+// exchange, the consumer reads a durable queue with a prefetch of one, and
+// the node is killed with SIGKILL and started again mid-run.
+func TestPostgresRabbitMQ(t *testing.T) {
+	t.Parallel()
+	db := harness.Postgres(t, poolSize)
+	via, p := throughProxy(t, db, db.DSN())
+	b, err := newRabbitMQ(t)
+	if err != nil {
+		t.Fatalf("RabbitMQ: %v", err)
+	}
+	check(t, b, Config[pgx.Tx]{
 		DB: db, Producers: []harness.DB[pgx.Tx]{via}, Proxies: []*faultproxy.Proxy{p},
 		Reader: reader(t, "pgx", db.DSN()),
 		Relay:  RelayTarget{Dialect: "postgres", DSNs: []string{db.DSN()}},
@@ -72,7 +92,7 @@ func TestMySQL(t *testing.T) {
 	t.Parallel()
 	db := harness.MySQL(t, poolSize)
 	via, p := throughProxy(t, db, db.DSN())
-	check(t, Config[*sql.Tx]{
+	check(t, natsOrSkip(t), Config[*sql.Tx]{
 		DB: db, Producers: []harness.DB[*sql.Tx]{via}, Proxies: []*faultproxy.Proxy{p},
 		Reader: reader(t, "mysql", db.DSN()),
 		Relay:  RelayTarget{Dialect: "mysql", DSNs: []string{db.DSN()}},
@@ -85,7 +105,7 @@ func TestMySQL(t *testing.T) {
 func TestSQLite(t *testing.T) {
 	t.Parallel()
 	db := harness.SQLite(t, poolSize)
-	check(t, Config[*sql.Tx]{
+	check(t, natsOrSkip(t), Config[*sql.Tx]{
 		DB:     db,
 		Reader: reader(t, testdb.Modernc.DriverName, db.DSN()),
 		Relay:  RelayTarget{Dialect: "sqlite", DSNs: []string{db.DSN()}, SQLDriver: testdb.Modernc.DriverName},
@@ -100,7 +120,7 @@ func TestPgBouncer(t *testing.T) {
 	t.Parallel()
 	db := harness.PgBouncerPgx("exec")(t, poolSize)
 	via, p := throughProxy(t, db, db.DSN())
-	check(t, Config[pgx.Tx]{
+	check(t, natsOrSkip(t), Config[pgx.Tx]{
 		DB: db, Producers: []harness.DB[pgx.Tx]{via}, Proxies: []*faultproxy.Proxy{p},
 		Reader: reader(t, "pgx", db.DSN()),
 		Relay:  RelayTarget{Dialect: "postgres", DSNs: []string{db.DSN()}},
@@ -123,7 +143,7 @@ func TestGalera(t *testing.T) {
 		cfg.Relay.DSNs = append(cfg.Relay.DSNs, n.DSN())
 	}
 	cfg.Relay.Dialect = "mysql"
-	check(t, cfg)
+	check(t, natsOrSkip(t), cfg)
 }
 
 // TestDualWriteIsCaught shows that the checks can fail: producers that
@@ -135,7 +155,10 @@ func TestDualWriteIsCaught(t *testing.T) {
 	t.Parallel()
 	db := harness.SQLite(t, poolSize)
 	b := natsOrSkip(t)
-	pub := natsPublisher(b.js)
+	pub, err := natsjs.New(b.js, natsjs.WithSubjectPrefix(subjectPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
 	rep := Run(t, b, Config[*sql.Tx]{
 		DB:     db,
 		Reader: reader(t, testdb.Modernc.DriverName, db.DSN()),
@@ -163,26 +186,22 @@ func TestDualWriteIsCaught(t *testing.T) {
 	}
 }
 
-// natsOrSkip starts the run's broker, or skips t naming what to install
-// (fails it under CI=true).
+// natsOrSkip starts the run's broker: a nats-server of its own
+// (tests/internal/brokers skips t without one, or fails it under CI=true).
 func natsOrSkip(t *testing.T) *natsBroker {
 	t.Helper()
-	b, err := newNATS(t.TempDir())
+	b, err := newNATS(t)
 	if err != nil {
-		if testdb.InCI() {
-			t.Fatalf("CI=true and no NATS JetStream: %v", err)
-		}
-		t.Skipf("no NATS JetStream (apt-get install nats-server, or set %s): %v", natsBinEnv, err)
+		t.Fatalf("NATS JetStream: %v", err)
 	}
 	t.Cleanup(b.Close)
 	return b
 }
 
-// check runs the workload on cfg with NATS JetStream as the broker and
-// fails t on any violation, or when a fault meant to fire did not.
-func check[TTx any](t *testing.T, cfg Config[TTx]) {
+// check runs the workload on cfg with the broker b and fails t on any
+// violation, or when a fault meant to fire did not.
+func check[TTx any](t *testing.T, b broker, cfg Config[TTx]) {
 	t.Helper()
-	b := natsOrSkip(t)
 	cfg.Messages = *messagesFlag
 	if testing.Short() {
 		if cfg.Messages == 0 {

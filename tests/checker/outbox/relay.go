@@ -62,7 +62,7 @@ var relayOptions = []outbox.RelayOption{
 func RelayMain() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	pub, closePub, err := childPublisher(ctx)
+	pub, closePub, err := childPublisher()
 	if err != nil {
 		return fmt.Errorf("publisher: %w", err)
 	}

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -456,16 +455,18 @@ func (r *run[TTx]) faults(ctx context.Context, relays *relays) {
 		at time.Duration
 		do func()
 	}
-	var evs []event
+	// Three timelines, each in a goroutine of its own: a broker that takes
+	// seconds to start again (RabbitMQ) holds up none of the others.
+	var kills, restarts, cuts []event
 	for i := range r.cfg.RelayKills {
-		evs = append(evs, event{d * time.Duration(i+1) / time.Duration(r.cfg.RelayKills+1), func() {
+		kills = append(kills, event{d * time.Duration(i+1) / time.Duration(r.cfg.RelayKills+1), func() {
 			if err := relays.killOne(i); err != nil {
 				r.violate("relay kill %d: %v", i, err)
 			}
 		}})
 	}
 	for i := range r.cfg.BrokerRestarts {
-		evs = append(evs, event{d * time.Duration(2*i+1) / time.Duration(2*r.cfg.BrokerRestarts), func() {
+		restarts = append(restarts, event{d * time.Duration(2*i+1) / time.Duration(2*r.cfg.BrokerRestarts), func() {
 			began := time.Now()
 			if err := r.broker.Restart(ctx, brokerDown); err != nil {
 				r.t.Errorf("broker restart: %v", err)
@@ -482,18 +483,23 @@ func (r *run[TTx]) faults(ctx context.Context, relays *relays) {
 				f = faultproxy.LoseCommit
 			}
 			p := r.cfg.Proxies[i%len(r.cfg.Proxies)]
-			evs = append(evs, event{d * time.Duration(i+1) / time.Duration(r.cfg.Cuts+1), func() {
+			cuts = append(cuts, event{d * time.Duration(i+1) / time.Duration(r.cfg.Cuts+1), func() {
 				p.ArmNext(f)
 				r.count(cCutsArmed, 1)
 			}})
 		}
 	}
-	slices.SortFunc(evs, func(a, b event) int { return int(a.at - b.at) })
 	start := time.Now()
-	for _, ev := range evs {
-		time.Sleep(time.Until(start.Add(ev.at)))
-		ev.do()
+	var wg sync.WaitGroup
+	for _, evs := range [][]event{kills, restarts, cuts} {
+		wg.Go(func() {
+			for _, ev := range evs {
+				time.Sleep(time.Until(start.Add(ev.at)))
+				ev.do()
+			}
+		})
 	}
+	wg.Wait()
 	time.Sleep(time.Until(start.Add(d)))
 }
 
