@@ -18,15 +18,20 @@
 //
 // Relays run as processes of their own (the test binary started again,
 // TestRelayChild, with the environment RelayMain reads), several at once
-// on the same outbox; they are killed with SIGKILL and started again
-// during the run. The broker (NATS JetStream, a nats-server of the run's
-// own with a file store) is killed with SIGKILL and started again too.
+// on the same outbox, publishing through outbox/natsjs or outbox/rabbitmq;
+// they are killed with SIGKILL and started again during the run. The
+// broker, a child process of the run's own (tests/internal/brokers), is
+// killed with SIGKILL, left down long enough for publishes to fail, and
+// started again on its data: NATS JetStream (a file stream whose duplicate
+// window is at its shortest, so that republished messages reach the
+// consumer) or RabbitMQ (a durable exchange and queue, persistent
+// messages, publisher confirms).
 //
-// The consumer reads the broker's stream in order, one unacked message at
-// a time, and applies each delivery with inbox.HandleTx and a row of the
-// effects table (outbox_ck_effects: key, n, message id, seq; n numbers a
-// key's effects in the order they were applied) in one transaction,
-// retried until it commits, then acks.
+// The consumer reads the broker in order, one unacked message at a time,
+// and applies each delivery with inbox.HandleTx and a row of the effects
+// table (outbox_ck_effects: key, n, message id, seq; n numbers a key's
+// effects in the order they were applied) in one transaction, retried
+// until it commits, then acks.
 //
 // # The checks
 //
@@ -43,15 +48,20 @@
 //     message is sent;
 //   - every failed COMMIT was read back as what the table says.
 //
-// Each configuration (TestPostgres, TestMySQL, TestSQLite, TestPgBouncer,
-// TestGalera) logs its counts: transactions committed and rolled back,
-// COMMITs cut, relay kills, broker restarts, messages in the stream,
-// deliveries and duplicates the inbox dropped.
+// Each configuration (TestPostgres, TestPostgresRabbitMQ, TestMySQL,
+// TestSQLite, TestPgBouncer, TestGalera; they run in parallel) logs its
+// counts: transactions committed and rolled back, COMMITs cut, relay
+// kills, broker restarts, publishes that failed, messages in the stream,
+// deliveries and duplicates the inbox dropped. TestDualWriteIsCaught shows
+// that the checks can fail: producers that publish in their transaction
+// instead of enqueueing are caught delivering rolled-back messages.
 //
 //	go test -race -count=1 ./checker/outbox/ -v
 //	go test -count=1 ./checker/outbox/ -run TestPostgres -v -outbox.messages=2000
 //
-// Without nats-server the tests skip, naming it (CI=true: they fail);
-// TestGalera needs root, galera-4 and rsync, and TestPgBouncer pgbouncer,
-// as their packages say.
+// Without nats-server (rabbitmq-server for TestPostgresRabbitMQ) the
+// tests skip, naming it (CI=true: they fail); TestGalera needs root,
+// galera-4 and rsync, and TestPgBouncer pgbouncer, as their packages say.
+// -short leaves those three out and runs the others at a third of their
+// length.
 package outbox

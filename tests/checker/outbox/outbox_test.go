@@ -74,6 +74,7 @@ func TestPostgres(t *testing.T) {
 // exchange, the consumer reads a durable queue with a prefetch of one, and
 // the node is killed with SIGKILL and started again mid-run.
 func TestPostgresRabbitMQ(t *testing.T) {
+	testdb.Long(t)
 	t.Parallel()
 	db := harness.Postgres(t, poolSize)
 	via, p := throughProxy(t, db, db.DSN())
