@@ -238,6 +238,10 @@ func childPublisher() (outbox.Publisher, func(), error) {
 	return slowAck(pub), close, nil
 }
 
+// publishErrorMark starts the line a relay process logs for each failed
+// publish.
+const publishErrorMark = "PUBLISH-FAILED"
+
 // slowAck bounds each publish to a second and sleeps up to 20 ms after
 // the broker's ack.
 func slowAck(p outbox.Publisher) outbox.Publisher {
@@ -245,6 +249,8 @@ func slowAck(p outbox.Publisher) outbox.Publisher {
 		ctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		if err := p.Publish(ctx, m); err != nil {
+			// Counted by the run from the relay's log (relays.publishErrors).
+			fmt.Fprintf(os.Stderr, "%s %s: %v\n", publishErrorMark, m.ID, err)
 			return err
 		}
 		time.Sleep(time.Duration(rand.IntN(20)) * time.Millisecond)

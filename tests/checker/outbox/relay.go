@@ -247,6 +247,16 @@ func (rs *relays) stopAll() {
 	}
 }
 
+// publishErrors counts the failed publishes the relay processes logged.
+func (rs *relays) publishErrors() int {
+	n := 0
+	for _, p := range rs.procs {
+		b, _ := os.ReadFile(p.log)
+		n += strings.Count(string(b), publishErrorMark)
+	}
+	return n
+}
+
 // failures lists the relays that died by themselves or failed to stop.
 func (rs *relays) failures() []string {
 	rs.mu.Lock()

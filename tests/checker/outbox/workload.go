@@ -211,6 +211,7 @@ const (
 	cDrainMillis     = "ms to drain after the producers"
 	cBrokerDownFetch = "consumer fetches failed (broker down)"
 	cPublishFailures = "publishes failed, retried (outbox attempts)"
+	cPublishErrors   = "publishes failed (relay logs)"
 	cBrokerDups      = "stream messages beyond one per committed"
 )
 
@@ -338,6 +339,7 @@ func Run[TTx any](t testing.TB, b broker, cfg Config[TTx]) *Report {
 	stopConsumer()
 	<-consumerDone
 	r.counts[cRelayKills] = relays.kills
+	r.counts[cPublishErrors] = relays.publishErrors()
 	for _, line := range relays.failures() {
 		r.rep.violate("%s", line)
 	}
