@@ -38,7 +38,9 @@ type broker interface {
 	Restart(ctx context.Context, down time.Duration) error
 	// Consume hands apply each delivery, one at a time in the order of
 	// delivery, until ctx ends; a delivery is acked once apply returns
-	// nil. A broker that is down is waited for.
+	// nil. When apply returns errCrash the consumer acts as one that died
+	// after its commit, before the ack: the delivery is not acked, and the
+	// broker delivers it again. A broker that is down is waited for.
 	Consume(ctx context.Context, apply func(ctx context.Context, d delivery) error) error
 	// Published counts the messages the broker stored (after its own
 	// dedupe of ids).
@@ -48,6 +50,10 @@ type broker interface {
 	FetchFailures() int
 	Close()
 }
+
+// errCrash is what the consumer's apply returns for a delivery whose ack
+// must be lost, as if the consumer died between its commit and the ack.
+var errCrash = errors.New("the consumer crashed after its commit, before the ack")
 
 // The environment of a relay process's publisher.
 const (
@@ -172,7 +178,9 @@ func (b *natsBroker) Consume(ctx context.Context, apply func(ctx context.Context
 			if err != nil {
 				d = delivery{ID: "unparsable: " + err.Error()}
 			}
-			if err := apply(ctx, d); err != nil {
+			if err := apply(ctx, d); errors.Is(err, errCrash) {
+				continue // no ack: redelivered after the ack wait
+			} else if err != nil {
 				return nil // ctx ended: the message is left unacked
 			}
 			// A lost ack (the broker restarting) redelivers the message:

@@ -31,7 +31,9 @@
 // and applies each delivery with inbox.HandleTx and a row of the effects
 // table (outbox_ck_effects: key, n, message id, seq; n numbers a key's
 // effects in the order they were applied) in one transaction, retried
-// until it commits, then acks.
+// until it commits, then acks. Twice in a run it acts as a consumer that
+// died between its commit and its ack: the broker delivers the message
+// again, and the inbox must drop it.
 //
 // # The checks
 //
@@ -52,9 +54,12 @@
 // TestSQLite, TestPgBouncer, TestGalera; they run in parallel) logs its
 // counts: transactions committed and rolled back, COMMITs cut, relay
 // kills, broker restarts, publishes that failed, messages in the stream,
-// deliveries and duplicates the inbox dropped. TestDualWriteIsCaught shows
-// that the checks can fail: producers that publish in their transaction
-// instead of enqueueing are caught delivering rolled-back messages.
+// deliveries and duplicates the inbox dropped. Two tests show that the
+// checks can fail: producers that publish in their transaction instead of
+// enqueueing are caught delivering rolled-back messages
+// (TestDualWriteIsCaught), and a consumer without the inbox is caught
+// applying a redelivered message twice, out of order
+// (TestWithoutInboxIsCaught).
 //
 //	go test -race -count=1 ./checker/outbox/ -v
 //	go test -count=1 ./checker/outbox/ -run TestPostgres -v -outbox.messages=2000

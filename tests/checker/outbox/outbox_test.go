@@ -187,6 +187,32 @@ func TestDualWriteIsCaught(t *testing.T) {
 	}
 }
 
+// TestWithoutInboxIsCaught shows that the exactly-once check can fail: a
+// consumer that applies every delivery without the inbox is caught
+// applying twice the messages it got again after a crash between its
+// commit and its ack.
+func TestWithoutInboxIsCaught(t *testing.T) {
+	t.Parallel()
+	db := harness.SQLite(t, poolSize)
+	rep := Run(t, natsOrSkip(t), Config[*sql.Tx]{
+		DB:       db,
+		Reader:   reader(t, testdb.Modernc.DriverName, db.DSN()),
+		Relay:    RelayTarget{Dialect: "sqlite", DSNs: []string{db.DSN()}, SQLDriver: testdb.Modernc.DriverName},
+		NoInbox:  true,
+		Messages: 80, Duration: time.Second, Relays: 1, RelayKills: -1, BrokerRestarts: -1, Drain: 20 * time.Second,
+	})
+	rep.Log(t.Logf, 5)
+	doubled := 0
+	for _, v := range rep.Violations {
+		if strings.HasPrefix(v, "doubled: ") {
+			doubled++
+		}
+	}
+	if crashes := rep.Counts[cAcksLost]; crashes == 0 || doubled < crashes {
+		t.Errorf("%d messages found applied twice, want one at least for each of the consumer's %d crashes", doubled, crashes)
+	}
+}
+
 // natsOrSkip starts the run's broker: a nats-server of its own
 // (tests/internal/brokers skips t without one, or fails it under CI=true).
 func natsOrSkip(t *testing.T) *natsBroker {
@@ -232,6 +258,9 @@ func check[TTx any](t *testing.T, b broker, cfg Config[TTx]) {
 		if rep.Counts[cUnknownCommit] == 0 {
 			t.Errorf("no COMMIT whose reply was lost was read back as committed: the cuts proved nothing")
 		}
+	}
+	if n := rep.Counts[cAcksLost]; n == 0 || rep.Counts[cDupsDropped] < n {
+		t.Errorf("%d consumer crashes between commit and ack, %d duplicates dropped by the inbox: want some, each redelivered and dropped", n, rep.Counts[cDupsDropped])
 	}
 	if rep.Counts[cRolledBack] == 0 || rep.Counts[cCommitted] == 0 {
 		t.Errorf("%d committed, %d rolled back on purpose: want both", rep.Counts[cCommitted], rep.Counts[cRolledBack])

@@ -2,6 +2,7 @@ package outbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -119,7 +120,9 @@ func (b *rabbitBroker) consumeOnce(ctx context.Context, apply func(ctx context.C
 			if err != nil {
 				d = delivery{ID: "unparsable: " + err.Error()}
 			}
-			if err := apply(ctx, d); err != nil {
+			if err := apply(ctx, d); errors.Is(err, errCrash) {
+				return err // the connection closes unacked: the queue delivers it again
+			} else if err != nil {
 				return nil // ctx ended: the message is left unacked
 			}
 			// A lost ack (the broker restarting) redelivers the message:

@@ -69,6 +69,9 @@ type Config[TTx any] struct {
 	// Enqueue replaces outbox.Store.Enqueue in the producers' transactions:
 	// tests swap in a broken producer to show that the checks notice.
 	Enqueue func(ctx context.Context, tx TTx, m outbox.Message) (sqlonce.Result, error)
+	// NoInbox has the consumer apply every delivery, without the inbox:
+	// a test shows that the checks notice the redeliveries applied again.
+	NoInbox bool
 	// Drain bounds the wait, after Duration, for every committed message
 	// to be applied and the outbox to be empty of pending and parked
 	// messages (90s).
@@ -122,6 +125,11 @@ func orDefault(n, def int) int {
 	}
 	return n
 }
+
+// crashAt are the messages (counted as the consumer applies them) after
+// whose commit the consumer acts as one that died before its ack: the
+// broker delivers them again, and the inbox must drop them.
+var crashAt = [2]int64{40, 120}
 
 // The topic every message goes to, under the broker's subject prefix.
 const topic = "orders"
@@ -212,6 +220,7 @@ const (
 	cBrokerDownFetch = "consumer fetches failed (broker down)"
 	cPublishFailures = "publishes failed, retried (outbox attempts)"
 	cPublishErrors   = "publishes failed (relay logs)"
+	cAcksLost        = "consumer crashes between commit and ack"
 	cBrokerDups      = "stream messages beyond one per committed"
 )
 
@@ -535,11 +544,17 @@ func (r *run[TTx]) consume(ctx context.Context) {
 			if err != nil {
 				continue
 			}
-			res, err := in.HandleTx(ctx, tx, d.ID, func(ctx context.Context) error {
+			write := func(ctx context.Context) error {
 				return db.TxExec(ctx, tx, fmt.Sprintf(
 					"INSERT INTO %s (okey, n, msg_id, seq) SELECT '%s', COALESCE(MAX(n), 0) + 1, '%s', %d FROM %s WHERE okey = '%s'",
 					effectsTable, d.Key, d.ID, d.Seq, effectsTable, d.Key))
-			})
+			}
+			var res sqlonce.Result
+			if r.cfg.NoInbox {
+				res.Outcome, err = sqlonce.FirstRun, write(ctx)
+			} else {
+				res, err = in.HandleTx(ctx, tx, d.ID, write)
+			}
 			if err != nil {
 				_ = db.Rollback(ctx, tx)
 				continue
@@ -549,9 +564,12 @@ func (r *run[TTx]) consume(ctx context.Context) {
 			}
 			if res.AlreadyDone() {
 				r.count(cDupsDropped, 1)
-			} else {
-				r.applied.Add(1)
-				r.count(cApplied, 1)
+				return nil
+			}
+			r.count(cApplied, 1)
+			if n := r.applied.Add(1); n == crashAt[0] || n == crashAt[1] {
+				r.count(cAcksLost, 1)
+				return errCrash
 			}
 			return nil
 		}
