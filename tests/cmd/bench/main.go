@@ -114,6 +114,9 @@ func main() {
 		}
 		return
 	}
+	if *outboxFlag {
+		os.Exit(mainOutbox(ctx, cfg, *jsPath))
+	}
 	rep, err := Run(ctx, cfg)
 	if err != nil {
 		// The schema and database are dropped by Run even on failure.
