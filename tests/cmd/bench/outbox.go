@@ -658,20 +658,25 @@ func relayPhase[TTx any](ctx context.Context, cfg OutboxConfig, b backend[TTx], 
 			if err != nil {
 				return nil, "", err
 			}
-			wctx, cancel := context.WithTimeout(ctx, cfg.AckTimeout)
-			err = v.acks.wait(wctx, ids)
-			cancel()
-			elapsed := time.Since(t0)
-			if err == nil {
-				err = settle(ctx, cfg, e, v)
-			}
+			err = delivered(ctx, cfg, e, v, ids)
 			if serr := stop(); err == nil {
 				err = serr
 			}
 			if err != nil {
 				return nil, "", fmt.Errorf("%s, drain: %w", v.id, err)
 			}
-			v.rates = append(v.rates, float64(len(ids))/elapsed.Seconds())
+			acked, lastAck := 0, t0
+			for _, id := range ids {
+				if at, ok := v.acks.at(id); ok {
+					acked++
+					if at.After(lastAck) {
+						lastAck = at
+					}
+				}
+			}
+			if acked > 0 {
+				v.rates = append(v.rates, float64(acked)/lastAck.Sub(t0).Seconds())
+			}
 
 			// Latency: the relays run, the producers commit at the rate.
 			if stop, err = start(); err != nil {
@@ -682,12 +687,7 @@ func relayPhase[TTx any](ctx context.Context, cfg OutboxConfig, b backend[TTx], 
 			ids, commitAt, txLat, err := produceMessages(ctx, cfg, e, produce, fmt.Sprintf("%s-%s-l%d", run, v.id, seq), n, cfg.Rate)
 			v.enqueued = append(v.enqueued, ids...)
 			if err == nil {
-				wctx, cancel := context.WithTimeout(ctx, cfg.AckTimeout)
-				err = v.acks.wait(wctx, ids)
-				cancel()
-			}
-			if err == nil {
-				err = settle(ctx, cfg, e, v)
+				err = delivered(ctx, cfg, e, v, ids)
 			}
 			if serr := stop(); err == nil {
 				err = serr
@@ -698,7 +698,10 @@ func relayPhase[TTx any](ctx context.Context, cfg OutboxConfig, b backend[TTx], 
 			lat := make([]time.Duration, 0, len(ids))
 			var first, last time.Time
 			for j, id := range ids {
-				at, _ := v.acks.at(id)
+				at, ok := v.acks.at(id)
+				if !ok {
+					continue // lost: counted from the stream below
+				}
 				lat = append(lat, at.Sub(commitAt[j]))
 				if first.IsZero() || commitAt[j].Before(first) {
 					first = commitAt[j]
@@ -724,10 +727,12 @@ func relayPhase[TTx any](ctx context.Context, cfg OutboxConfig, b backend[TTx], 
 		if err != nil {
 			return nil, "", fmt.Errorf("%s: read the stream: %w", v.id, err)
 		}
-		res := RelayResult{ID: v.id, Name: v.name, Relays: v.relays, RoundRates: v.rates,
-			MsgPerSec: median(v.rates), MsgPerSecMin: slices.Min(v.rates), MsgPerSecMax: slices.Max(v.rates),
+		res := RelayResult{ID: v.id, Name: v.name, Relays: v.relays, RoundRates: v.rates, MsgPerSec: median(v.rates),
 			P50Ms: median(v.p50), P99Ms: median(v.p99), RateAchieved: median(v.achieved), ProducerP99Ms: median(v.prodP99),
 			Enqueued: len(v.enqueued), PublishedAgain: v.acks.repeats()}
+		if len(v.rates) > 0 {
+			res.MsgPerSecMin, res.MsgPerSecMax = slices.Min(v.rates), slices.Max(v.rates)
+		}
 		for _, id := range v.enqueued {
 			if k := got[id]; k > 0 {
 				res.InStream++
@@ -791,6 +796,57 @@ func produceMessages[TTx any](ctx context.Context, cfg OutboxConfig, e *obEnv[TT
 	return ids, commitAt, txLat, nil
 }
 
+// delivered waits until the broker acknowledged every one of ids, or
+// the peer's own records say it has nothing left to publish and no ack
+// came for a while (the missing messages are lost: the stream count
+// says so), and then until the peer recorded its publishes (settle).
+// It fails only when neither happens within cfg.AckTimeout.
+func delivered[TTx any](ctx context.Context, cfg OutboxConfig, e *obEnv[TTx], v *relayVariant, ids []string) error {
+	deadline := time.Now().Add(cfg.AckTimeout)
+	grace := time.Second + 10*cfg.Poll
+	var idleSince time.Time
+	lastAcks := -1
+	for {
+		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		err := v.acks.wait(wctx, ids)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		n, err := backlog(ctx, e, v)
+		if err != nil {
+			return err
+		}
+		acks := v.acks.count()
+		if n > 0 || acks != lastAcks {
+			idleSince, lastAcks = time.Time{}, acks
+			continue
+		}
+		if idleSince.IsZero() {
+			idleSince = time.Now()
+		} else if time.Since(idleSince) > grace {
+			cfg.logf("%s: %s: nothing left to publish by its own records, messages not acknowledged: lost", e.name, v.id)
+			break
+		}
+	}
+	return settle(ctx, cfg, e, v)
+}
+
+// backlog is what the peer's own records still have to publish.
+func backlog[TTx any](ctx context.Context, e *obEnv[TTx], v *relayVariant) (int64, error) {
+	if v.watermill {
+		return e.wmBacklog(ctx, v.fwdTopic)
+	}
+	st, err := e.store.Stats(ctx)
+	return st.Pending, err
+}
+
 // settle waits, after the broker acknowledged everything, until the peer
 // recorded it in the database too (sqlonce: nothing pending; watermill:
 // its consumer group's offset past every row), so that the next run
@@ -799,15 +855,7 @@ func produceMessages[TTx any](ctx context.Context, cfg OutboxConfig, e *obEnv[TT
 func settle[TTx any](ctx context.Context, cfg OutboxConfig, e *obEnv[TTx], v *relayVariant) error {
 	deadline := time.Now().Add(cfg.AckTimeout)
 	for {
-		var n int64
-		var err error
-		if v.watermill {
-			n, err = e.wmBacklog(ctx, v.fwdTopic)
-		} else {
-			var st outbox.Stats
-			st, err = e.store.Stats(ctx)
-			n = st.Pending
-		}
+		n, err := backlog(ctx, e, v)
 		if err != nil {
 			return err
 		}

@@ -167,6 +167,13 @@ func (a *ackLog) at(id string) (time.Time, bool) {
 	return t, ok
 }
 
+// count is how many ids were acknowledged.
+func (a *ackLog) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.first)
+}
+
 func (a *ackLog) repeats() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,8 +64,21 @@ func TestOutboxComparison(t *testing.T) {
 				t.Logf("%-24s %6.0f msg/s p50 %.1f ms p99 %.1f ms: enqueued %d, in the stream %d, lost %d, stored twice %d, published again %d",
 					r.Name, r.MsgPerSec, r.P50Ms, r.P99Ms, r.Enqueued, r.InStream, r.Lost, r.StreamDuplicates, r.PublishedAgain)
 				want := cfg.Rounds * (cfg.Messages + int(float64(cfg.Rate)*cfg.LatencyRun.Seconds()))
-				if r.Enqueued != want || r.InStream != want || r.Lost != 0 {
-					t.Errorf("%s: enqueued %d, in the stream %d, lost %d; want %d, %d, 0", r.ID, r.Enqueued, r.InStream, r.Lost, want, want)
+				if r.Enqueued != want || r.InStream+r.Lost != want {
+					t.Errorf("%s: enqueued %d, in the stream %d, lost %d; want %d committed, each in the stream or lost", r.ID, r.Enqueued, r.InStream, r.Lost, want)
+				}
+				switch {
+				case r.Lost == 0:
+				case db == "mysql" && strings.HasPrefix(r.ID, "watermill-"):
+					// watermill-sql's MySQL subscriber reads `offset` > the
+					// group's acked offset; an AUTO_INCREMENT offset taken
+					// by a transaction that commits after a later one was
+					// read and acknowledged stays behind the offset for
+					// good. RunOutbox ends the wait only when the peer's
+					// own records have nothing left to publish.
+					t.Logf("%s: %d committed messages skipped by the consumer group's offset, never published", r.ID, r.Lost)
+				default:
+					t.Errorf("%s: %d committed messages never reached the stream", r.ID, r.Lost)
 				}
 				if r.StreamDuplicates != 0 {
 					t.Errorf("%s: %d messages stored twice despite Nats-Msg-Id", r.ID, r.StreamDuplicates)
