@@ -215,6 +215,10 @@ type RelayResult struct {
 
 // mainOutbox is main for -outbox.
 func mainOutbox(ctx context.Context, cfg Config, jsPath string) int {
+	if cfg.Latency > 0 || len(cfg.Only) > 0 {
+		fmt.Fprintln(os.Stderr, "bench: -outbox takes neither -latency nor -only")
+		return 2
+	}
 	oc := DefaultOutboxConfig()
 	oc.Databases, oc.PostgresDSN, oc.MySQLDSN = cfg.Databases, cfg.PostgresDSN, cfg.MySQLDSN
 	oc.Clients, oc.Rounds, oc.Duration, oc.Warmup, oc.Seed, oc.Progress = cfg.Clients, cfg.Rounds, cfg.Duration, cfg.Warmup, cfg.Seed, cfg.Progress
