@@ -210,6 +210,12 @@ func WithRetention(d time.Duration) RelayOption {
 // never an error that stops the relay). Errors of the database are
 // reported and retried at the next round.
 //
+// A panic in p.Publish does not crash the program: the relay recovers it
+// in the goroutine of that publish and counts it as a failed publish,
+// whose error says "panic: " and the panic's value (Info.LastError, the
+// Observer's "Publish" event), retried after a backoff and parked after
+// WithRetry's attempts like any other failure.
+//
 // A round follows a full batch at once; otherwise the relay waits for
 // WithPollInterval, or, where the engine can tell it that a message
 // committed (PostgreSQL's LISTEN/NOTIFY, on a connection of its own; not
@@ -405,7 +411,7 @@ func (r *relay[TTx]) round(ctx context.Context) (full, sent bool) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			o.op.WorkStart()
-			o.err = r.p.Publish(pctx, o.m)
+			o.err = publish(pctx, r.p, o.m)
 			o.op.WorkEnd()
 		}()
 	}
@@ -445,6 +451,18 @@ func (r *relay[TTx]) round(ctx context.Context) (full, sent bool) {
 		r.record(ctx, mctx, &outs[i])
 	}
 	return len(claimed) == r.o.batch, sent
+}
+
+// publish calls p.Publish(ctx, m), and turns a panic in it into the
+// publish's error, "panic: " and the value: a failed publish, retried and
+// parked like any other, that does not bring the program down.
+func publish(ctx context.Context, p Publisher, m Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return p.Publish(ctx, m)
 }
 
 // record reports a publish, and records it when it failed.

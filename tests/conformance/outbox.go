@@ -561,6 +561,91 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		wantOutcome(t, "poison enqueued again", res, err, sqlonce.FirstRun, nil)
 	})
 
+	t.Run("PublisherPanics", func(t *testing.T) {
+		// A panic in the Publisher is a failed publish, not a crash: the
+		// relay goes on, backs the message off and parks it in the end.
+		ctx := ctxT(t)
+		db := f(t, 0)
+		log := &outboxEvents{}
+		s, err := outbox.New(sqlonce.Observe(db.Driver(), log))
+		must(t, err)
+		rec := newOutboxRecorder()
+		var mu sync.Mutex
+		calls := map[string]int{}
+		p := outbox.PublisherFunc(func(ctx context.Context, m outbox.Message) error {
+			mu.Lock()
+			calls[m.ID]++
+			call := calls[m.ID]
+			mu.Unlock()
+			switch {
+			case m.ID == "boom":
+				panic(fmt.Sprintf("publisher bug on %s, call %d", m.ID, call))
+			case m.ID == "once" && call == 1:
+				var nilMap map[string]int
+				nilMap[m.ID]++ // a runtime error: assignment to entry in nil map
+			}
+			return rec.Publish(ctx, m)
+		})
+		for i, m := range []outbox.Message{outboxMsg("boom", "k", 1), outboxMsg("after-boom", "k", 2), outboxMsg("once", "o", 1), outboxMsg("fine", "f", 1)} {
+			res, err := outboxEnqueue(ctx, db, s, m, false)
+			wantOutcome(t, fmt.Sprint("enqueue ", i), res, err, sqlonce.FirstRun, nil)
+		}
+		stop := startRelay(ctx, t, s, p, fastRelay(outbox.WithRetry(3, time.Millisecond, 4*time.Millisecond))...)
+		waitOutbox(ctx, t, "boom parked", func() bool { return len(log.find("Park", sqlonce.EventError)) == 1 })
+		waitOutbox(ctx, t, "once and fine sent", func() bool {
+			a, _ := rec.count("once")
+			b, _ := rec.count("fine")
+			return a == 1 && b == 1
+		})
+		// The relay still runs: a message enqueued now leaves.
+		res, err := outboxEnqueue(ctx, db, s, outboxMsg("later", "l", 1), false)
+		wantOutcome(t, "later", res, err, sqlonce.FirstRun, nil)
+		waitOutbox(ctx, t, "later sent", func() bool {
+			inf, err := s.Get(ctx, "later")
+			must(t, err)
+			return inf.State == outbox.Sent
+		})
+		stop()
+
+		inf, err := s.Get(ctx, "boom")
+		must(t, err)
+		if inf.State != outbox.Parked || inf.Attempts != 3 || !strings.HasPrefix(inf.LastError, "panic: publisher bug on boom") {
+			t.Fatalf("Get(boom): state %v attempts %d last error %q, want parked after 3 attempts with the panic", inf.State, inf.Attempts, inf.LastError)
+		}
+		if _, n := rec.count("after-boom"); n != 0 {
+			t.Fatalf("after-boom published %d times while boom, before it, is parked", n)
+		}
+		inf, err = s.Get(ctx, "once")
+		must(t, err)
+		if inf.State != outbox.Sent {
+			t.Fatalf("Get(once): state %v, want sent after the panic of its first publish", inf.State)
+		}
+		mu.Lock()
+		nBoom, nOnce := calls["boom"], calls["once"]
+		mu.Unlock()
+		if nBoom != 3 || nOnce != 2 {
+			t.Fatalf("published boom %d times and once %d times, want 3 and 2", nBoom, nOnce)
+		}
+		var boom, once []int
+		for _, e := range log.find("Publish", sqlonce.EventError) {
+			switch msg := fmt.Sprint(e.Err); {
+			case strings.HasPrefix(msg, "panic: publisher bug on boom"):
+				boom = append(boom, e.Attempts)
+			case strings.HasPrefix(msg, "panic: ") && strings.Contains(msg, "nil map"):
+				once = append(once, e.Attempts)
+			default:
+				t.Errorf("Publish event with error %v, want a panic's", e.Err)
+			}
+		}
+		slices.Sort(boom)
+		if !slices.Equal(boom, []int{1, 2, 3}) || !slices.Equal(once, []int{1}) {
+			t.Errorf("failed publishes reported with attempts boom %v once %v, want [1 2 3] and [1]", boom, once)
+		}
+		if park := log.find("Park", sqlonce.EventError)[0]; !strings.Contains(fmt.Sprint(park.Err), "panic: publisher bug on boom") {
+			t.Errorf("Park event: %v, want the panic", park.Err)
+		}
+	})
+
 	t.Run("LeaseLost", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
