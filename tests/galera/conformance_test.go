@@ -56,11 +56,11 @@ var singleNode = map[string]string{
 }
 
 // ciGroups are the groups run by default: those that read across
-// transactions what another node wrote (leases, tokens, inbox), in about a
+// transactions what another node wrote (leases, tokens, inbox, outbox), in about a
 // minute. Every database the suite creates is a round of DDL through the
 // whole cluster, which makes the whole suite take about three minutes;
 // AllEnv=all runs it.
-var ciGroups = []string{"DedupeLease", "DedupeLeaseDeadline", "DedupeSteps", "Token", "Inbox", "InboxBatch", "DedupeSameTx", "DedupeResponseNil", "NilTx", "Observe", "OutboxDriver"}
+var ciGroups = []string{"DedupeLease", "DedupeLeaseDeadline", "DedupeSteps", "Token", "Inbox", "InboxBatch", "DedupeSameTx", "DedupeResponseNil", "NilTx", "Observe", "OutboxDriver", "Outbox"}
 
 // AllEnv, set to "all", runs every conformance group on the cluster.
 const AllEnv = "SQLONCE_GALERA_CONFORMANCE"
