@@ -15,6 +15,14 @@
 //
 // The subject must belong to a stream: with none, JetStream does not
 // answer and Publish returns an error wrapping jetstream.ErrNoStreamResponse.
+// The relay retries that error, with its backoff, and parks the message
+// only after its last attempt: a stream that exists but has no leader for
+// the moment (a cluster electing one, a server restarting) answers the
+// same, and so does a stream created a little later. A message Publish
+// refuses before sending it (an invalid subject or header, see Publish)
+// cannot be sent by any retry: that error matches outbox.ErrPermanent as
+// well as sqlonce.ErrInvalidArgument, and the relay parks the message at
+// once.
 //
 // The package is a module of its own (github.com/sqlonce/sqlonce/outbox/natsjs),
 // so that the library links no broker client.

@@ -96,37 +96,40 @@ func New(js jetstream.JetStream, opts ...Option) (*Publisher, error) {
 // message's headers, then the key header is set to m.Key (when not empty)
 // and Nats-Msg-Id to m.ID, replacing headers of those names.
 //
-// It returns sqlonce.ErrInvalidArgument, before sending anything, for an
-// empty m.ID, a subject NATS refuses (empty tokens, whitespace,
-// wildcards) and a header name or value that cannot be sent as it is (a
-// name with a colon, a space or a control character; a value with CR or
-// LF); the broker's error otherwise (among them jetstream.ErrNoStreamResponse
-// when no stream holds the subject, and ctx's error). Without a deadline
+// It returns an error matching sqlonce.ErrInvalidArgument and
+// outbox.ErrPermanent (the relay parks the message at once: publishing it
+// again cannot succeed), before sending anything, for an empty m.ID, a
+// subject NATS refuses (empty tokens, whitespace, wildcards) and a header
+// name or value that cannot be sent as it is (a name with a colon, a
+// space or a control character; a value with CR or LF); the broker's
+// error otherwise, which the relay retries (among them
+// jetstream.ErrNoStreamResponse when no stream holds the subject, and
+// ctx's error). Without a deadline
 // in ctx, the JetStream context's default timeout (5 s) bounds the wait.
 // After an error the message may still have been stored: publish it again
 // with the same m.ID.
 func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	if m.ID == "" {
-		return fmt.Errorf("%w: natsjs: message without an ID", sqlonce.ErrInvalidArgument)
+		return invalid("natsjs: message without an ID")
 	}
 	subject := p.prefix + m.Topic
 	if err := checkSubject(subject); err != nil {
-		return fmt.Errorf("%w: natsjs: message %q: subject %q: %v", sqlonce.ErrInvalidArgument, m.ID, subject, err)
+		return invalid("natsjs: message %q: subject %q: %v", m.ID, subject, err)
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = m.Payload
 	for k, v := range m.Headers {
 		if err := checkHeaderName(k); err != nil {
-			return fmt.Errorf("%w: natsjs: message %q: header %q: %v", sqlonce.ErrInvalidArgument, m.ID, k, err)
+			return invalid("natsjs: message %q: header %q: %v", m.ID, k, err)
 		}
 		if strings.ContainsAny(v, "\r\n") {
-			return fmt.Errorf("%w: natsjs: message %q: header %q: the value holds CR or LF", sqlonce.ErrInvalidArgument, m.ID, k)
+			return invalid("natsjs: message %q: header %q: the value holds CR or LF", m.ID, k)
 		}
 		msg.Header.Set(k, v)
 	}
 	if m.Key != "" {
 		if strings.ContainsAny(m.Key, "\r\n") {
-			return fmt.Errorf("%w: natsjs: message %q: the key holds CR or LF", sqlonce.ErrInvalidArgument, m.ID)
+			return invalid("natsjs: message %q: the key holds CR or LF", m.ID)
 		}
 		msg.Header.Set(p.keyHeader, m.Key)
 	}
@@ -176,4 +179,11 @@ func checkHeaderName(name string) error {
 		}
 	}
 	return nil
+}
+
+// invalid is the error of a message Publish refuses before sending it:
+// sqlonce.ErrInvalidArgument, and outbox.Permanent, since publishing it
+// again cannot succeed: the relay parks it at once.
+func invalid(format string, args ...any) error {
+	return outbox.Permanent(fmt.Errorf("%w: %s", sqlonce.ErrInvalidArgument, fmt.Sprintf(format, args...)))
 }

@@ -12,6 +12,14 @@
 // m.Headers its headers, and m.Key rides in the header KeyHeader
 // (WithKeyHeader names another).
 //
+// ErrUnroutable is not permanent: the relay retries it with its backoff
+// and parks the message only after its last attempt, since a queue or a
+// binding declared meanwhile (a consumer deployed after its producer)
+// routes the message; a missing exchange (404 NOT_FOUND) and a nack are
+// retried too. Only a message Publish refuses before sending it (an empty
+// m.ID, a routing key over 255 bytes) is parked at once: that error
+// matches outbox.ErrPermanent.
+//
 // RabbitMQ does not drop a message published twice, as a relay does after
 // a lost confirm or a crash: the consumer applies each message once with
 // package inbox, keyed by the delivery's MessageId.

@@ -200,18 +200,21 @@ func New(url string, opts ...Option) (*Publisher, error) {
 // bound to the routing key), ErrNacked for a negative confirm, the
 // channel's error when the broker closed the channel (a missing exchange:
 // 404 NOT_FOUND), the connection's when it is lost, ctx's error,
-// ErrClosed after Close, and sqlonce.ErrInvalidArgument, before sending
-// anything, for an empty m.ID or a m.Topic over 255 bytes. Without a deadline
+// ErrClosed after Close: the relay retries all of them, with its
+// backoff. Before sending anything, it returns an error matching
+// sqlonce.ErrInvalidArgument and outbox.ErrPermanent for an empty m.ID or
+// a m.Topic over 255 bytes: no retry can send that message, and the relay
+// parks it at once. Without a deadline
 // in ctx, the wait is bounded by WithTimeout. After an error the message
 // may still have reached a queue: RabbitMQ does not dedupe, so a consumer
 // applies each message once with package inbox, by m.ID (the delivery's
 // MessageId).
 func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	if m.ID == "" {
-		return fmt.Errorf("%w: rabbitmq: message without an ID", sqlonce.ErrInvalidArgument)
+		return invalid("rabbitmq: message without an ID")
 	}
 	if len(m.Topic) > 255 {
-		return fmt.Errorf("%w: rabbitmq: message %q: routing key of %d bytes (at most 255)", sqlonce.ErrInvalidArgument, m.ID, len(m.Topic))
+		return invalid("rabbitmq: message %q: routing key of %d bytes (at most 255)", m.ID, len(m.Topic))
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -292,6 +295,13 @@ func (p *Publisher) Publish(ctx context.Context, m outbox.Message) error {
 	}
 	s.put(cc)
 	return nil
+}
+
+// invalid is the error of a message Publish refuses before sending it:
+// sqlonce.ErrInvalidArgument, and outbox.Permanent, since publishing it
+// again cannot succeed: the relay parks it at once.
+func invalid(format string, args ...any) error {
+	return outbox.Permanent(fmt.Errorf("%w: %s", sqlonce.ErrInvalidArgument, fmt.Sprintf(format, args...)))
 }
 
 // Close closes the connection; Publish then returns ErrClosed, and the

@@ -197,8 +197,8 @@ func TestNATS(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = pub.Publish(ctx, outbox.Message{ID: "lost-1", Topic: "nostream.x"})
-		if !errors.Is(err, jetstream.ErrNoStreamResponse) {
-			t.Fatalf("publish to a subject of no stream: %v, want jetstream.ErrNoStreamResponse", err)
+		if !errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, outbox.ErrPermanent) {
+			t.Fatalf("publish to a subject of no stream: %v, want jetstream.ErrNoStreamResponse, not permanent", err)
 		}
 	})
 
@@ -233,8 +233,8 @@ func TestNATS(t *testing.T) {
 			"header value":   {ID: "x", Topic: "once.x", Headers: map[string]string{"a": "v\r\nX: y"}},
 			"key with CR LF": {ID: "x", Topic: "once.x", Key: "k\r\n"},
 		} {
-			if err := pub.Publish(ctx, m); !errors.Is(err, sqlonce.ErrInvalidArgument) {
-				t.Errorf("Publish %s: %v", name, err)
+			if err := pub.Publish(ctx, m); !errors.Is(err, sqlonce.ErrInvalidArgument) || !errors.Is(err, outbox.ErrPermanent) {
+				t.Errorf("Publish %s: %v, want ErrInvalidArgument and ErrPermanent", name, err)
 			}
 		}
 	})

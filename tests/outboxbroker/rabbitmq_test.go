@@ -131,8 +131,8 @@ func TestRabbitMQ(t *testing.T) {
 		pub := newRabbit(t, s.URL, rabbitmq.WithMaxChannels(1), rabbitmq.WithKeyHeader("Order-Key"))
 		for i := range 3 {
 			err := pub.Publish(ctx, outbox.Message{ID: fmt.Sprintf("u-%d", i), Topic: "no-such-queue", Key: "k"})
-			if !errors.Is(err, rabbitmq.ErrUnroutable) {
-				t.Fatalf("publish to a routing key no queue takes: %v, want ErrUnroutable", err)
+			if !errors.Is(err, rabbitmq.ErrUnroutable) || errors.Is(err, outbox.ErrPermanent) {
+				t.Fatalf("publish to a routing key no queue takes: %v, want ErrUnroutable, not permanent", err)
 			}
 			if err := pub.Publish(ctx, outbox.Message{ID: fmt.Sprintf("a-%d", i), Topic: "after-unroutable", Key: "k"}); err != nil {
 				t.Fatalf("publish after an unroutable one: %v", err)
@@ -170,7 +170,7 @@ func TestRabbitMQ(t *testing.T) {
 		for i := range 2 {
 			err := pub.Publish(ctx, outbox.Message{ID: fmt.Sprintf("x-%d", i), Topic: "once"})
 			var ae *amqp.Error
-			if !errors.As(err, &ae) || ae.Code != amqp.NotFound {
+			if !errors.As(err, &ae) || ae.Code != amqp.NotFound || errors.Is(err, outbox.ErrPermanent) {
 				t.Fatalf("publish %d to a missing exchange: %v, want a 404 channel error", i, err)
 			}
 		}
@@ -198,8 +198,8 @@ func TestRabbitMQ(t *testing.T) {
 			"no id":             {Topic: "once"},
 			"routing key > 255": {ID: "x", Topic: strings.Repeat("k", 256)},
 		} {
-			if err := pub.Publish(ctx, m); !errors.Is(err, sqlonce.ErrInvalidArgument) {
-				t.Errorf("Publish %s: %v", name, err)
+			if err := pub.Publish(ctx, m); !errors.Is(err, sqlonce.ErrInvalidArgument) || !errors.Is(err, outbox.ErrPermanent) {
+				t.Errorf("Publish %s: %v, want ErrInvalidArgument and ErrPermanent", name, err)
 			}
 		}
 	})
