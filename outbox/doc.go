@@ -20,19 +20,44 @@
 //     also hands the ID to brokers that dedupe by it (JetStream's
 //     Nats-Msg-Id).
 //   - Order per key: the messages of one Message.Key reach the Publisher
-//     one after the other in the order they were enqueued (committed), the
-//     next one only once the broker confirmed the one before, even with
-//     several relays. Messages of different keys, and those of an empty
-//     Key, are published in parallel, in no set order. A message that
-//     keeps failing is parked and holds back the later messages of its
-//     key (and only those) until an operator re-drives it (Redrive) or
-//     forgets it (Forget).
+//     one after the other in the order they were enqueued, the next one
+//     only once the broker confirmed the one before, even with several
+//     relays. Messages of different keys, and those of an empty Key, are
+//     published in parallel, in no set order. A message that keeps
+//     failing is parked and holds back the later messages of its key (and
+//     only those) until an operator re-drives it (Redrive) or forgets it
+//     (Forget). See "Order of enqueue, order of commit" below.
+
 //   - On a failed publish the message is published again after a backoff
 //     that grows with each failure (WithRetry), parked after the last
 //     attempt, or at once for an error wrapped by Permanent. A relay whose
 //     database fails retries at its next round; a relay that stops (its
 //     context ends, the process dies) leaves its messages leased until
 //     the lease lapses (WithLease), and then another relay publishes them.
+//
+// # Order of enqueue, order of commit
+//
+// The order of a key is the order of Enqueue: each message takes a
+// sequence number when it is inserted, and a relay publishes the
+// committed messages of a key in that order. Within one transaction that
+// is the order of its Enqueue calls. Across transactions it is also the
+// order in which they commit when the producers of a key serialize on a
+// row of their own, the entity's row that the key names: lock it (SELECT
+// ... FOR UPDATE) or update it (an order's status, its version) before
+// Enqueue, as a state change does anyway. The second transaction then
+// waits for the first to commit before it enqueues, and its message
+// comes after the first's. (On SQLite, where one transaction writes at a
+// time, the order of enqueue is always the order of commit.)
+//
+// When producers of one key do not serialize, two transactions that
+// enqueue for the key at the same time may commit in the other order
+// than they inserted, and their two messages may reach the Publisher in
+// either order: in the order of insertion when both committed before a
+// relay looked, but the later one first when it committed, and a relay
+// published it, while the earlier one was still uncommitted (a relay
+// sees only committed messages). No order is lost that the application
+// had: neither transaction saw the other's write. If the consumer needs
+// one, make the producers serialize on the entity's row.
 //
 // # Use
 //

@@ -15,8 +15,9 @@ type Message struct {
 	Topic string
 	// Key is the ordering key, at most 255 bytes: the messages of one key
 	// are published one after the other, each once the broker confirmed
-	// the one before, in the order they were enqueued. An empty Key
-	// orders nothing.
+	// the one before, in the order they were enqueued (the order of
+	// commit when the producers of a key serialize on the entity's row:
+	// see the package's doc). An empty Key orders nothing.
 	Key string
 	// Payload is the message's body.
 	Payload []byte

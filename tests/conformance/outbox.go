@@ -468,6 +468,86 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 
+	t.Run("SerializedProducersCommitOrder", func(t *testing.T) {
+		// Producers of one key that serialize on the entity's row (an
+		// UPDATE before Enqueue) enqueue in the order they commit: the
+		// messages of a key reach the Publisher in the order of the row's
+		// versions, with relays publishing while producers race.
+		ctx := ctxT(t)
+		const (
+			keys      = 3
+			producers = 8
+			each      = 6
+		)
+		db := f(t, 32)
+		s, err := outbox.New(db.Driver())
+		must(t, err)
+		for k := range keys {
+			code := fmt.Sprintf("entity-%d", k)
+			_, err := retryTx(ctx, db, harness.Default, func(tx TTx) error {
+				_, err := db.Tx(tx).OrderInsert(ctx, code, code, 0)
+				return err
+			})
+			must(t, err)
+		}
+		p := newOutboxRecorder()
+		for range 2 {
+			startRelay(ctx, t, s, p, fastRelay(outbox.WithConcurrency(4))...)
+		}
+		errs := race(producers, func(i int) error {
+			for j := range each {
+				k := (i + j) % keys
+				code := fmt.Sprintf("entity-%d", k)
+				_, err := retryTx(ctx, db, harness.Default, func(tx TTx) error {
+					// The entity's row, locked by the update until COMMIT.
+					if err := db.TxExec(ctx, tx, "UPDATE orders SET amount = amount + 1 WHERE code = '"+code+"'"); err != nil {
+						return err
+					}
+					o, err := db.Tx(tx).OrderGetByCode(ctx, code)
+					if err != nil {
+						return err
+					}
+					m := outboxMsg(fmt.Sprintf("%s-v%d", code, o.Amount), code, int(o.Amount))
+					_, err = s.Enqueue(ctx, tx, m)
+					return err
+				})
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		noErrors(t, errs)
+		if t.Failed() {
+			t.FailNow()
+		}
+		total := producers * each
+		waitOutbox(ctx, t, "every message marked sent", func() bool {
+			st, err := s.Stats(ctx)
+			must(t, err)
+			return st.Sent == int64(total)
+		})
+		got := map[string][]int{}
+		for _, m := range p.snapshot() {
+			v, _ := strconv.Atoi(string(m.Payload))
+			got[m.Key] = append(got[m.Key], v)
+		}
+		n := 0
+		for k := range keys {
+			key := fmt.Sprintf("entity-%d", k)
+			vs := got[key]
+			n += len(vs)
+			for i, v := range vs {
+				if v != i+1 {
+					t.Fatalf("key %s published versions %v, want 1, 2, 3... (the commit order)", key, vs)
+				}
+			}
+		}
+		if n != total {
+			t.Fatalf("%d messages published, want %d", n, total)
+		}
+	})
+
 	t.Run("ParkRedrive", func(t *testing.T) {
 		ctx := ctxT(t)
 		db := f(t, 0)
