@@ -40,5 +40,5 @@ func ExampleUp() {
 		panic(err)
 	}
 	fmt.Println("version:", v, "table:", migrations.TableName)
-	// Output: version: 3 table: sqlonce_goose_db_version
+	// Output: version: 4 table: sqlonce_goose_db_version
 }
