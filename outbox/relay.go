@@ -92,7 +92,7 @@ func WithBatchSize(n int) RelayOption {
 // found nothing to publish (DefaultPollInterval otherwise, and for 0;
 // sqlonce.ErrInvalidArgument below 1ms). Where the engine wakes the relay
 // when a message commits (PostgreSQL's LISTEN/NOTIFY) the poll is the
-// fallback; a batch that came back full is followed by a claim at once.
+// fallback; a claim that found messages is followed by another at once.
 func WithPollInterval(d time.Duration) RelayOption {
 	return func(o *relayOptions) error {
 		if d == 0 {
@@ -216,7 +216,9 @@ func WithRetention(d time.Duration) RelayOption {
 // Observer's "Publish" event), retried after a backoff and parked after
 // WithRetry's attempts like any other failure.
 //
-// A round follows a full batch at once; otherwise the relay waits for
+// A round that claimed messages is followed by another at once (a claim
+// holds at most one message per key: a backlog of few keys drains in
+// rounds); after a claim that found none, the relay waits for
 // WithPollInterval, or, where the engine can tell it that a message
 // committed (PostgreSQL's LISTEN/NOTIFY, on a connection of its own; not
 // through PgBouncer in transaction mode), until then. From time to time
@@ -294,9 +296,13 @@ func (r *relay[TTx]) run(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		full, sent := r.round(ctx)
+		claimed, sent := r.round(ctx)
 		r.purge(ctx, sent)
-		if full {
+		if claimed {
+			// More may be due: the next message of each key just sent,
+			// the rest of a backlog larger than the batch. A message
+			// that failed is due after its backoff, which the next
+			// claim skips: it finds nothing, and the relay waits.
 			continue
 		}
 		poll.Reset(r.o.poll)
@@ -363,9 +369,9 @@ type outcome struct {
 }
 
 // round claims a batch, publishes it and records how each publish went.
-// It reports whether the batch was full, and whether it marked any
-// message sent.
-func (r *relay[TTx]) round(ctx context.Context) (full, sent bool) {
+// It reports whether the claim returned any message, and whether it
+// marked any message sent.
+func (r *relay[TTx]) round(ctx context.Context) (claimedAny, sent bool) {
 	e := r.s.engine
 	var (
 		start   time.Time // before the claim's attempt that succeeded
@@ -450,7 +456,7 @@ func (r *relay[TTx]) round(ctx context.Context) (full, sent bool) {
 	for i := range outs {
 		r.record(ctx, mctx, &outs[i])
 	}
-	return len(claimed) == r.o.batch, sent
+	return true, sent
 }
 
 // publish calls p.Publish(ctx, m), and turns a panic in it into the

@@ -878,6 +878,44 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 
+	t.Run("DrainsOneKeyWithoutPolling", func(t *testing.T) {
+		// A claim returns at most one message per key: a backlog of one
+		// key drains one message a round. The relay claims again at once
+		// after a round that claimed something; were it to wait for its
+		// poll (an hour here) after a short batch, the case's context
+		// would end first. Everything is enqueued before the relay starts,
+		// so no notification (PostgreSQL) wakes it between rounds.
+		ctx := ctxT(t)
+		db := f(t, 0)
+		s, err := outbox.New(db.Driver())
+		must(t, err)
+		const n = 50
+		want := make([]string, n)
+		for i := range n {
+			want[i] = fmt.Sprint("one-", i)
+			res, err := outboxEnqueue(ctx, db, s, outboxMsg(want[i], "one", i), false)
+			wantOutcome(t, want[i], res, err, sqlonce.FirstRun, nil)
+		}
+		p := newOutboxRecorder()
+		stop := startRelay(ctx, t, s, p, outbox.WithPollInterval(time.Hour))
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		waitOutbox(wctx, t, fmt.Sprint(n, " messages of one key published"), func() bool { return len(p.snapshot()) >= n })
+		stop()
+		var ids []string
+		for _, m := range p.snapshot() {
+			ids = append(ids, m.ID)
+		}
+		if !slices.Equal(ids, want) {
+			t.Fatalf("published %v, want %v", ids, want)
+		}
+		st, err := s.Stats(ctx)
+		must(t, err)
+		if st.Pending != 0 || st.Sent != n {
+			t.Fatalf("Stats: %+v, want %d sent", st, n)
+		}
+	})
+
 	t.Run("Listen", func(t *testing.T) {
 		db := f(t, 0)
 		ctx := ctxT(t)
