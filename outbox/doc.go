@@ -71,6 +71,13 @@
 // commit; elsewhere, and through PgBouncer in transaction mode, it polls
 // (WithPollInterval).
 //
+// The notification has a cost on PostgreSQL: a transaction that notifies
+// holds a lock of the whole cluster through its COMMIT, so that
+// notifying transactions commit one at a time. With many concurrent
+// writers, a Store made with WithoutNotify enqueues without it: nothing
+// is serialized, and its messages leave at the relays' next poll (up to
+// WithPollInterval after the commit) instead of within milliseconds.
+//
 // Operators watch Stats (the backlog, the age of the oldest pending
 // message, the parked messages) and mend with Get, List, Redrive and
 // Forget; every operation is reported to the driver's Observer

@@ -25,13 +25,32 @@ type Store[TTx any] struct {
 	engine   driver.Engine[TTx]
 	caps     driver.Capabilities[TTx]
 	observer sqlonce.Observer
+	noNotify bool
 }
 
-// Option configures a Store. No option exists yet: the shape is kept so
-// that one can be added without changing New.
+// Option configures a Store.
 type Option func(*options) error
 
-type options struct{}
+type options struct {
+	noNotify bool
+}
+
+// WithoutNotify makes Enqueue add messages without waking the relays
+// (PostgreSQL's NOTIFY; other engines never notify). By default, on
+// PostgreSQL, an enqueued message leaves within milliseconds of its
+// commit, but every transaction that notifies takes a lock of the whole
+// cluster at its COMMIT and holds it until the commit is durable:
+// notifying transactions commit one at a time, which caps a producer with many
+// concurrent writers (docs/benchmarks.md, "Outbox"). With WithoutNotify
+// nothing is serialized, and the relays find the messages at their next
+// poll (WithPollInterval), or sooner when another Store's notification
+// wakes them. Relays need no option: they listen and poll either way.
+func WithoutNotify() Option {
+	return func(o *options) error {
+		o.noNotify = true
+		return nil
+	}
+}
 
 // New returns a Store on the given driver. It returns an error matching
 // sqlonce.ErrInvalidArgument for a nil driver or one not built by its
@@ -50,7 +69,7 @@ func New[TTx any](d sqlonce.Driver[TTx], opts ...Option) (*Store[TTx], error) {
 		}
 	}
 	e := d.Engine()
-	return &Store[TTx]{engine: e, caps: e.Capabilities(), observer: obs.Of(d)}, nil
+	return &Store[TTx]{engine: e, caps: e.Capabilities(), observer: obs.Of(d), noNotify: o.noNotify}, nil
 }
 
 // Enqueue adds m to the outbox in tx, the caller's transaction, beside the
@@ -82,6 +101,7 @@ func (s *Store[TTx]) Enqueue(ctx context.Context, tx TTx, m Message) (res sqlonc
 	if err != nil {
 		return sqlonce.Result{}, err
 	}
+	dm.NoNotify = s.noNotify
 	inserted, stored, err := s.engine.OutboxInsert(ctx, tx, dm, testclock.Now(ctx))
 	op.Decided()
 	switch {

@@ -13,14 +13,26 @@ import (
 )
 
 // OutboxInsert is one statement: the INSERT ... ON CONFLICT DO NOTHING and
-// the pg_notify beside it (queries/postgres/outbox.sql). Only a taken id
-// costs a second one, the stored fingerprint's read.
+// the pg_notify beside it (queries/postgres/outbox.sql), or the INSERT
+// alone when m.NoNotify is set. Only a taken id costs a second one, the
+// stored fingerprint's read.
 func (e engine) OutboxInsert(ctx context.Context, tx pgx.Tx, m driver.OutboxMessage, now time.Time) (bool, []byte, error) {
-	inserted, err := e.q.OutboxInsert(ctx, e.on(tx), pgdb.OutboxInsertParams{
-		ID: m.ID, Topic: m.Topic, OrderingKey: m.OrderingKey, Payload: nonNil(m.Payload),
-		Headers: nonNil(m.Headers), Fingerprint: nonNil(m.Fingerprint), Now: pgNow(now),
-		Channel: driver.OutboxChannel,
-	})
+	insert := func() (bool, error) {
+		return e.q.OutboxInsert(ctx, e.on(tx), pgdb.OutboxInsertParams{
+			ID: m.ID, Topic: m.Topic, OrderingKey: m.OrderingKey, Payload: nonNil(m.Payload),
+			Headers: nonNil(m.Headers), Fingerprint: nonNil(m.Fingerprint), Now: pgNow(now),
+			Channel: driver.OutboxChannel,
+		})
+	}
+	if m.NoNotify {
+		insert = func() (bool, error) {
+			return e.q.OutboxInsertNoNotify(ctx, e.on(tx), pgdb.OutboxInsertNoNotifyParams{
+				ID: m.ID, Topic: m.Topic, OrderingKey: m.OrderingKey, Payload: nonNil(m.Payload),
+				Headers: nonNil(m.Headers), Fingerprint: nonNil(m.Fingerprint), Now: pgNow(now),
+			})
+		}
+	}
+	inserted, err := insert()
 	if err != nil || inserted {
 		return inserted, nil, err
 	}

@@ -30,7 +30,8 @@ type Outbox[TTx any] interface {
 	// nothing changed, when a message with m.ID is already in the table:
 	// stored is then that message's fingerprint, for the caller to tell a
 	// repeat from an id reused for another message. On PostgreSQL the
-	// same statement notifies OutboxChannel, delivered at COMMIT.
+	// same statement notifies OutboxChannel, delivered at COMMIT, unless
+	// m.NoNotify is set; other engines ignore NoNotify.
 	OutboxInsert(ctx context.Context, tx TTx, m OutboxMessage, now time.Time) (inserted bool, stored []byte, err error)
 	// OutboxClaim leases up to limit messages that are due: pending,
 	// available_at reached, not leased (or their lease lapsed), and the
@@ -102,6 +103,10 @@ type OutboxMessage struct {
 	// Fingerprint is a digest of the message package outbox computes, to
 	// tell a repeated Enqueue from an id reused for another message.
 	Fingerprint []byte
+	// NoNotify, read by OutboxInsert alone, inserts without notifying
+	// OutboxChannel (outbox.WithoutNotify); it is never stored, and
+	// false in what OutboxClaim, OutboxGet and OutboxList read.
+	NoNotify bool
 }
 
 // OutboxLease identifies a claimed message: its seq and the lease_token

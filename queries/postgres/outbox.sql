@@ -23,6 +23,25 @@ WITH ins AS (
 )
 SELECT EXISTS (SELECT 1 FROM notified)::boolean AS inserted;
 
+-- name: OutboxInsertNoNotify :one
+-- OutboxInsert without the notification (outbox.WithoutNotify): a
+-- notifying transaction takes a lock of the whole cluster at COMMIT,
+-- which commits the notifying transactions one at a time; relays find
+-- these messages by polling. false: its id is taken, nothing changed.
+WITH ins AS (
+    INSERT INTO sqlonce_outbox (
+        id, topic, ordering_key, payload, headers, fingerprint, available_at, created_at
+    ) VALUES (
+        sqlc.arg('id'), sqlc.arg('topic'), sqlc.arg('ordering_key'), sqlc.arg('payload'),
+        sqlc.arg('headers'), sqlc.arg('fingerprint'),
+        coalesce(sqlc.narg('now')::timestamptz, now()),
+        coalesce(sqlc.narg('now')::timestamptz, now())
+    )
+    ON CONFLICT (id) DO NOTHING
+    RETURNING seq
+)
+SELECT EXISTS (SELECT 1 FROM ins)::boolean AS inserted;
+
 -- name: OutboxFingerprint :one
 -- The fingerprint of the message OutboxInsert found in its way: a
 -- statement of its own, so that under READ COMMITTED it sees the row of

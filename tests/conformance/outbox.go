@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sqlonce/sqlonce"
 	"github.com/sqlonce/sqlonce/internal/driver"
 	"github.com/sqlonce/sqlonce/outbox"
@@ -916,6 +918,82 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 		}
 	})
 
+	t.Run("WithoutNotify", func(t *testing.T) {
+		// A Store made WithoutNotify enqueues without waking the relays
+		// (PostgreSQL's NOTIFY, which serializes the notifying commits);
+		// its messages are published at the relays' poll. The default
+		// Store notifies. A connection of the case's own listens on the
+		// channel; each enqueue's transaction sends a sentinel after it,
+		// delivered after the enqueue's notification if there is one
+		// (in order, at COMMIT), and its backend's pid tells its
+		// notifications from those of other cases sharing the database.
+		ctx := ctxT(t)
+		db := f(t, 0)
+		quiet, err := outbox.New(db.Driver(), outbox.WithoutNotify())
+		must(t, err)
+		loud, err := outbox.New(db.Driver())
+		must(t, err)
+		if _, err := outbox.New(db.Driver(), outbox.WithoutNotify(), nil); !errors.Is(err, sqlonce.ErrInvalidArgument) {
+			t.Fatalf("New with a nil option: %v, want ErrInvalidArgument", err)
+		}
+		var conn *pgx.Conn
+		if db.Dialect() == "postgres" && outboxCanListen(ctx, t, db) {
+			conn, err = pgx.Connect(ctx, db.DSN())
+			must(t, err)
+			t.Cleanup(func() { conn.Close(context.Background()) })
+			_, err = conn.Exec(ctx, "LISTEN "+driver.OutboxChannel)
+			must(t, err)
+		}
+		// enqueue enqueues m through s and returns how many notifications
+		// of the channel its transaction sent (-1 where none are read).
+		enqueue := func(s *outbox.Store[TTx], m outbox.Message) int {
+			t.Helper()
+			tx, err := db.Begin(ctx, harness.Default)
+			must(t, err)
+			var pid int64
+			if conn != nil {
+				pid, err = db.ConnID(ctx, tx)
+				must(t, err)
+			}
+			res, err := s.Enqueue(ctx, tx, m)
+			wantOutcome(t, m.ID, res, err, sqlonce.FirstRun, nil)
+			if conn != nil {
+				must(t, db.TxExec(ctx, tx, fmt.Sprintf("SELECT pg_notify('%s', 'sentinel-%s')", driver.OutboxChannel, m.ID)))
+			}
+			must(t, db.Commit(ctx, tx))
+			if conn == nil {
+				return -1
+			}
+			n := 0
+			for {
+				nf, err := conn.WaitForNotification(ctx)
+				must(t, err)
+				if nf.Channel != driver.OutboxChannel || int64(nf.PID) != pid {
+					continue // another case's, or another transaction's
+				}
+				if nf.Payload == "sentinel-"+m.ID {
+					return n
+				}
+				n++
+			}
+		}
+		if n := enqueue(quiet, outboxMsg("quiet", "q", 1)); n > 0 {
+			t.Fatalf("an Enqueue WithoutNotify sent %d notifications, want none", n)
+		}
+		if n := enqueue(loud, outboxMsg("loud", "l", 2)); n != 1 && n != -1 {
+			t.Fatalf("a default Enqueue sent %d notifications, want 1", n)
+		}
+		// The relay finds the quiet message by polling.
+		p := newOutboxRecorder()
+		stop := startRelay(ctx, t, quiet, p, fastRelay()...)
+		waitOutbox(ctx, t, "quiet and loud published", func() bool {
+			q, _ := p.count("quiet")
+			l, _ := p.count("loud")
+			return q == 1 && l == 1
+		})
+		stop()
+	})
+
 	t.Run("Listen", func(t *testing.T) {
 		db := f(t, 0)
 		ctx := ctxT(t)
@@ -952,4 +1030,30 @@ func runOutbox[TTx any](t *testing.T, f harness.Factory[TTx]) {
 			waitOutbox(ctx, t, id+" published", func() bool { n, _ := p.count(id); return n == 1 })
 		}
 	})
+}
+
+// outboxCanListen reports whether db's driver can listen for the
+// outbox's notifications: it has an OutboxListener, and the handle holds
+// a session (not through PgBouncer in transaction mode, not lib/pq).
+func outboxCanListen[TTx any](ctx context.Context, t testing.TB, db harness.DB[TTx]) bool {
+	t.Helper()
+	l := db.Driver().Engine().Capabilities().OutboxListener
+	if l == nil {
+		return false
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready, listened := make(chan struct{}), make(chan error, 1)
+	go func() { listened <- l.OutboxListen(lctx, func() { close(ready) }, func() {}) }()
+	select {
+	case err := <-listened:
+		if errors.Is(err, driver.ErrNoRun) {
+			return false
+		}
+		t.Fatalf("OutboxListen: %v", err)
+	case <-ready:
+		cancel()
+		<-listened
+	}
+	return true
 }

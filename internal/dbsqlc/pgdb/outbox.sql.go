@@ -267,6 +267,51 @@ func (q *Queries) OutboxInsert(ctx context.Context, db DBTX, arg OutboxInsertPar
 	return inserted, err
 }
 
+const outboxInsertNoNotify = `-- name: OutboxInsertNoNotify :one
+WITH ins AS (
+    INSERT INTO sqlonce_outbox (
+        id, topic, ordering_key, payload, headers, fingerprint, available_at, created_at
+    ) VALUES (
+        $1, $2, $3, $4,
+        $5, $6,
+        coalesce($7::timestamptz, now()),
+        coalesce($7::timestamptz, now())
+    )
+    ON CONFLICT (id) DO NOTHING
+    RETURNING seq
+)
+SELECT EXISTS (SELECT 1 FROM ins)::boolean AS inserted
+`
+
+type OutboxInsertNoNotifyParams struct {
+	ID          string
+	Topic       string
+	OrderingKey string
+	Payload     []byte
+	Headers     []byte
+	Fingerprint []byte
+	Now         pgtype.Timestamptz
+}
+
+// OutboxInsert without the notification (outbox.WithoutNotify): a
+// notifying transaction takes a lock of the whole cluster at COMMIT,
+// which commits the notifying transactions one at a time; relays find
+// these messages by polling. false: its id is taken, nothing changed.
+func (q *Queries) OutboxInsertNoNotify(ctx context.Context, db DBTX, arg OutboxInsertNoNotifyParams) (bool, error) {
+	row := db.QueryRow(ctx, outboxInsertNoNotify,
+		arg.ID,
+		arg.Topic,
+		arg.OrderingKey,
+		arg.Payload,
+		arg.Headers,
+		arg.Fingerprint,
+		arg.Now,
+	)
+	var inserted bool
+	err := row.Scan(&inserted)
+	return inserted, err
+}
+
 const outboxList = `-- name: OutboxList :many
 SELECT seq, id, topic, ordering_key, payload, headers, fingerprint, state, attempts, last_error,
     (state = 0 AND coalesce(locked_until > coalesce($1::timestamptz, now()), false))::boolean AS leased,
