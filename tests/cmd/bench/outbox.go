@@ -30,7 +30,7 @@ import (
 // The outbox comparison's flags, registered here so that main.go needs
 // one line for it.
 var (
-	outboxFlag     = flag.Bool("outbox", false, "run the outbox comparison instead: outbox.Enqueue and watermill-sql's forwarder publisher in the business transaction against the bare one, then relay throughput and COMMIT-to-broker-ack latency with 1 and 4 relays, sqlonce's Relay against watermill's forwarder, to NATS JetStream, on each -db")
+	outboxFlag     = flag.Bool("outbox", false, "run the outbox comparison instead: outbox.Enqueue (on PostgreSQL also WithoutNotify) and watermill-sql's forwarder publisher in the business transaction against the bare one, then relay throughput and COMMIT-to-broker-ack latency with 1 and 4 relays, sqlonce's Relay against watermill's forwarder, to NATS JetStream, on each -db")
 	outboxNATS     = flag.String("outbox-nats", "", "with -outbox: a NATS server with JetStream; empty starts nats-server as a child on a free loopback port")
 	outboxMessages = flag.Int("outbox-messages", DefaultOutboxConfig().Messages, "with -outbox: messages in the backlog each relay variant drains per round (throughput)")
 	outboxRate     = flag.Int("outbox-rate", DefaultOutboxConfig().Rate, "with -outbox: messages per second the producers commit while the relays run (latency)")
@@ -353,8 +353,13 @@ func payload(id, key string) []byte {
 type producer[TTx any] func(ctx context.Context, tx TTx, id, key string) error
 
 func sqlonceProducer[TTx any](e *obEnv[TTx], topic string) producer[TTx] {
+	return storeProducer(e.store, topic)
+}
+
+// storeProducer enqueues through s: e.store, or e.quiet.
+func storeProducer[TTx any](s *outbox.Store[TTx], topic string) producer[TTx] {
 	return func(ctx context.Context, tx TTx, id, key string) error {
-		res, err := e.store.Enqueue(ctx, tx, outbox.Message{ID: id, Topic: topic, Key: key, Payload: payload(id, key)})
+		res, err := s.Enqueue(ctx, tx, outbox.Message{ID: id, Topic: topic, Key: key, Payload: payload(id, key)})
 		if err == nil && res.Outcome != sqlonce.FirstRun {
 			err = fmt.Errorf("enqueue %s: outcome %v, want a first run", id, res.Outcome)
 		}
@@ -432,6 +437,9 @@ func enqueuePhase[TTx any](ctx context.Context, cfg OutboxConfig, b backend[TTx]
 		{"bare", "bare INSERT (1.00)", nil},
 		{"sqlonce", "INSERT + outbox.Enqueue", sqlonceProducer(e, "bench.enqueue")},
 		{"watermill", "INSERT + watermill-sql forwarder Publish", watermillProducer(e, fwdTopic, "bench.enqueue")},
+	}
+	if e.quiet != nil {
+		vs = append(vs, variant{"sqlonce-nonotify", "INSERT + outbox.Enqueue, WithoutNotify", storeProducer(e.quiet, "bench.enqueue")})
 	}
 	seq := 0
 	runOne := func(v variant, d time.Duration) (roundResult, error) {
@@ -520,6 +528,9 @@ func enqueuePhase[TTx any](ctx context.Context, cfg OutboxConfig, b backend[TTx]
 	}
 	defer ce.close()
 	cvs := []producer[TTx]{nil, sqlonceProducer(ce, "bench.enqueue"), watermillProducer(ce, fwdTopic, "bench.enqueue")}
+	if ce.quiet != nil {
+		cvs = append(cvs, storeProducer(ce.quiet, "bench.enqueue"))
+	}
 	for i, p := range cvs {
 		for j := range 3 + cfg.Counted {
 			if j == 3 {

@@ -32,6 +32,9 @@ type obEnv[TTx any] struct {
 	// ledger is the business write: one ledger INSERT.
 	ledger func(ctx context.Context, tx TTx, ref string) error
 	store  *outbox.Store[TTx]
+	// quiet enqueues without notifying the relays (outbox.WithoutNotify):
+	// PostgreSQL only, nil elsewhere (no engine but PostgreSQL notifies).
+	quiet *outbox.Store[TTx]
 
 	wmSchema   wmsql.SchemaAdapter
 	wmOffsets  wmsql.OffsetsAdapter
@@ -56,6 +59,10 @@ func pgOutboxEnv(pool *pgxpool.Pool) (*obEnv[pgx.Tx], error) {
 	if err != nil {
 		return nil, err
 	}
+	quiet, err := outbox.New(drv, outbox.WithoutNotify())
+	if err != nil {
+		return nil, err
+	}
 	schema := wmsql.DefaultPostgreSQLSchema{}
 	offsets := wmsql.DefaultPostgreSQLOffsetsAdapter{}
 	return &obEnv[pgx.Tx]{
@@ -67,6 +74,7 @@ func pgOutboxEnv(pool *pgxpool.Pool) (*obEnv[pgx.Tx], error) {
 			return pgbiz.New(tx).LedgerInsert(ctx, pgbiz.LedgerInsertParams{Ref: ref, Amount: 100})
 		},
 		store:      store,
+		quiet:      quiet,
 		wmSchema:   schema,
 		wmOffsets:  offsets,
 		wmBeginner: wmsql.BeginnerFromPgx(pool),
