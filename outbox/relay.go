@@ -424,8 +424,12 @@ func (r *relay[TTx]) round(ctx context.Context) (claimedAny, sent bool) {
 	wg.Wait()
 
 	// The confirmed messages are marked sent even when ctx ended
-	// meanwhile: the broker has them.
-	mctx, mcancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.lease)
+	// meanwhile: the broker has them. The mark is worth its wait past the
+	// lease too (fenced by the token, it holds while no relay took the
+	// message over): bounded by the lease, or markWait when longer, so a
+	// short lease on a busy database does not turn every mark into a
+	// republish.
+	mctx, mcancel := context.WithTimeout(context.WithoutCancel(ctx), max(r.o.lease, markWait))
 	defer mcancel()
 	var leases []driver.OutboxLease
 	for _, o := range outs {
@@ -458,6 +462,10 @@ func (r *relay[TTx]) round(ctx context.Context) (claimedAny, sent bool) {
 	}
 	return true, sent
 }
+
+// markWait is the least time a relay gives the mark of its confirmed
+// messages as sent.
+const markWait = 5 * time.Second
 
 // publish calls p.Publish(ctx, m), and turns a panic in it into the
 // publish's error, "panic: " and the value: a failed publish, retried and
