@@ -727,6 +727,14 @@ func (s *Store[TTx]) startWithStep(ctx context.Context, k driver.Key, row driver
 			// a lock_timeout set on PostgreSQL): the key is running.
 			return sqlonce.Result{}, false, fmt.Errorf("%w: key %q in scope %q is running its first step in another transaction: %w", sqlonce.ErrInProgress, req.Key, req.Scope, err)
 		}
+		if !claimed && ctx.Err() != nil {
+			// ctx ended before the claim was made, most often while it
+			// waited on the key's row, which another call's first step
+			// holds. Nothing of this call committed (its step never ran,
+			// its transaction never reached COMMIT), whatever the driver
+			// made of the cut connection.
+			return sqlonce.Result{}, false, fmt.Errorf("%w: key %q in scope %q: the claim did not finish before ctx ended (another call's first step may hold the key's row): %w", sqlonce.ErrInProgress, req.Key, req.Scope, ctx.Err())
+		}
 		if !claimed {
 			return sqlonce.Result{}, false, fmt.Errorf("sqlonce/dedupe: start steps of key %q: %w", k.Key, err)
 		}
@@ -761,6 +769,11 @@ func (s *Store[TTx]) retryWait(ctx context.Context, k driver.Key, token int64, w
 		return err
 	})
 	if err != nil {
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			// ctx ended during the extension, which some drivers report
+			// as their own error (lib/pq: driver.ErrBadConn).
+			return fmt.Errorf("%w: %w", cerr, err)
+		}
 		return err
 	}
 	if !ok {

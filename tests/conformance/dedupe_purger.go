@@ -259,12 +259,13 @@ func purgerEightInstances[TTx any](t *testing.T, f harness.Factory[TTx]) {
 	// One purge statement at a time, unless a holder's round came later
 	// than its lease (two intervals) and was taken over: its statement
 	// may then run beside the new holder's, and the late round reports
-	// its lease lost (CI, through vtgate at load 17: 2 at once).
+	// its lease lost: each statement beyond the first is a late holder's
+	// (CI, through vtgate: 2 at once with 1 lost, 3 with 2).
 	var lost int64
 	for i := range rounds {
 		lost += rounds[i].lost.Load()
 	}
-	if m := count.most.Load(); m != 1 && (lost == 0 || m > 2) {
+	if m := count.most.Load(); m != 1 && lost < int64(m-1) {
 		t.Fatalf("at most %d purge statements ran at once (%d rounds lost their lease), want 1", m, lost)
 	} else if m != 1 {
 		t.Logf("%d purge statements ran at once: a late holder taken over (%d rounds lost their lease)", m, lost)
